@@ -1,0 +1,1 @@
+"""chatd-temporal: shared domain types, the Postgres store and the model providers."""

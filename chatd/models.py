@@ -1,0 +1,59 @@
+"""Model configuration and the structured error shape shared by providers, workflow and API."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+__all__ = ["ErrorKind", "ModelConfig", "ModelError", "ProviderName"]
+
+ProviderName = Literal["anthropic", "openai", "demo"]
+"""`demo` is the built-in scripted model (the fake provider on the Anthropic wire format)."""
+
+ErrorKind = Literal[
+    "rate_limit",
+    "overloaded",
+    "timeout",
+    "startup_timeout",
+    "auth",
+    "config",
+    "context_exceeded",
+    "invalid_request",
+    "generic",
+]
+
+
+class ModelConfig(BaseModel):
+    """Which model a chat uses and how it is called."""
+
+    provider: ProviderName = "demo"
+    name: str = "demo"
+    openai_api: Literal["chat", "responses"] = "chat"
+    """Which OpenAI API to stream from (ignored for other providers)."""
+    max_output_tokens: int | None = Field(default=None, ge=1, le=1_000_000)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, ge=0, le=1)
+    thinking_budget_tokens: int | None = Field(default=None, ge=1024)
+    """Anthropic extended thinking budget."""
+    reasoning_effort: Literal["minimal", "low", "medium", "high"] | None = None
+    """OpenAI reasoning effort."""
+    context_limit: int | None = Field(default=None, ge=1)
+
+    @property
+    def label(self) -> str:
+        """`provider/name`, as shown in search attributes and activity summaries."""
+        return f"{self.provider}/{self.name}"
+
+
+class ModelError(BaseModel):
+    """A classified model/provider error; persisted as the chat's `last_error`."""
+
+    message: str
+    kind: ErrorKind = "generic"
+    provider: str | None = None
+    retryable: bool = False
+    status_code: int | None = None
+    retry_after_ms: int | None = None
+    """The provider's retry-after hint, if it sent one."""
+    detail: dict[str, Any] = Field(default_factory=dict)

@@ -1,0 +1,132 @@
+"""The interface every model provider implements, and the step accumulator.
+
+A provider only maps: our request -> its SDK call, its stream events -> `PartDelta`
+and `StepFinish`, its SDK errors -> `ProviderError` (classified once, in its module).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any, Protocol
+
+from pydantic import BaseModel
+
+from chatd.models import ModelConfig, ModelError
+from chatd.parts import (
+    Message,
+    Part,
+    PartDelta,
+    ReasoningPart,
+    SourcePart,
+    TextPart,
+    ToolCallPart,
+    ToolResultPart,
+    Usage,
+)
+
+__all__ = [
+    "ModelProvider",
+    "ModelRequest",
+    "ProviderError",
+    "StepAccumulator",
+    "StepFinish",
+    "StreamEvent",
+    "ToolSpec",
+]
+
+
+class ToolSpec(BaseModel):
+    """A tool as the model sees it."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+
+
+class ModelRequest(BaseModel):
+    """Everything one model step needs."""
+
+    model: ModelConfig
+    system: str | None = None
+    messages: list[Message]
+    tools: list[ToolSpec] = []
+
+
+class StepFinish(BaseModel):
+    """The end of a model step: why it stopped and what it cost."""
+
+    stop_reason: str
+    """Provider-neutral: `end_turn`, `tool_use`, `max_tokens`, or the provider's own word."""
+    usage: Usage = Usage()
+
+
+StreamEvent = PartDelta | StepFinish
+
+
+class ProviderError(Exception):
+    """A provider failure, already classified."""
+
+    def __init__(self, error: ModelError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+class ModelProvider(Protocol):
+    """Streams one model step."""
+
+    def stream_step(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        """Yield deltas in stream order, then exactly one `StepFinish`; raise `ProviderError`."""
+        ...
+
+
+class StepAccumulator:
+    """Builds the parts of a step from its deltas; usable mid-stream (for interrupts)."""
+
+    def __init__(self) -> None:
+        self._parts: dict[int, Part] = {}
+
+    def apply(self, delta: PartDelta) -> None:
+        """Grow the part at `delta.index`."""
+        if delta.part is not None:
+            self._parts[delta.index] = _whole_part(delta.part)
+            return
+        part = self._parts.get(delta.index)
+        if delta.type == "text":
+            text = part.text if isinstance(part, TextPart) else ""
+            self._parts[delta.index] = TextPart(text=text + (delta.text or ""))
+        elif delta.type == "reasoning":
+            current = part if isinstance(part, ReasoningPart) else ReasoningPart()
+            current.text += delta.text or ""
+            if delta.signature:
+                current.signature = (current.signature or "") + delta.signature
+            self._parts[delta.index] = current
+        elif delta.type == "tool_call":
+            call = part if isinstance(part, ToolCallPart) else ToolCallPart(id="", name="")
+            call.id = delta.id or call.id
+            call.name = delta.name or call.name
+            call.arguments += delta.args_delta or ""
+            self._parts[delta.index] = call
+
+    def parts(self) -> list[Part]:
+        """The parts in stream order, dropping empty text."""
+        ordered = [self._parts[i] for i in sorted(self._parts)]
+        return [p for p in ordered if not (isinstance(p, TextPart) and p.text == "")]
+
+    def tool_calls(self) -> list[ToolCallPart]:
+        """Client/worker-executed tool calls of the step, in call order."""
+        return [p for p in self.parts() if isinstance(p, ToolCallPart) and not p.provider_executed]
+
+
+def _whole_part(data: dict[str, Any]) -> Part:
+    kinds: dict[str, type[BaseModel]] = {
+        "text": TextPart,
+        "reasoning": ReasoningPart,
+        "tool_call": ToolCallPart,
+        "tool_result": ToolResultPart,
+        "source": SourcePart,
+    }
+    model = kinds.get(str(data.get("type")))
+    if model is None:
+        raise ValueError(f"unknown part type in delta: {json.dumps(data)[:200]}")
+    return model.model_validate(data)  # type: ignore[return-value]

@@ -1,0 +1,62 @@
+"""Process settings read from the environment (secrets stay here, never in payloads)."""
+
+from __future__ import annotations
+
+import os
+
+from pydantic import BaseModel
+
+__all__ = ["ProviderSettings", "TemporalSettings"]
+
+DEFAULT_TASK_QUEUE = "chatd"
+
+
+class ProviderSettings(BaseModel):
+    """Provider credentials and endpoints of one worker process."""
+
+    anthropic_api_key: str | None = None
+    anthropic_base_url: str | None = None
+    openai_api_key: str | None = None
+    openai_base_url: str | None = None
+    demo_base_url: str | None = None
+    """Base URL of the fake provider that serves the built-in `demo` model."""
+
+    @classmethod
+    def from_env(cls) -> ProviderSettings:
+        """Read `ANTHROPIC_*`, `OPENAI_*` and `CHATD_DEMO_BASE_URL`."""
+        return cls(
+            anthropic_api_key=os.environ.get("ANTHROPIC_API_KEY") or None,
+            anthropic_base_url=os.environ.get("ANTHROPIC_BASE_URL") or None,
+            openai_api_key=os.environ.get("OPENAI_API_KEY") or None,
+            openai_base_url=os.environ.get("OPENAI_BASE_URL") or None,
+            demo_base_url=os.environ.get("CHATD_DEMO_BASE_URL") or None,
+        )
+
+
+class TemporalSettings(BaseModel):
+    """How to reach Temporal."""
+
+    address: str = "localhost:7233"
+    namespace: str = "default"
+    task_queue: str = DEFAULT_TASK_QUEUE
+    tls: bool = False
+    tls_cert_path: str | None = None
+    tls_key_path: str | None = None
+    tls_ca_path: str | None = None
+    api_key: str | None = None
+
+    @classmethod
+    def from_env(cls) -> TemporalSettings:
+        """Read `TEMPORAL_ADDRESS`, `TEMPORAL_NAMESPACE`, `CHATD_TASK_QUEUE` and TLS settings."""
+        env = os.environ
+        cert = env.get("TEMPORAL_TLS_CERT") or None
+        return cls(
+            address=env.get("TEMPORAL_ADDRESS", "localhost:7233"),
+            namespace=env.get("TEMPORAL_NAMESPACE", "default"),
+            task_queue=env.get("CHATD_TASK_QUEUE", DEFAULT_TASK_QUEUE),
+            tls=env.get("TEMPORAL_TLS", "").lower() in ("1", "true", "yes") or cert is not None,
+            tls_cert_path=cert,
+            tls_key_path=env.get("TEMPORAL_TLS_KEY") or None,
+            tls_ca_path=env.get("TEMPORAL_TLS_CA") or None,
+            api_key=env.get("TEMPORAL_API_KEY") or None,
+        )
