@@ -1,0 +1,1 @@
+"""All I/O of a turn: model streaming, tools, persistence and publishing."""

@@ -1,0 +1,1 @@
+"""The HTTP gateway: REST + SSE over the chat store and Temporal."""

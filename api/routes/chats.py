@@ -1,0 +1,76 @@
+"""Chats: create, list, get."""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from datetime import datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+
+from api.access import Owner, chat_out, load_chat
+from api.errors import ApiError
+from api.routes.messages import accept_message
+from api.schemas import ChatList, ChatOut, CreateChat
+from api.state import state_of
+from chatd.store.chats import ChatRecord
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/chats", tags=["chats"])
+
+
+@router.post("", status_code=201, response_model=ChatOut)
+async def create_chat(body: CreateChat, request: Request, owner: Owner) -> ChatOut:
+    """Create a chat; with `message`, its first turn starts at once."""
+    state = state_of(request)
+    chat = await state.chats.create(
+        owner=owner,
+        model=body.model,
+        title=body.title,
+        system_prompt=body.system_prompt,
+        dynamic_tools=body.dynamic_tools,
+        active_tools=body.active_tools,
+        max_steps=body.max_steps,
+    )
+    if body.message is not None:
+        await accept_message(request, chat, body.message, idempotency_key=None)
+        chat = await load_chat(request, chat.id, owner)
+    return await chat_out(request, chat)
+
+
+def _cursor(chat: ChatRecord) -> str:
+    raw = f"{chat.created_at.isoformat()}|{chat.id}"
+    return base64.urlsafe_b64encode(raw.encode()).decode()
+
+
+def _parse_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
+    try:
+        created, chat_id = base64.urlsafe_b64decode(cursor.encode()).decode().split("|")
+        return datetime.fromisoformat(created), uuid.UUID(chat_id)
+    except ValueError as err:
+        raise ApiError(400, "invalid_cursor", "`before` is not a cursor from this API") from err
+
+
+@router.get("", response_model=ChatList)
+async def list_chats(
+    request: Request,
+    owner: Owner,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    before: Annotated[str | None, Query(max_length=200)] = None,
+) -> ChatList:
+    """Your chats, newest first."""
+    state = state_of(request)
+    chats = await state.chats.list(
+        owner, limit=limit, before=_parse_cursor(before) if before else None
+    )
+    out = [await chat_out(request, c) for c in chats]
+    return ChatList(chats=out, next_before=_cursor(chats[-1]) if len(chats) == limit else None)
+
+
+@router.get("/{chat_id}", response_model=ChatOut)
+async def get_chat(chat_id: uuid.UUID, request: Request, owner: Owner) -> ChatOut:
+    """One chat with its status, last error, pending tool calls, queue and usage."""
+    return await chat_out(request, await load_chat(request, chat_id, owner))
+

@@ -1,0 +1,65 @@
+"""Messages: send (start or queue a turn) and read the transcript."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Query, Request
+
+from api.access import Owner, load_chat
+from api.errors import ApiError
+from api.schemas import MessageList, SendMessage, SendMessageResult
+from api.state import state_of
+from api.turns import submit_message
+from chatd.store.chats import ChatRecord
+
+__all__ = ["accept_message", "router"]
+
+router = APIRouter(prefix="/chats/{chat_id}/messages", tags=["messages"])
+_BUSY = ("running", "requires_action")
+
+
+async def accept_message(
+    request: Request, chat: ChatRecord, body: SendMessage, idempotency_key: str | None
+) -> SendMessageResult:
+    """Store the message, then start its turn or queue it (a retried send is answered once)."""
+    state = state_of(request)
+    if body.on_busy == "reject" and chat.status in _BUSY:
+        raise ApiError(409, "chat_busy", "a turn is running", {"status": chat.status})
+    client_id = idempotency_key or body.client_message_id
+    queued, created = await state.transcript.enqueue(chat.id, body.user_parts(), client_id)
+    if not created and await state.transcript.is_promoted(queued.id):
+        return SendMessageResult(queued=False, message_id=queued.id, turn_id=str(queued.id))
+    result = await submit_message(
+        state.temporal, state.task_queue, chat, str(queued.id), update_id=f"msg-{queued.id}"
+    )
+    return SendMessageResult(queued=result.queued, message_id=queued.id, turn_id=result.turn_id)
+
+
+@router.post("", status_code=202, response_model=SendMessageResult)
+async def send_message(
+    chat_id: uuid.UUID,
+    body: SendMessage,
+    request: Request,
+    owner: Owner,
+    idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+) -> SendMessageResult:
+    """Send a user message; it starts a turn or waits behind the running one."""
+    chat = await load_chat(request, chat_id, owner)
+    return await accept_message(request, chat, body, idempotency_key)
+
+
+@router.get("", response_model=MessageList)
+async def list_messages(
+    chat_id: uuid.UUID,
+    request: Request,
+    owner: Owner,
+    after_id: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+) -> MessageList:
+    """The transcript, oldest first, as persisted."""
+    await load_chat(request, chat_id, owner)
+    messages = await state_of(request).transcript.page(chat_id, after_id=after_id, limit=limit)
+    next_after = messages[-1].id if len(messages) == limit else None
+    return MessageList(messages=messages, next_after_id=next_after)

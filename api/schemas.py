@@ -1,0 +1,125 @@
+"""HTTP request and response bodies (kept apart from workflow payloads)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from chatd.models import ModelConfig, ModelError
+from chatd.parts import Part, TextPart, Usage
+from chatd.store.chats import ChatRecord, ChatStatus, DynamicTool
+from chatd.store.transcript import QueuedMessage, StoredMessage
+
+__all__ = [
+    "ChatList",
+    "ChatOut",
+    "CreateChat",
+    "MessageList",
+    "SendMessage",
+    "SendMessageResult",
+]
+
+MAX_TEXT = 200_000
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SendMessage(_Strict):
+    """A user message: `content` text, or `parts`."""
+
+    content: str | None = Field(default=None, max_length=MAX_TEXT)
+    parts: list[Part] | None = Field(default=None, max_length=100)
+    client_message_id: str | None = Field(default=None, min_length=1, max_length=200)
+    on_busy: Literal["enqueue", "interrupt", "reject"] = "enqueue"
+
+    @model_validator(mode="after")
+    def _has_content(self) -> SendMessage:
+        if not self.user_parts():
+            raise ValueError("give `content` (non-empty text) or `parts`")
+        return self
+
+    def user_parts(self) -> list[Part]:
+        """The parts to store."""
+        if self.parts:
+            return list(self.parts)
+        return [TextPart(text=self.content)] if self.content else []
+
+
+class CreateChat(_Strict):
+    """Body of `POST /chats`."""
+
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    title: str | None = Field(default=None, max_length=200)
+    system_prompt: str | None = Field(default=None, max_length=MAX_TEXT)
+    dynamic_tools: list[DynamicTool] = Field(default_factory=list, max_length=64)
+    active_tools: list[str] | None = Field(default=None, max_length=64)
+    max_steps: int = Field(default=25, ge=1, le=1000)
+    message: SendMessage | None = None
+
+
+class QueuedOut(BaseModel):
+    """A queued user message."""
+
+    id: uuid.UUID
+    parts: list[Part]
+    created_at: datetime
+
+    @classmethod
+    def of(cls, q: QueuedMessage) -> QueuedOut:
+        """From the stored row."""
+        return cls(id=q.id, parts=q.parts, created_at=q.created_at)
+
+
+class ChatOut(BaseModel):
+    """A chat as the API shows it."""
+
+    id: uuid.UUID
+    title: str | None
+    model: ModelConfig
+    system_prompt: str | None
+    dynamic_tools: list[DynamicTool]
+    active_tools: list[str] | None
+    max_steps: int
+    status: ChatStatus
+    last_error: ModelError | None
+    pending_tool_calls: list[dict[str, Any]] | None
+    action_expires_at: datetime | None
+    queued_messages: list[QueuedOut]
+    usage: Usage
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def of(cls, chat: ChatRecord, queued: list[QueuedMessage]) -> ChatOut:
+        """From the stored chat and its queue."""
+        data = chat.model_dump()
+        data["queued_messages"] = [QueuedOut.of(q) for q in queued]
+        return cls.model_validate(data)
+
+
+class ChatList(BaseModel):
+    """A page of chats; pass `next_before` as `before` for the next page."""
+
+    chats: list[ChatOut]
+    next_before: str | None
+
+
+class SendMessageResult(BaseModel):
+    """Where the message went."""
+
+    queued: bool
+    message_id: uuid.UUID
+    """The queued message's id (also the id of the turn it starts)."""
+    turn_id: str
+
+
+class MessageList(BaseModel):
+    """A page of the transcript; pass `next_after_id` as `after_id` for the next page."""
+
+    messages: list[StoredMessage]
+    next_after_id: int | None

@@ -1,0 +1,39 @@
+"""What the gateway's request handlers share: stores, the Temporal client, the event hub."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import asyncpg
+from fastapi import Request
+from temporalio.client import Client
+
+from api.hub import EventHub
+from chatd.store.chats import ChatStore
+from chatd.store.events import EventLog
+from chatd.store.keys import KeyStore
+from chatd.store.transcript import TranscriptStore
+
+__all__ = ["GatewayState", "state_of"]
+
+
+@dataclass
+class GatewayState:
+    """Long-lived resources of one gateway process."""
+
+    pool: asyncpg.Pool
+    temporal: Client
+    task_queue: str
+    hub: EventHub
+
+    def __post_init__(self) -> None:
+        self.chats = ChatStore(self.pool)
+        self.transcript = TranscriptStore(self.pool)
+        self.events = EventLog(self.pool)
+        self.keys = KeyStore(self.pool)
+
+
+def state_of(request: Request) -> GatewayState:
+    """The gateway state of the app serving `request`."""
+    state: GatewayState = request.app.state.gateway
+    return state

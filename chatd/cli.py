@@ -1,0 +1,95 @@
+"""The `chatd` command: dev stack, worker, gateway, migrations and API keys."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+import uuid
+
+__all__ = ["main"]
+
+
+def _env(name: str, default: str | None = None) -> str | None:
+    return os.environ.get(name) or default
+
+
+def _add_dev(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    dev = sub.add_parser("dev", help="run Temporal, Postgres, a worker and the gateway locally")
+    dev.add_argument("--data-dir", default=_env("CHATD_DATA_DIR", ".data"),
+                     help="where Postgres and Temporal keep their state (env CHATD_DATA_DIR)")
+    dev.add_argument("--api-port", type=int, default=int(_env("CHATD_API_PORT", "8080") or 0))
+    dev.add_argument("--temporal-port", type=int,
+                     default=int(_env("CHATD_TEMPORAL_PORT", "7233") or 0))
+    dev.add_argument("--temporal-ui-port", type=int, default=None,
+                     help="default: temporal port + 1000")
+    dev.add_argument("--postgres-port", type=int, default=int(_env("CHATD_POSTGRES_PORT", "0") or 0),
+                     help="default: a free port")
+    dev.add_argument("--api-key", default=_env("CHATD_API_KEY"),
+                     help="use this API key instead of a generated one (env CHATD_API_KEY)")
+    dev.add_argument("--no-worker", action="store_true", help="start everything but the worker")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="chatd", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_dev(sub)
+    sub.add_parser("worker", help="run a worker (TEMPORAL_ADDRESS, DATABASE_URL, provider keys)")
+    api = sub.add_parser("api", help="run the HTTP gateway (TEMPORAL_ADDRESS, DATABASE_URL)")
+    api.add_argument("--host", default=_env("CHATD_API_HOST", "127.0.0.1"))
+    api.add_argument("--port", type=int, default=int(_env("CHATD_API_PORT", "8080") or 0))
+    sub.add_parser("migrate", help="apply database migrations (DATABASE_URL)")
+    keys = sub.add_parser("keys", help="manage API keys (DATABASE_URL)")
+    keys_sub = keys.add_subparsers(dest="keys_command", required=True)
+    create = keys_sub.add_parser("create", help="create a key and print it once")
+    create.add_argument("--owner", required=True)
+    create.add_argument("--name", default="")
+    keys_sub.add_parser("list", help="list keys (never the secrets)")
+    revoke = keys_sub.add_parser("revoke", help="revoke a key by id")
+    revoke.add_argument("key_id", type=uuid.UUID)
+    return parser
+
+
+def _database_url() -> str:
+    url = os.environ.get("DATABASE_URL")
+    if not url:
+        sys.exit("chatd: set DATABASE_URL (e.g. postgresql://user:pass@host:5432/chatd)")
+    return url
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the `chatd` console script."""
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        asyncio.run(_run(args))
+    except KeyboardInterrupt:
+        pass
+
+
+async def _run(args: argparse.Namespace) -> None:
+    from chatd import commands
+
+    if args.command == "dev":
+        from chatd.dev import DevOptions, run_dev
+
+        await run_dev(DevOptions.from_args(args))
+    elif args.command == "worker":
+        await commands.run_worker(_database_url())
+    elif args.command == "api":
+        await commands.run_api(_database_url(), args.host, args.port)
+    elif args.command == "migrate":
+        await commands.run_migrate(_database_url())
+    elif args.command == "keys":
+        await commands.run_keys(_database_url(), args)
+
+
+if __name__ == "__main__":
+    main()
+

@@ -1,0 +1,79 @@
+"""The production processes behind `chatd worker`, `chatd api`, `chatd migrate`, `chatd keys`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from pathlib import Path
+
+import uvicorn
+
+from chatd.settings import ProviderSettings, TemporalSettings
+from chatd.store.db import connect_pool, migrate
+from chatd.store.keys import KeyStore
+from chatd.tools.defaults import default_registry
+
+__all__ = ["run_api", "run_keys", "run_migrate", "run_worker"]
+
+log = logging.getLogger("chatd")
+
+
+def workspace_root() -> Path:
+    """Where per-chat tool workspaces live on this worker (`CHATD_WORKSPACE_ROOT`)."""
+    return Path(os.environ.get("CHATD_WORKSPACE_ROOT", ".data/workspaces")).resolve()
+
+
+async def run_worker(database_url: str, providers: ProviderSettings | None = None) -> None:
+    """Run one worker until SIGINT/SIGTERM."""
+    from workers.client import connect_temporal
+    from workers.worker import WorkerConfig, build_worker, run_until_signalled
+
+    temporal = TemporalSettings.from_env()
+    pool = await connect_pool(database_url)
+    try:
+        client = await connect_temporal(temporal)
+        config = WorkerConfig(
+            task_queue=temporal.task_queue,
+            providers=providers or ProviderSettings.from_env(),
+            registry=default_registry(),
+            workspace_root=workspace_root(),
+        )
+        await run_until_signalled(build_worker(client, pool, config))
+    finally:
+        await pool.close()
+
+
+async def run_api(database_url: str, host: str, port: int) -> None:
+    """Serve the gateway until SIGINT/SIGTERM."""
+    from api.app import GatewayConfig, create_app
+
+    app = create_app(GatewayConfig(database_url=database_url, temporal=TemporalSettings.from_env()))
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
+    log.info("gateway listening on http://%s:%d", host, port)
+    await server.serve()
+
+
+async def run_migrate(database_url: str) -> None:
+    """Apply pending migrations."""
+    applied = await migrate(database_url)
+    print(f"applied {len(applied)} migration(s): {', '.join(applied) or 'none pending'}")
+
+
+async def run_keys(database_url: str, args: argparse.Namespace) -> None:
+    """`chatd keys create|list|revoke`."""
+    pool = await connect_pool(database_url, min_size=1, max_size=2)
+    keys = KeyStore(pool)
+    try:
+        if args.keys_command == "create":
+            print(await keys.create(args.owner, args.name))
+        elif args.keys_command == "list":
+            for key in await keys.list():
+                state = f"revoked {key.revoked_at:%Y-%m-%d}" if key.revoked_at else "active"
+                print(f"{key.id}  {key.prefix}…  owner={key.owner}  {key.name!r}  {state}")
+        elif args.keys_command == "revoke":
+            if not await keys.revoke(args.key_id):
+                raise SystemExit(f"chatd: no active key {args.key_id}")
+            print(f"revoked {args.key_id}")
+    finally:
+        await pool.close()

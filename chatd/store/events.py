@@ -1,0 +1,91 @@
+"""The per-chat event log behind the SSE stream.
+
+Each event gets the next per-chat sequence number (its SSE id) in the same transaction
+that inserts it, and a `pg_notify` wakes the gateways' listeners when it commits.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+from pydantic import BaseModel
+
+__all__ = ["NOTIFY_CHANNEL", "ChatEvent", "EventLog", "append_events"]
+
+NOTIFY_CHANNEL = "chatd_events"
+
+
+class ChatEvent(BaseModel):
+    """One stream event as stored."""
+
+    seq: int
+    event: str
+    data: dict[str, Any]
+    created_at: datetime
+
+
+async def append_events(
+    conn: asyncpg.Connection, chat_id: uuid.UUID, events: list[tuple[str, dict[str, Any]]]
+) -> int:
+    """Append events inside the caller's transaction; return the last sequence number."""
+    if not events:
+        return 0
+    last = await conn.fetchval(
+        "UPDATE chats SET last_event_seq = last_event_seq + $2 WHERE id = $1"
+        " RETURNING last_event_seq",
+        chat_id,
+        len(events),
+    )
+    if last is None:
+        raise LookupError(f"chat {chat_id} does not exist")
+    first = last - len(events) + 1
+    await conn.execute(
+        """INSERT INTO chat_events (chat_id, seq, event, data)
+           SELECT $1, s, e, d FROM unnest($2::bigint[], $3::text[], $4::jsonb[]) AS t(s, e, d)""",
+        chat_id,
+        list(range(first, last + 1)),
+        [name for name, _ in events],
+        [data for _, data in events],
+    )
+    await conn.execute("SELECT pg_notify($1, $2)", NOTIFY_CHANNEL, f"{chat_id}:{last}")
+    return int(last)
+
+
+class EventLog:
+    """Publishes and reads a chat's events."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self._pool = pool
+
+    async def publish(self, chat_id: uuid.UUID, events: list[tuple[str, dict[str, Any]]]) -> int:
+        """Append events in their own transaction; return the last sequence number."""
+        async with self._pool.acquire() as conn, conn.transaction():
+            return await append_events(conn, chat_id, events)
+
+    async def read_after(self, chat_id: uuid.UUID, seq: int, limit: int = 500) -> list[ChatEvent]:
+        """Events with a sequence number above `seq`, in order."""
+        rows = await self._pool.fetch(
+            "SELECT seq, event, data, created_at FROM chat_events"
+            " WHERE chat_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+            chat_id,
+            seq,
+            limit,
+        )
+        return [ChatEvent.model_validate(dict(r)) for r in rows]
+
+    async def last_seq(self, chat_id: uuid.UUID) -> int:
+        """The id of the chat's newest event (0 if none)."""
+        value = await self._pool.fetchval(
+            "SELECT last_event_seq FROM chats WHERE id = $1", chat_id
+        )
+        return int(value or 0)
+
+    async def oldest_kept(self, chat_id: uuid.UUID) -> int | None:
+        """The lowest sequence number still stored, or None if none are."""
+        value = await self._pool.fetchval(
+            "SELECT min(seq) FROM chat_events WHERE chat_id = $1", chat_id
+        )
+        return int(value) if value is not None else None

@@ -1,0 +1,232 @@
+"""The transcript: persisted messages, queued user messages and staged tool results.
+
+Every write is keyed by `step_key` (turn, step, kind) so a retried activity is a no-op
+that returns the existing row; the `message` event is appended in the same transaction.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+from pydantic import BaseModel, TypeAdapter
+
+from chatd.parts import Message, Part, Role, ToolResultPart, Usage
+from chatd.store.events import append_events
+
+__all__ = ["QueuedMessage", "StoredMessage", "TranscriptStore"]
+
+_parts_adapter: TypeAdapter[list[Part]] = TypeAdapter(list[Part])
+
+
+class StoredMessage(BaseModel):
+    """A message row as clients see it."""
+
+    id: int
+    turn_id: str
+    role: Role
+    parts: list[Part]
+    compressed: bool
+    usage: Usage | None
+    created_at: datetime
+
+
+class QueuedMessage(BaseModel):
+    """A user message waiting for its turn."""
+
+    id: uuid.UUID
+    parts: list[Part]
+    client_message_id: str | None
+    created_at: datetime
+
+
+def _stored(row: asyncpg.Record) -> StoredMessage:
+    return StoredMessage.model_validate(dict(row))
+
+
+def message_event(message: StoredMessage) -> tuple[str, dict[str, Any]]:
+    """The `message` stream event for a persisted message."""
+    return ("message", message.model_dump(mode="json"))
+
+
+class TranscriptStore:
+    """Reads and writes a chat's messages."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self._pool = pool
+
+    async def enqueue(
+        self, chat_id: uuid.UUID, parts: list[Part], client_message_id: str | None
+    ) -> tuple[QueuedMessage, bool]:
+        """Queue a user message; with a known `client_message_id`, return the first one."""
+        row = await self._pool.fetchrow(
+            """INSERT INTO queued_messages (id, chat_id, parts, client_message_id)
+               VALUES ($1, $2, $3, $4) ON CONFLICT (chat_id, client_message_id) DO NOTHING
+               RETURNING id, parts, client_message_id, created_at""",
+            uuid.uuid4(),
+            chat_id,
+            [p.model_dump(exclude_none=True) for p in parts],
+            client_message_id,
+        )
+        if row is not None:
+            return QueuedMessage.model_validate(dict(row)), True
+        existing = await self._pool.fetchrow(
+            "SELECT id, parts, client_message_id, created_at FROM queued_messages"
+            " WHERE chat_id = $1 AND client_message_id = $2",
+            chat_id,
+            client_message_id,
+        )
+        assert existing is not None
+        return QueuedMessage.model_validate(dict(existing)), False
+
+    async def queued(self, chat_id: uuid.UUID) -> list[QueuedMessage]:
+        """Messages still waiting, oldest first."""
+        rows = await self._pool.fetch(
+            "SELECT id, parts, client_message_id, created_at FROM queued_messages"
+            " WHERE chat_id = $1 AND promoted_at IS NULL ORDER BY created_at, id",
+            chat_id,
+        )
+        return [QueuedMessage.model_validate(dict(r)) for r in rows]
+
+    async def is_promoted(self, queued_id: uuid.UUID) -> bool:
+        """Whether a turn has taken this queued message into the transcript."""
+        value = await self._pool.fetchval(
+            "SELECT promoted_at IS NOT NULL FROM queued_messages WHERE id = $1", queued_id
+        )
+        return bool(value)
+
+    async def promote(self, chat_id: uuid.UUID, queued_id: uuid.UUID) -> StoredMessage | None:
+        """Move a queued message into the transcript as the user message of turn `queued_id`.
+
+        Returns None if the queued message was deleted before its turn began.
+        The message's `turn_id` is the queued id, so the step key is stable across retries.
+        """
+        step_key = f"{queued_id}:user"
+        async with self._pool.acquire() as conn, conn.transaction():
+            existing = await conn.fetchrow(
+                "SELECT * FROM messages WHERE chat_id = $1 AND step_key = $2", chat_id, step_key
+            )
+            if existing is not None:
+                return _stored(existing)
+            queued = await conn.fetchrow(
+                "UPDATE queued_messages SET promoted_at = now()"
+                " WHERE id = $1 AND chat_id = $2 AND promoted_at IS NULL RETURNING parts",
+                queued_id,
+                chat_id,
+            )
+            if queued is None:
+                return None
+            row = await conn.fetchrow(
+                """INSERT INTO messages (chat_id, turn_id, step_key, role, parts)
+                   VALUES ($1, $2, $3, 'user', $4) RETURNING *""",
+                chat_id,
+                str(queued_id),
+                step_key,
+                queued["parts"],
+            )
+            assert row is not None
+            message = _stored(row)
+            await append_events(conn, chat_id, [message_event(message), _queue_event()])
+            return message
+
+    async def save(
+        self,
+        chat_id: uuid.UUID,
+        *,
+        turn_id: str,
+        step_key: str,
+        role: Role,
+        parts: list[Part],
+        usage: Usage | None = None,
+        extra_events: list[tuple[str, dict[str, Any]]] | None = None,
+    ) -> StoredMessage:
+        """Persist a message once; a retry with the same key returns the existing row."""
+        async with self._pool.acquire() as conn, conn.transaction():
+            row = await conn.fetchrow(
+                """INSERT INTO messages (chat_id, turn_id, step_key, role, parts, usage)
+                   VALUES ($1, $2, $3, $4, $5, $6)
+                   ON CONFLICT (chat_id, step_key) DO NOTHING RETURNING *""",
+                chat_id,
+                turn_id,
+                f"{turn_id}:{step_key}",
+                role,
+                [p.model_dump(exclude_none=True) for p in parts],
+                usage.model_dump() if usage else None,
+            )
+            if row is None:
+                existing = await conn.fetchrow(
+                    "SELECT * FROM messages WHERE chat_id = $1 AND step_key = $2",
+                    chat_id,
+                    f"{turn_id}:{step_key}",
+                )
+                assert existing is not None
+                return _stored(existing)
+            message = _stored(row)
+            await append_events(conn, chat_id, [*(extra_events or []), message_event(message)])
+            return message
+
+    async def find(self, chat_id: uuid.UUID, turn_id: str, step_key: str) -> StoredMessage | None:
+        """The message saved under (turn, step key), if any."""
+        row = await self._pool.fetchrow(
+            "SELECT * FROM messages WHERE chat_id = $1 AND step_key = $2",
+            chat_id,
+            f"{turn_id}:{step_key}",
+        )
+        return _stored(row) if row else None
+
+    async def get(self, chat_id: uuid.UUID, message_id: int) -> StoredMessage | None:
+        """One message of the chat."""
+        row = await self._pool.fetchrow(
+            "SELECT * FROM messages WHERE chat_id = $1 AND id = $2", chat_id, message_id
+        )
+        return _stored(row) if row else None
+
+    async def page(self, chat_id: uuid.UUID, *, after_id: int, limit: int) -> list[StoredMessage]:
+        """Messages after `after_id`, oldest first (compressed ones included, for people)."""
+        rows = await self._pool.fetch(
+            "SELECT * FROM messages WHERE chat_id = $1 AND id > $2 AND visible"
+            " ORDER BY id LIMIT $3",
+            chat_id,
+            after_id,
+            limit,
+        )
+        return [_stored(r) for r in rows]
+
+    async def for_model(self, chat_id: uuid.UUID) -> list[Message]:
+        """The messages the model sees: not compressed, in order."""
+        rows = await self._pool.fetch(
+            "SELECT role, parts FROM messages WHERE chat_id = $1 AND NOT compressed ORDER BY id",
+            chat_id,
+        )
+        return [Message(role=r["role"], parts=_parts_adapter.validate_python(r["parts"])) for r in rows]
+
+    async def stage_tool_result(self, chat_id: uuid.UUID, part: ToolResultPart) -> ToolResultPart:
+        """Store one tool call's result once; return the stored one (first write wins)."""
+        row = await self._pool.fetchrow(
+            """INSERT INTO tool_results (chat_id, tool_call_id, part) VALUES ($1, $2, $3)
+               ON CONFLICT (chat_id, tool_call_id) DO UPDATE SET part = tool_results.part
+               RETURNING part""",
+            chat_id,
+            part.tool_call_id,
+            part.model_dump(exclude_none=True),
+        )
+        assert row is not None
+        return ToolResultPart.model_validate(row["part"])
+
+    async def staged_tool_results(
+        self, chat_id: uuid.UUID, call_ids: list[str]
+    ) -> dict[str, ToolResultPart]:
+        """Staged results for these calls, by call id."""
+        rows = await self._pool.fetch(
+            "SELECT tool_call_id, part FROM tool_results"
+            " WHERE chat_id = $1 AND tool_call_id = ANY($2::text[])",
+            chat_id,
+            call_ids,
+        )
+        return {r["tool_call_id"]: ToolResultPart.model_validate(r["part"]) for r in rows}
+
+
+def _queue_event() -> tuple[str, dict[str, Any]]:
+    return ("queue", {})

@@ -1,0 +1,68 @@
+"""Chat status transitions of a turn, each with its `status` event in one transaction."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+from chatd.models import ModelError
+from chatd.parts import Usage
+from chatd.store.chats import ChatStatus
+from chatd.store.events import append_events
+
+__all__ = ["TurnStore"]
+
+# Chat usage is derived from the persisted steps, so recounting it is idempotent.
+_USAGE_FIELDS = ", ".join(
+    f"'{k}', coalesce(sum((usage ->> '{k}')::bigint), 0)" for k in Usage.model_fields
+)
+_USAGE_SUM = f"SELECT jsonb_build_object({_USAGE_FIELDS}) FROM messages WHERE chat_id = $1"
+
+
+class TurnStore:
+    """Writes a chat's status as its turn moves along."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self._pool = pool
+
+    async def set_status(
+        self,
+        chat_id: uuid.UUID,
+        turn_id: str,
+        status: ChatStatus,
+        *,
+        last_error: ModelError | None = None,
+        clear_error: bool = False,
+        pending_tool_calls: list[dict[str, Any]] | None = None,
+        action_expires_at: datetime | None = None,
+        recount_usage: bool = False,
+    ) -> None:
+        """Move the chat to `status`; publish `status` (and `error` when one is given)."""
+        async with self._pool.acquire() as conn, conn.transaction():
+            await conn.execute(
+                f"""UPDATE chats SET
+                     status = $2,
+                     last_error = CASE WHEN $3::jsonb IS NOT NULL THEN $3::jsonb
+                                       WHEN $4 THEN NULL ELSE last_error END,
+                     pending_tool_calls = $5,
+                     action_expires_at = $6,
+                     usage = CASE WHEN $7 THEN ({_USAGE_SUM}) ELSE usage END,
+                     updated_at = now()
+                   WHERE id = $1""",
+                chat_id,
+                status,
+                last_error.model_dump() if last_error else None,
+                clear_error,
+                pending_tool_calls,
+                action_expires_at,
+                recount_usage,
+            )
+            events: list[tuple[str, dict[str, Any]]] = [
+                ("status", {"status": status, "turn_id": turn_id})
+            ]
+            if last_error is not None:
+                events.append(("error", last_error.model_dump()))
+            await append_events(conn, chat_id, events)

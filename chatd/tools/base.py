@@ -1,0 +1,97 @@
+"""How a built-in tool is defined and found.
+
+A tool is a name, a description, a pydantic model for its arguments (the JSON schema
+the model sees is derived from it), an async function, a timeout and an idempotency flag.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel
+
+from chatd.providers.base import ToolSpec
+
+__all__ = ["MediaOutput", "Tool", "ToolContext", "ToolOutput", "ToolRegistry"]
+
+ArgsT = TypeVar("ArgsT", bound=BaseModel)
+
+
+class MediaOutput(BaseModel):
+    """A media tool result (an image, say) as base64 data."""
+
+    media_type: str
+    data: str
+
+
+ToolOutput = str | dict[str, Any] | list[Any] | MediaOutput
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """What a running tool may know about its call."""
+
+    chat_id: str
+    tool_call_id: str
+    workspace: Path
+    """The chat's own directory on this worker; tools must stay inside it."""
+
+
+@dataclass(frozen=True)
+class Tool(Generic[ArgsT]):
+    """A built-in tool executed on the worker."""
+
+    name: str
+    description: str
+    args: type[ArgsT]
+    run: Callable[[ArgsT, ToolContext], Awaitable[ToolOutput]]
+    timeout: timedelta = timedelta(seconds=60)
+    idempotent: bool = True
+    """Safe to run again after a worker crash; if False a crashed call is not retried."""
+    exclusive: bool = False
+    """Must be the only tool call in its step."""
+    stop_after: bool = False
+    """A successful call ends the turn."""
+
+    def spec(self) -> ToolSpec:
+        """The tool as the model sees it."""
+        return ToolSpec(
+            name=self.name,
+            description=self.description,
+            input_schema=self.args.model_json_schema(),
+        )
+
+
+@dataclass
+class ToolRegistry:
+    """The built-in tools a worker offers, by name."""
+
+    tools: dict[str, Tool[Any]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, tools: Iterable[Tool[Any]]) -> ToolRegistry:
+        """A registry holding these tools."""
+        registry = cls()
+        for tool in tools:
+            registry.register(tool)
+        return registry
+
+    def register(self, tool: Tool[Any]) -> None:
+        """Add a tool; names are unique."""
+        if tool.name in self.tools:
+            raise ValueError(f"tool {tool.name!r} is already registered")
+        self.tools[tool.name] = tool
+
+    def get(self, name: str) -> Tool[Any] | None:
+        """The tool called `name`, if registered."""
+        return self.tools.get(name)
+
+    def active(self, active_tools: list[str] | None) -> list[Tool[Any]]:
+        """The tools a chat may use: all, or those named in `active_tools`."""
+        if active_tools is None:
+            return list(self.tools.values())
+        return [t for name, t in self.tools.items() if name in active_tools]

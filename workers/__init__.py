@@ -1,0 +1,1 @@
+"""Worker assembly: Temporal client, task queue, activities and the `chatd worker` process."""

@@ -1,0 +1,72 @@
+"""Builds the ChatTurn worker and runs it until SIGINT/SIGTERM (graceful shutdown)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+import asyncpg
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from activities.model_step import ModelStepActivities
+from activities.tools import ToolActivities
+from activities.turn import TurnActivities
+from chatd.settings import ProviderSettings
+from chatd.tools.base import ToolRegistry
+from workflows.chat_turn import ChatTurn
+
+__all__ = ["WorkerConfig", "build_worker", "run_until_signalled"]
+
+log = logging.getLogger("chatd.worker")
+
+
+@dataclass
+class WorkerConfig:
+    """What a worker needs besides its connections."""
+
+    task_queue: str
+    providers: ProviderSettings
+    registry: ToolRegistry
+    workspace_root: Path
+    graceful_shutdown: timedelta = timedelta(seconds=10)
+    max_concurrent_activities: int = 1000
+
+
+def build_worker(client: Client, pool: asyncpg.Pool, config: WorkerConfig) -> Worker:
+    """A worker for ChatTurn and all its activities."""
+    model = ModelStepActivities(pool, config.registry, config.providers)
+    tools = ToolActivities(pool, config.registry, config.workspace_root)
+    turn = TurnActivities(pool)
+    return Worker(
+        client,
+        task_queue=config.task_queue,
+        workflows=[ChatTurn],
+        activities=[
+            model.stream_model_step,
+            tools.execute_tool_call,
+            tools.record_tool_results,
+            turn.begin_turn,
+            turn.finish_turn,
+            turn.publish_retry,
+        ],
+        graceful_shutdown_timeout=config.graceful_shutdown,
+        max_concurrent_activities=config.max_concurrent_activities,
+        max_concurrent_workflow_tasks=200,
+    )
+
+
+async def run_until_signalled(worker: Worker) -> None:
+    """Run the worker; SIGINT/SIGTERM shut it down gracefully (in-flight attempts move on)."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with worker:
+        log.info("worker polling task queue %s", worker.task_queue)
+        await stop.wait()
+        log.info("worker shutting down")

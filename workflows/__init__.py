@@ -1,0 +1,1 @@
+"""Deterministic workflow code: the chat turn, its decisions and its payloads."""

@@ -1,0 +1,28 @@
+"""Names shared by the workflow, the worker and the gateway."""
+
+from temporalio.common import SearchAttributeKey
+
+__all__ = [
+    "CHAT_ID",
+    "CHAT_MODEL",
+    "CHAT_OWNER",
+    "CHAT_STATUS",
+    "MODEL_ERROR_TYPE",
+    "WORKFLOW_ID_PREFIX",
+    "workflow_id",
+]
+
+WORKFLOW_ID_PREFIX = "chat-"
+
+MODEL_ERROR_TYPE = "ModelError"
+"""ApplicationError type of classified provider errors; the workflow owns their retries."""
+
+CHAT_ID = SearchAttributeKey.for_keyword("ChatId")
+CHAT_STATUS = SearchAttributeKey.for_keyword("ChatStatus")
+CHAT_OWNER = SearchAttributeKey.for_keyword("ChatOwner")
+CHAT_MODEL = SearchAttributeKey.for_keyword("ChatModel")
+
+
+def workflow_id(chat_id: str) -> str:
+    """The id of a chat's ChatTurn workflow: one run per turn."""
+    return f"{WORKFLOW_ID_PREFIX}{chat_id}"

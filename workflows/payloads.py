@@ -1,0 +1,163 @@
+"""Payloads of the ChatTurn workflow and its activities: ids, counters and small summaries.
+
+They never carry the transcript (Postgres holds it), so history per step stays constant.
+Fields may be added with defaults; never renamed or removed (running workflows replay them).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from chatd.models import ModelError
+
+__all__ = [
+    "BeginTurnInput",
+    "BeginTurnResult",
+    "ChatTurnInput",
+    "ExecuteToolInput",
+    "ExecuteToolResult",
+    "FinishTurnInput",
+    "PublishRetryInput",
+    "RecordToolResultsInput",
+    "RetryState",
+    "StreamStepInput",
+    "StreamStepResult",
+    "SubmitMessageInput",
+    "SubmitMessageResult",
+    "ToolCallRef",
+    "TurnState",
+]
+
+
+class _Payload(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class ChatTurnInput(_Payload):
+    """Start input of a ChatTurn run; a continued run carries the queued message ids."""
+
+    chat_id: str
+    queued: list[str] = []
+    """Ids of queued user messages; the first one is this run's turn."""
+
+
+class SubmitMessageInput(_Payload):
+    """A user message (already stored in `queued_messages`) for this chat."""
+
+    queued_id: str
+
+
+class SubmitMessageResult(_Payload):
+    """Whether the message runs now (`queued=False`) or waits for the running turn."""
+
+    queued: bool
+    turn_id: str
+
+
+class BeginTurnInput(_Payload):
+    """Promote the turn's user message and mark the chat running."""
+
+    chat_id: str
+    turn_id: str
+
+
+class BeginTurnResult(_Payload):
+    """What the workflow needs to know about the chat for this turn."""
+
+    started: bool
+    """False if the queued message was deleted before its turn began."""
+    max_steps: int = 25
+    model_label: str = ""
+
+
+class StreamStepInput(_Payload):
+    """Generate step `step` of a turn from the persisted transcript."""
+
+    chat_id: str
+    turn_id: str
+    step: int
+    attempt: int = 1
+    """Workflow-level attempt (model retries); >1 means clients must drop the shown partial."""
+
+
+class ToolCallRef(_Payload):
+    """A tool call the model made, by id and name (arguments stay in Postgres)."""
+
+    id: str
+    name: str
+
+
+class StreamStepResult(_Payload):
+    """A persisted model step, summarised."""
+
+    message_id: int | None
+    tool_calls: list[ToolCallRef] = []
+    stop_reason: str = "end_turn"
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+class ExecuteToolInput(_Payload):
+    """Run one built-in tool call of a persisted step."""
+
+    chat_id: str
+    turn_id: str
+    step: int
+    call: ToolCallRef
+
+
+class ExecuteToolResult(_Payload):
+    """Whether the staged result is an error."""
+
+    is_error: bool
+
+
+class RecordToolResultsInput(_Payload):
+    """Persist the staged results of a step as one tool message, in call order."""
+
+    chat_id: str
+    turn_id: str
+    step: int
+    calls: list[ToolCallRef]
+
+
+class PublishRetryInput(_Payload):
+    """Tell clients a model attempt failed and when the next one starts."""
+
+    chat_id: str
+    attempt: int
+    delay_ms: int
+    retrying_at: datetime
+    error: ModelError
+
+
+class FinishTurnInput(_Payload):
+    """End the turn: final status, and the error if it failed."""
+
+    chat_id: str
+    turn_id: str
+    status: Literal["waiting", "error", "requires_action"]
+    error: ModelError | None = None
+
+
+class RetryState(_Payload):
+    """The backoff in progress, as the `state` query shows it."""
+
+    attempt: int
+    next_attempt_at: datetime
+    error: ModelError
+
+
+class TurnState(_Payload):
+    """Answer of the `state` query."""
+
+    chat_id: str
+    turn_id: str | None
+    status: str
+    step: int
+    queued_messages: list[str] = Field(default_factory=list)
+    pending_tool_calls: list[ToolCallRef] = Field(default_factory=list)
+    retry: RetryState | None = None
