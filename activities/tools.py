@@ -73,7 +73,9 @@ class ToolActivities:
         """Persist the step's staged results as one tool message, in the order of the calls."""
         chat_id = uuid.UUID(input.chat_id)
         staged = await self._transcript.staged_tool_results(chat_id, [c.id for c in input.calls])
-        parts = [staged.get(c.id) or error_result(c, "tool produced no result") for c in input.calls]
+        parts = [
+            staged.get(c.id) or error_result(c, "tool produced no result") for c in input.calls
+        ]
         await self._transcript.save(
             chat_id,
             turn_id=input.turn_id,

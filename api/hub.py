@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import asyncpg
+from asyncpg.pool import PoolConnectionProxy
 
 from chatd.store.events import NOTIFY_CHANNEL
 
@@ -68,8 +69,14 @@ class EventHub:
         conn.add_termination_listener(lambda _: self._lost.set())
         self._conn = conn
 
-    def _on_notify(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
-        chat_id = uuid.UUID(payload.split(":", 1)[0])
+    def _on_notify(
+        self,
+        _conn: asyncpg.Connection[Any] | PoolConnectionProxy[Any],
+        _pid: int,
+        _channel: str,
+        payload: object,
+    ) -> None:
+        chat_id = uuid.UUID(str(payload).split(":", 1)[0])
         for wake in self._subscribers.get(chat_id, ()):
             wake.set()
 

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 from temporalio.client import Client, WithStartWorkflowOperation
-from temporalio.common import TypedSearchAttributes, WorkflowIDConflictPolicy
+from temporalio.common import (
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+)
 
 from chatd.store.chats import ChatRecord
 from workflows.chat_turn import ChatTurn
@@ -29,10 +33,10 @@ async def submit_message(
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         search_attributes=TypedSearchAttributes(
             [
-                CHAT_ID.value_set(chat_id),
-                CHAT_OWNER.value_set(chat.owner),
-                CHAT_MODEL.value_set(chat.model.label),
-                CHAT_STATUS.value_set("running"),
+                SearchAttributePair(CHAT_ID, chat_id),
+                SearchAttributePair(CHAT_OWNER, chat.owner),
+                SearchAttributePair(CHAT_MODEL, chat.model.label),
+                SearchAttributePair(CHAT_STATUS, "running"),
             ]
         ),
         static_summary=f"chat {chat_id} ({chat.model.label})",

@@ -18,17 +18,29 @@ def _env(name: str, default: str | None = None) -> str | None:
 
 def _add_dev(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     dev = sub.add_parser("dev", help="run Temporal, Postgres, a worker and the gateway locally")
-    dev.add_argument("--data-dir", default=_env("CHATD_DATA_DIR", ".data"),
-                     help="where Postgres and Temporal keep their state (env CHATD_DATA_DIR)")
+    dev.add_argument(
+        "--data-dir",
+        default=_env("CHATD_DATA_DIR", ".data"),
+        help="where Postgres and Temporal keep their state (env CHATD_DATA_DIR)",
+    )
     dev.add_argument("--api-port", type=int, default=int(_env("CHATD_API_PORT", "8080") or 0))
-    dev.add_argument("--temporal-port", type=int,
-                     default=int(_env("CHATD_TEMPORAL_PORT", "7233") or 0))
-    dev.add_argument("--temporal-ui-port", type=int, default=None,
-                     help="default: temporal port + 1000")
-    dev.add_argument("--postgres-port", type=int, default=int(_env("CHATD_POSTGRES_PORT", "0") or 0),
-                     help="default: a free port")
-    dev.add_argument("--api-key", default=_env("CHATD_API_KEY"),
-                     help="use this API key instead of a generated one (env CHATD_API_KEY)")
+    dev.add_argument(
+        "--temporal-port", type=int, default=int(_env("CHATD_TEMPORAL_PORT", "7233") or 0)
+    )
+    dev.add_argument(
+        "--temporal-ui-port", type=int, default=None, help="default: temporal port + 1000"
+    )
+    dev.add_argument(
+        "--postgres-port",
+        type=int,
+        default=int(_env("CHATD_POSTGRES_PORT", "0") or 0),
+        help="default: a free port",
+    )
+    dev.add_argument(
+        "--api-key",
+        default=_env("CHATD_API_KEY"),
+        help="use this API key instead of a generated one (env CHATD_API_KEY)",
+    )
     dev.add_argument("--no-worker", action="store_true", help="start everything but the worker")
 
 
@@ -92,4 +104,3 @@ async def _run(args: argparse.Namespace) -> None:
 
 if __name__ == "__main__":
     main()
-

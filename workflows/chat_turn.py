@@ -67,7 +67,7 @@ class ChatTurn:
         self._model_label = ""
 
     @workflow.update(name="submit_message")
-    async def submit_message(self, input: SubmitMessageInput) -> SubmitMessageResult:
+    def submit_message(self, input: SubmitMessageInput) -> SubmitMessageResult:
         """Start the turn with this message, or queue it behind the running one."""
         if input.queued_id == self._turn_id:
             return SubmitMessageResult(queued=False, turn_id=input.queued_id)
@@ -93,11 +93,14 @@ class ChatTurn:
     @workflow.run
     async def run(self, input: ChatTurnInput) -> None:
         """Run this turn, then hand queued messages to the next run."""
-        started = await workflow.wait_condition(
-            lambda: self._turn_id is not None, timeout=_IDLE_START_TIMEOUT
-        ) is None
-        if started and self._turn_id is not None:
-            await self._run_turn(self._turn_id)
+        try:
+            await workflow.wait_condition(
+                lambda: self._turn_id is not None, timeout=_IDLE_START_TIMEOUT
+            )
+        except TimeoutError:
+            return  # started without a message (by hand): nothing to do
+        assert self._turn_id is not None
+        await self._run_turn(self._turn_id)
         # Rule 6: a message accepted while we were finishing must not be lost.
         await workflow.wait_condition(workflow.all_handlers_finished)
         if self._queue:
@@ -148,8 +151,9 @@ class ChatTurn:
             try:
                 result = await workflow.execute_activity_method(
                     ModelStepActivities.stream_model_step,
-                    StreamStepInput(chat_id=self._chat_id, turn_id=turn_id, step=step,
-                                    attempt=attempt),
+                    StreamStepInput(
+                        chat_id=self._chat_id, turn_id=turn_id, step=step, attempt=attempt
+                    ),
                     start_to_close_timeout=timedelta(minutes=15),
                     heartbeat_timeout=timedelta(seconds=5),
                     retry_policy=_INFRA_RETRY,

@@ -73,4 +73,3 @@ async def list_chats(
 async def get_chat(chat_id: uuid.UUID, request: Request, owner: Owner) -> ChatOut:
     """One chat with its status, last error, pending tool calls, queue and usage."""
     return await chat_out(request, await load_chat(request, chat_id, owner))
-

@@ -65,8 +65,12 @@ async def stream(
         cursor = await state.events.last_seq(chat_id)
     oldest = await state.events.oldest_kept(chat_id)
     if oldest is not None and cursor < oldest - 1:
-        raise ApiError(410, "cursor_expired", "events before this cursor are no longer kept",
-                       {"oldest_event_id": oldest})
+        raise ApiError(
+            410,
+            "cursor_expired",
+            "events before this cursor are no longer kept",
+            {"oldest_event_id": oldest},
+        )
     return StreamingResponse(
         _events(state, chat_id, cursor),
         media_type="text/event-stream",

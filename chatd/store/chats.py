@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field
 from chatd.models import ModelConfig, ModelError
 from chatd.parts import Usage
 
-__all__ = ["ChatRecord", "ChatStatus", "DynamicTool", "ChatStore"]
+__all__ = ["ChatRecord", "ChatStatus", "ChatStore", "DynamicTool"]
 
 ChatStatus = Literal["waiting", "running", "requires_action", "error"]
 

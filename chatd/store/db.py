@@ -14,7 +14,9 @@ _MIGRATION_LOCK = 7_400_001
 
 async def _init_connection(conn: asyncpg.Connection) -> None:
     for jtype in ("json", "jsonb"):
-        await conn.set_type_codec(jtype, encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
+        await conn.set_type_codec(
+            jtype, encoder=json.dumps, decoder=json.loads, schema="pg_catalog"
+        )
 
 
 async def connect_pool(dsn: str, *, min_size: int = 2, max_size: int = 20) -> asyncpg.Pool:

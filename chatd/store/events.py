@@ -11,9 +11,10 @@ from datetime import datetime
 from typing import Any
 
 import asyncpg
+from asyncpg.pool import PoolConnectionProxy
 from pydantic import BaseModel
 
-__all__ = ["NOTIFY_CHANNEL", "ChatEvent", "EventLog", "append_events"]
+__all__ = ["NOTIFY_CHANNEL", "ChatEvent", "Conn", "EventLog", "append_events"]
 
 NOTIFY_CHANNEL = "chatd_events"
 
@@ -27,8 +28,12 @@ class ChatEvent(BaseModel):
     created_at: datetime
 
 
+Conn = asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyncpg.Record]
+"""A plain or pooled connection."""
+
+
 async def append_events(
-    conn: asyncpg.Connection, chat_id: uuid.UUID, events: list[tuple[str, dict[str, Any]]]
+    conn: Conn, chat_id: uuid.UUID, events: list[tuple[str, dict[str, Any]]]
 ) -> int:
     """Append events inside the caller's transaction; return the last sequence number."""
     if not events:
@@ -78,9 +83,7 @@ class EventLog:
 
     async def last_seq(self, chat_id: uuid.UUID) -> int:
         """The id of the chat's newest event (0 if none)."""
-        value = await self._pool.fetchval(
-            "SELECT last_event_seq FROM chats WHERE id = $1", chat_id
-        )
+        value = await self._pool.fetchval("SELECT last_event_seq FROM chats WHERE id = $1", chat_id)
         return int(value or 0)
 
     async def oldest_kept(self, chat_id: uuid.UUID) -> int | None:

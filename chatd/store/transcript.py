@@ -200,7 +200,9 @@ class TranscriptStore:
             "SELECT role, parts FROM messages WHERE chat_id = $1 AND NOT compressed ORDER BY id",
             chat_id,
         )
-        return [Message(role=r["role"], parts=_parts_adapter.validate_python(r["parts"])) for r in rows]
+        return [
+            Message(role=r["role"], parts=_parts_adapter.validate_python(r["parts"])) for r in rows
+        ]
 
     async def stage_tool_result(self, chat_id: uuid.UUID, part: ToolResultPart) -> ToolResultPart:
         """Store one tool call's result once; return the stored one (first write wins)."""
