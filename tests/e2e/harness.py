@@ -1,0 +1,204 @@
+"""An in-process chatd stack for end-to-end tests: real Temporal, Postgres, worker and gateway."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+import uvicorn
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from api.app import GatewayConfig, create_app
+from chatd.devstack.ports import free_port
+from chatd.fake_provider.server import FakeProviderServer
+from chatd.settings import ProviderSettings, TemporalSettings
+from chatd.store.db import connect_pool, migrate
+from chatd.store.keys import KeyStore
+from chatd.tools.base import ToolRegistry
+from chatd.tools.defaults import default_registry
+from workers.client import connect_temporal
+from workers.worker import WorkerConfig, build_worker
+
+__all__ = ["SseEvent", "Stack", "running_stack"]
+
+
+@dataclass
+class SseEvent:
+    """One parsed SSE frame."""
+
+    id: int | None
+    event: str
+    data: dict[str, Any]
+
+
+@dataclass
+class Stack:
+    """A running stack and an HTTP client for one owner."""
+
+    http: httpx.AsyncClient
+    other_owner: httpx.AsyncClient
+    fake: FakeProviderServer
+    pool: asyncpg.Pool
+    temporal: Client
+    task_queue: str
+    base_url: str
+    key: str
+    events_seen: list[SseEvent] = field(default_factory=list)
+
+    async def create_chat(self, **body: Any) -> dict[str, Any]:
+        """POST /chats and return the chat."""
+        response = await self.http.post("/chats", json=body)
+        assert response.status_code == 201, response.text
+        chat: dict[str, Any] = response.json()
+        return chat
+
+    async def send(self, chat_id: str, content: str, **extra: Any) -> dict[str, Any]:
+        """POST a message and return the answer."""
+        response = await self.http.post(
+            f"/chats/{chat_id}/messages", json={"content": content, **extra}
+        )
+        assert response.status_code == 202, response.text
+        result: dict[str, Any] = response.json()
+        return result
+
+    async def messages(self, chat_id: str) -> list[dict[str, Any]]:
+        """The whole transcript."""
+        response = await self.http.get(f"/chats/{chat_id}/messages", params={"limit": 500})
+        assert response.status_code == 200, response.text
+        messages: list[dict[str, Any]] = response.json()["messages"]
+        return messages
+
+    async def events_until(
+        self, chat_id: str, done: Any, *, after: int = 0, timeout: float = 30.0
+    ) -> list[SseEvent]:
+        """Stream the chat's events from `after` until `done(event)` is true."""
+        events: list[SseEvent] = []
+
+        async def read() -> None:
+            async for event in sse_events(self.http, chat_id, after=after):
+                events.append(event)
+                if done(event):
+                    return
+
+        await asyncio.wait_for(read(), timeout)
+        return events
+
+    async def wait_status(
+        self, chat_id: str, status: str, *, after: int = 0, timeout: float = 30.0
+    ) -> list[SseEvent]:
+        """Events until the chat reports `status` (from event id `after`)."""
+        return await self.events_until(
+            chat_id,
+            lambda e: e.event == "status" and e.data["status"] == status,
+            after=after,
+            timeout=timeout,
+        )
+
+
+async def sse_events(
+    http: httpx.AsyncClient, chat_id: str, *, after: int = 0, headers: dict[str, str] | None = None
+) -> AsyncIterator[SseEvent]:
+    """Parse the chat's SSE stream."""
+    params = {"after": after} if headers is None else None
+    async with http.stream(
+        "GET", f"/chats/{chat_id}/stream", params=params, headers=headers, timeout=None
+    ) as response:
+        assert response.status_code == 200, await response.aread()
+        frame: dict[str, str] = {}
+        async for line in response.aiter_lines():
+            if line == "":
+                if "event" in frame:
+                    yield SseEvent(
+                        id=int(frame["id"]) if "id" in frame else None,
+                        event=frame["event"],
+                        data=json.loads(frame.get("data", "{}")),
+                    )
+                frame = {}
+            elif not line.startswith(":") and ":" in line:
+                name, _, value = line.partition(":")
+                frame[name] = value.lstrip(" ")
+
+
+def fake_provider_settings(fake: FakeProviderServer) -> ProviderSettings:
+    """Every provider pointed at the fake server."""
+    return ProviderSettings(
+        anthropic_api_key="test-anthropic-key",
+        anthropic_base_url=fake.base_url,
+        openai_api_key="test-openai-key",
+        openai_base_url=fake.base_url + "/v1",
+        demo_base_url=fake.base_url,
+    )
+
+
+@asynccontextmanager
+async def running_stack(
+    *,
+    database_url: str,
+    temporal_address: str,
+    fake: FakeProviderServer,
+    workspace: Path,
+    registry: ToolRegistry | None = None,
+    with_worker: bool = True,
+) -> AsyncIterator[Stack]:
+    """Migrate a fresh database, start a worker and a gateway, and yield a client."""
+    await migrate(database_url)
+    task_queue = f"test-{uuid.uuid4().hex[:12]}"
+    settings = TemporalSettings(address=temporal_address, task_queue=task_queue)
+    pool = await connect_pool(database_url)
+    client = await connect_temporal(settings)
+    keys = KeyStore(pool)
+    key, other_key = await keys.create("alice"), await keys.create("bob")
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(GatewayConfig(database_url=database_url, temporal=settings)),
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
+        )
+    )
+    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+    serving = asyncio.create_task(server.serve())
+    base_url = f"http://127.0.0.1:{port}/api/v1"
+    worker: Worker | None = None
+    if with_worker:
+        worker = build_worker(
+            client,
+            pool,
+            WorkerConfig(
+                task_queue=task_queue,
+                providers=fake_provider_settings(fake),
+                registry=registry or default_registry(),
+                workspace_root=workspace,
+            ),
+        )
+    try:
+        while not server.started:
+            await asyncio.sleep(0.02)
+        async with (
+            httpx.AsyncClient(base_url=base_url, headers=_auth(key)) as http,
+            httpx.AsyncClient(base_url=base_url, headers=_auth(other_key)) as other,
+        ):
+            stack = Stack(http, other, fake, pool, client, task_queue, base_url, key)
+            if worker is None:
+                yield stack
+            else:
+                async with worker:
+                    yield stack
+    finally:
+        server.should_exit = True
+        await serving
+        await pool.close()
+
+
+def _auth(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
