@@ -1,0 +1,25 @@
+# chatd worker/API image. Build: docker build -t chatd . ; run `chatd worker` or `chatd api`.
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+WORKDIR /app
+
+# Copy only what the package build needs (keeps .venv, .data and caches out of the image).
+COPY pyproject.toml README.md ./
+COPY chatd ./chatd
+COPY workflows ./workflows
+COPY activities ./activities
+COPY workers ./workers
+COPY api ./api
+
+RUN pip install . \
+    && useradd --create-home --uid 10001 --user-group chatd
+
+USER chatd
+EXPOSE 8080
+
+CMD ["chatd", "api", "--host", "0.0.0.0", "--port", "8080"]

@@ -1,0 +1,220 @@
+"""Free ports and child-process plumbing shared by the dev-stack servers."""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+__all__ = [
+    "clear_orphan",
+    "free_port",
+    "kill_process_group",
+    "log_tail",
+    "pdeathsig_preexec",
+    "pid_alive",
+    "port_accepts",
+    "process_cmdline",
+    "register_child",
+    "run_coro_in_thread",
+    "unregister_child",
+    "wait_exit",
+    "write_owner_file",
+]
+
+T = TypeVar("T")
+
+_PR_SET_PDEATHSIG = 1
+_children: dict[int, subprocess.Popen[bytes]] = {}
+_children_lock = threading.Lock()
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """Return a TCP port that is currently free on `host` (racy by nature; bind soon)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def port_accepts(host: str, port: int, timeout: float = 0.5) -> bool:
+    """Return whether a TCP connection to `host:port` succeeds."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def log_tail(path: Path | None, lines: int = 40) -> str:
+    """Return the last `lines` lines of a log file (or a placeholder if unreadable)."""
+    if path is None:
+        return "<no log file>"
+    try:
+        data = path.read_bytes()[-64_000:]
+    except OSError as exc:
+        return f"<cannot read {path}: {exc}>"
+    text = data.decode("utf-8", errors="replace")
+    return "\n".join(text.splitlines()[-lines:]) or "<empty log>"
+
+
+def pdeathsig_preexec(sig: int) -> Callable[[], None] | None:
+    """Return a `preexec_fn` making the child get `sig` when its parent dies (Linux, main thread).
+
+    The kernel delivers the signal when the *thread* that forked exits, so this is only
+    used when spawning from the main thread; other callers rely on the atexit cleanup.
+    """
+    if not hasattr(os, "fork") or threading.current_thread() is not threading.main_thread():
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        prctl = libc.prctl
+    except (OSError, AttributeError):
+        return None
+
+    def _preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
+
+    return _preexec
+
+
+def register_child(proc: subprocess.Popen[bytes]) -> None:
+    """Remember a child so it is killed when this interpreter exits."""
+    with _children_lock:
+        _children[proc.pid] = proc
+
+
+def unregister_child(proc: subprocess.Popen[bytes]) -> None:
+    """Forget a child that has been reaped."""
+    with _children_lock:
+        _children.pop(proc.pid, None)
+
+
+def kill_process_group(proc: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> None:
+    """Send `sig` to the child's process group (it was started with a new session)."""
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(sig)
+
+
+def wait_exit(proc: subprocess.Popen[bytes], timeout: float) -> bool:
+    """Wait up to `timeout` seconds for the child to exit; return whether it did."""
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return False
+    return True
+
+
+@atexit.register
+def _kill_children_at_exit() -> None:
+    with _children_lock:
+        procs = list(_children.values())
+        _children.clear()
+    for proc in procs:
+        kill_process_group(proc, signal.SIGKILL)
+    deadline = time.monotonic() + 5.0
+    for proc in procs:
+        wait_exit(proc, max(0.0, deadline - time.monotonic()))
+
+
+def run_coro_in_thread(factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """Run a coroutine to completion on a private event loop in a helper thread.
+
+    Works whether or not the caller already runs an event loop, and never touches the
+    caller thread's current-loop setting.
+    """
+    box: dict[str, Any] = {}
+
+    def _runner() -> None:
+        loop = asyncio.new_event_loop()
+        try:
+            box["result"] = loop.run_until_complete(factory())
+        except BaseException as exc:
+            box["error"] = exc
+        finally:
+            with contextlib.suppress(Exception):
+                loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+    thread = threading.Thread(target=_runner, name="chatd-devstack-probe", daemon=True)
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    result: T = box["result"]
+    return result
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process `pid` exists and is not a zombie."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    try:
+        stat_line = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no procfs: trust kill(0)
+    return stat_line.rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
+
+
+def process_cmdline(pid: int) -> list[str] | None:
+    """The argv of a live process (None if gone or unreadable)."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+
+
+def write_owner_file(path: Path, child_pid: int) -> None:
+    """Record which process (us) owns which server child, to recognise orphans later."""
+    path.write_text(json.dumps({"owner": os.getpid(), "child": child_pid}) + "\n")
+
+
+def clear_orphan(path: Path, what: str, is_ours: Callable[[list[str]], bool], sig: int) -> None:
+    """Stop a server child whose owner died without stopping it (recorded in `path`).
+
+    Raises RuntimeError if the child is still owned by a live process.
+    """
+    try:
+        state = json.loads(path.read_text())
+        owner, child = int(state["owner"]), int(state["child"])
+    except (OSError, ValueError, KeyError, TypeError):
+        path.unlink(missing_ok=True)
+        return
+    argv = process_cmdline(child) if pid_alive(child) else None
+    if argv is not None and is_ours(argv):
+        if pid_alive(owner):
+            raise RuntimeError(
+                f"{what} (pid {child}) is still running, owned by live process {owner}; "
+                "stop that process first"
+            )
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, sig)
+        deadline = time.monotonic() + 30.0
+        while pid_alive(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if pid_alive(child):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, signal.SIGKILL)
+            time.sleep(0.2)
+    path.unlink(missing_ok=True)

@@ -1,0 +1,63 @@
+"""Shared fixtures: lazily started PostgreSQL and Temporal dev servers (real, local processes)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+
+from chatd.devstack.postgres import PostgresProcess
+from chatd.devstack.temporal import TemporalDevServer
+
+TEST_PG_SETTINGS = {
+    # Throwaway test data only: never use these for `chatd dev` data.
+    "fsync": "off",
+    "synchronous_commit": "off",
+    "full_page_writes": "off",
+}
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresProcess]:
+    """A session-wide PostgreSQL server in a temp dir (fsync=off), started on first use."""
+    root = Path(tempfile.mkdtemp(prefix="chatd-test-pg-"))
+    server = PostgresProcess(root, settings=TEST_PG_SETTINGS)
+    try:
+        server.start()
+        yield server
+    finally:
+        try:
+            server.stop()
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def database_url(postgres: PostgresProcess, request: pytest.FixtureRequest) -> str:
+    """DSN of a fresh, uniquely named database for this test."""
+    slug = re.sub(r"[^a-z0-9]+", "_", request.node.name.lower()).strip("_")[:40]
+    return postgres.create_database(f"t_{slug}_{uuid.uuid4().hex[:8]}")
+
+
+@pytest.fixture(scope="session")
+def temporal_server() -> Iterator[TemporalDevServer]:
+    """A session-wide headless, in-memory Temporal dev server, started on first use."""
+    server = TemporalDevServer(headless=True)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.cleanup()
+
+
+@pytest.fixture(scope="session")
+async def temporal_client(temporal_server: TemporalDevServer) -> AsyncIterator[Client]:
+    """A temporalio Client connected to the session dev server."""
+    client = await Client.connect(temporal_server.address, namespace=temporal_server.namespace)
+    yield client

@@ -1,0 +1,108 @@
+"""Gateway contract: auth, owner isolation, error shape, paging, health."""
+
+from __future__ import annotations
+
+import uuid
+
+import httpx
+from harness import Stack
+
+from chatd.fake_provider.script import FakeResponse, FakeText
+
+
+def _assert_error(response: httpx.Response, status: int, code: str) -> None:
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert body["error"]["code"] == code
+    assert isinstance(body["error"]["message"], str) and body["error"]["message"]
+    assert isinstance(body["error"]["detail"], dict)
+
+
+async def test_another_owners_chat_is_a_404_everywhere(stack: Stack) -> None:
+    chat = await stack.create_chat(model={"provider": "demo", "name": "demo"})
+    path = f"/chats/{chat['id']}"
+    _assert_error(await stack.other_owner.get(path), 404, "chat_not_found")
+    _assert_error(await stack.other_owner.get(f"{path}/messages"), 404, "chat_not_found")
+    _assert_error(
+        await stack.other_owner.post(f"{path}/messages", json={"content": "hi"}),
+        404,
+        "chat_not_found",
+    )
+    _assert_error(await stack.other_owner.get(f"{path}/stream"), 404, "chat_not_found")
+    listed = (await stack.other_owner.get("/chats")).json()["chats"]
+    assert listed == []
+    assert (await stack.http.get(path)).status_code == 200
+
+
+async def test_requests_without_a_valid_key_are_401(stack: Stack) -> None:
+    async with httpx.AsyncClient(base_url=stack.base_url) as anonymous:
+        _assert_error(await anonymous.get("/chats"), 401, "unauthorized")
+        bad = {"Authorization": "Bearer chatd_not-a-key"}
+        _assert_error(await anonymous.get("/chats", headers=bad), 401, "unauthorized")
+
+
+async def test_bad_input_is_a_400_with_the_error_shape(stack: Stack) -> None:
+    _assert_error(
+        await stack.http.post("/chats", json={"model": {"provider": "nope"}}),
+        400,
+        "invalid_request",
+    )
+    _assert_error(
+        await stack.http.post(
+            "/chats", content=b"{not json", headers={"content-type": "application/json"}
+        ),
+        400,
+        "invalid_request",
+    )
+    _assert_error(await stack.http.post("/chats", json={"max_steps": 0}), 400, "invalid_request")
+    chat = await stack.create_chat()
+    _assert_error(
+        await stack.http.post(f"/chats/{chat['id']}/messages", json={"content": ""}),
+        400,
+        "invalid_request",
+    )
+    _assert_error(await stack.http.get("/chats/not-a-uuid"), 400, "invalid_request")
+    _assert_error(await stack.http.get(f"/chats/{uuid.uuid4()}"), 404, "chat_not_found")
+    _assert_error(
+        await stack.http.get("/chats", params={"before": "garbage"}), 400, "invalid_cursor"
+    )
+    _assert_error(
+        await stack.http.get(f"/chats/{chat['id']}/stream", headers={"Last-Event-ID": "x"}),
+        400,
+        "invalid_cursor",
+    )
+
+
+async def test_chats_are_listed_newest_first_with_a_cursor(stack: Stack) -> None:
+    created = [await stack.create_chat(title=f"chat {i}") for i in range(5)]
+    first = (await stack.http.get("/chats", params={"limit": 3})).json()
+    second = (
+        await stack.http.get("/chats", params={"limit": 3, "before": first["next_before"]})
+    ).json()
+    titles = [c["title"] for c in first["chats"] + second["chats"]]
+    assert titles == [c["title"] for c in reversed(created)]
+    assert second["next_before"] is None
+
+
+async def test_a_retried_send_with_the_same_idempotency_key_sends_once(stack: Stack) -> None:
+    name = f"m-{uuid.uuid4().hex[:8]}"
+    stack.fake.script(name, [FakeResponse(parts=[FakeText(text="once")])])
+    chat = await stack.create_chat(model={"provider": "anthropic", "name": name})
+    headers = {"Idempotency-Key": "k-1"}
+    path = f"/chats/{chat['id']}/messages"
+    first = await stack.http.post(path, json={"content": "hi"}, headers=headers)
+    await stack.wait_status(chat["id"], "waiting")
+    again = await stack.http.post(path, json={"content": "hi"}, headers=headers)
+    assert first.json()["message_id"] == again.json()["message_id"]
+    messages = await stack.messages(chat["id"])
+    assert [m["role"] for m in messages] == ["user", "assistant"]
+    assert len(stack.fake.requests(name)) == 1
+
+
+async def test_health_and_readiness(stack: Stack) -> None:
+    root = stack.base_url.removesuffix("/api/v1")
+    async with httpx.AsyncClient(base_url=root) as anonymous:
+        assert (await anonymous.get("/healthz")).json() == {"status": "ok"}
+        ready = await anonymous.get("/readyz")
+        assert ready.status_code == 200
+        assert ready.json()["checks"] == {"postgres": "ok", "temporal": "ok"}

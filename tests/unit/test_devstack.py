@@ -1,0 +1,182 @@
+"""The dev-stack servers start, keep data across restarts/crashes and tear down cleanly."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import asyncpg
+import pytest
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
+from temporalio.client import Client, WorkflowExecutionStatus
+
+from chatd.devstack.ports import free_port, pid_alive
+from chatd.devstack.postgres import PostgresError, PostgresProcess
+from chatd.devstack.temporal import CHAT_SEARCH_ATTRIBUTES, TemporalDevServer
+
+TEST_PG_SETTINGS = {"fsync": "off", "synchronous_commit": "off"}
+
+
+@pytest.fixture
+def scratch_dir() -> Iterator[Path]:
+    """A short-lived directory under the system temp dir (reachable by the postgres user)."""
+    path = Path(tempfile.mkdtemp(prefix="chatd-devstack-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def test_free_port_is_bindable() -> None:
+    port = free_port()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", port))
+
+
+async def test_database_url_fixture_gives_fresh_database(database_url: str) -> None:
+    conn = await asyncpg.connect(database_url)
+    try:
+        assert await conn.fetchval("SELECT current_database()") == database_url.rsplit("/", 1)[1]
+        assert await conn.fetchval("SHOW max_connections") == "300"
+        assert await conn.fetchval("SHOW fsync") == "off"
+        tables = await conn.fetchval("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'")
+        assert tables == 0
+    finally:
+        await conn.close()
+
+
+async def test_postgres_survives_restart_crash_and_stale_pidfile(scratch_dir: Path) -> None:
+    server = PostgresProcess(scratch_dir, settings=TEST_PG_SETTINGS)
+    try:
+        server.start()
+        server.start()  # idempotent
+        dsn = server.create_database("chaos")
+        conn = await asyncpg.connect(dsn)
+        await conn.execute("CREATE TABLE t (v text); INSERT INTO t VALUES ('before')")
+        await conn.close()
+
+        sock_conn = await asyncpg.connect(server.socket_dsn)
+        assert await sock_conn.fetchval("SELECT 1") == 1
+        await sock_conn.close()
+
+        port = server.port
+        server.restart()
+        assert server.port == port
+        assert await _values(dsn) == ["before"]
+
+        server.kill()
+        pidfile = server.pgdata / "postmaster.pid"
+        assert pidfile.exists(), "a crash leaves postmaster.pid behind"
+        # Point the stale pid file at a live, non-postgres process (pid reuse after a crash).
+        lines = pidfile.read_text().splitlines()
+        pidfile.write_text("\n".join([str(os.getpid()), *lines[1:]]) + "\n")
+        server.start()
+        assert await _values(dsn) == ["before"]
+    finally:
+        server.stop()
+    assert not server.running
+    assert server.socket_dir is None
+
+
+def test_postgres_rejects_bad_database_name(postgres: PostgresProcess) -> None:
+    with pytest.raises(PostgresError):
+        postgres.create_database('x"; DROP DATABASE postgres; --')
+
+
+def test_postgres_startup_failure_shows_log_tail(scratch_dir: Path) -> None:
+    server = PostgresProcess(scratch_dir, settings={"no_such_setting": "1"}, startup_timeout=20)
+    with pytest.raises(PostgresError, match="no_such_setting"):
+        server.start()
+    assert not server.running
+
+
+async def test_temporal_search_attributes_registered(temporal_client: Client) -> None:
+    resp = await temporal_client.operator_service.list_search_attributes(
+        ListSearchAttributesRequest(namespace=temporal_client.namespace)
+    )
+    for name in CHAT_SEARCH_ATTRIBUTES:
+        assert resp.custom_attributes[name] == IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD
+
+
+async def test_temporal_persists_workflows_across_restart_and_crash(scratch_dir: Path) -> None:
+    server = TemporalDevServer(scratch_dir, headless=True)
+    try:
+        server.start()
+        assert server.db_path is not None
+        client = await Client.connect(server.address)
+        workflow_id = f"wait-{uuid.uuid4().hex[:8]}"
+        # No worker polls this queue, so the workflow simply stays running.
+        await client.start_workflow(
+            "WaitForever",
+            id=workflow_id,
+            task_queue="nobody-polls-this",
+            execution_timeout=timedelta(hours=1),
+        )
+        for bounce in (server.restart, server.kill):
+            bounce()
+            server.start()
+            client = await Client.connect(server.address)
+            desc = await client.get_workflow_handle(workflow_id).describe()
+            assert desc.status == WorkflowExecutionStatus.RUNNING
+    finally:
+        server.stop()
+    assert not server.running
+
+
+ORPHAN_SCRIPT = """
+import os, signal, sys, threading
+from chatd.devstack import PostgresProcess, TemporalDevServer
+pg = PostgresProcess(sys.argv[1] + "/pg")
+tds = TemporalDevServer(sys.argv[1] + "/temporal", headless=True)
+# Started off the main thread, so the children do not die with us: real orphans.
+t = threading.Thread(target=lambda: (pg.start(), tds.start()))
+t.start()
+t.join()
+print(pg.pid, tds.pid, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_orphans_of_a_killed_owner_are_stopped_on_next_start(scratch_dir: Path) -> None:
+    repo = Path(__file__).resolve().parents[2]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")]),
+    }
+    res = subprocess.run(
+        [sys.executable, "-c", ORPHAN_SCRIPT, str(scratch_dir)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert res.returncode == -9, res.stderr
+    orphan_pids = [int(pid) for pid in res.stdout.split()]
+    pg = PostgresProcess(scratch_dir / "pg")
+    tds = TemporalDevServer(scratch_dir / "temporal", headless=True)
+    try:
+        pg.start()
+        tds.start()
+        assert pg.pid not in orphan_pids and tds.pid not in orphan_pids
+        assert not any(pid_alive(pid) for pid in orphan_pids)
+    finally:
+        tds.stop()
+        pg.stop()
+
+
+async def _values(dsn: str) -> list[str]:
+    conn = await asyncpg.connect(dsn)
+    try:
+        return [row["v"] for row in await conn.fetch("SELECT v FROM t ORDER BY v")]
+    finally:
+        await conn.close()
