@@ -17,11 +17,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import uvicorn
-
 from chatd.devstack.postgres import PostgresProcess
 from chatd.devstack.temporal import TemporalDevServer
 from chatd.fake_provider.server import FakeProviderServer
+from chatd.serving import EmbeddedServer
 from chatd.settings import DEFAULT_TASK_QUEUE, ProviderSettings, TemporalSettings
 from chatd.store.db import connect_pool, migrate
 from chatd.store.keys import KeyStore
@@ -129,10 +128,7 @@ async def _serve(
     stop = asyncio.Event()
     _on_signals(stop.set)
     app = create_app(GatewayConfig(database_url=postgres.dsn, temporal=temporal_settings))
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=options.api_port, log_level="warning")
-    )
-    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+    server = EmbeddedServer(app, "127.0.0.1", options.api_port)
     pool = await connect_pool(postgres.dsn)
     client = await connect_temporal(temporal_settings)
     async with contextlib.AsyncExitStack() as stack:
@@ -149,13 +145,10 @@ async def _serve(
             )
             await stack.enter_async_context(worker)
             _say(f"worker polling task queue {DEFAULT_TASK_QUEUE!r}")
-        serving = asyncio.create_task(server.serve())
-        while not server.started and not serving.done():
-            await asyncio.sleep(0.05)
+        await server.start()
         _print_banner(options, postgres, temporal, demo, key)
         await stop.wait()
-        server.should_exit = True
-        await serving
+        await server.stop()
     await pool.close()
 
 
@@ -183,7 +176,7 @@ def _print_banner(
         "",
         "  try:",
         f"    curl -s -H 'Authorization: Bearer {key}' -H 'content-type: application/json' \\",
-        f"      -d '{{\"message\": {{\"content\": \"hello\"}}}}' "
+        f'      -d \'{{"message": {{"content": "hello"}}}}\' '
         f"http://127.0.0.1:{options.api_port}/api/v1/chats",
         "",
         "  join another worker to this stack:",

@@ -13,13 +13,13 @@ from typing import Any
 
 import asyncpg
 import httpx
-import uvicorn
 from temporalio.client import Client
 from temporalio.worker import Worker
 
 from api.app import GatewayConfig, create_app
 from chatd.devstack.ports import free_port
 from chatd.fake_provider.server import FakeProviderServer
+from chatd.serving import EmbeddedServer
 from chatd.settings import ProviderSettings, TemporalSettings
 from chatd.store.db import connect_pool, migrate
 from chatd.store.keys import KeyStore
@@ -78,7 +78,7 @@ class Stack:
         return messages
 
     async def events_until(
-        self, chat_id: str, done: Any, *, after: int = 0, timeout: float = 30.0
+        self, chat_id: str, done: Any, *, after: int = 0, within_s: float = 30.0
     ) -> list[SseEvent]:
         """Stream the chat's events from `after` until `done(event)` is true."""
         events: list[SseEvent] = []
@@ -89,18 +89,18 @@ class Stack:
                 if done(event):
                     return
 
-        await asyncio.wait_for(read(), timeout)
+        await asyncio.wait_for(read(), within_s)
         return events
 
     async def wait_status(
-        self, chat_id: str, status: str, *, after: int = 0, timeout: float = 30.0
+        self, chat_id: str, status: str, *, after: int = 0, within_s: float = 30.0
     ) -> list[SseEvent]:
         """Events until the chat reports `status` (from event id `after`)."""
         return await self.events_until(
             chat_id,
             lambda e: e.event == "status" and e.data["status"] == status,
             after=after,
-            timeout=timeout,
+            within_s=within_s,
         )
 
 
@@ -158,16 +158,9 @@ async def running_stack(
     keys = KeyStore(pool)
     key, other_key = await keys.create("alice"), await keys.create("bob")
     port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(
-            create_app(GatewayConfig(database_url=database_url, temporal=settings)),
-            host="127.0.0.1",
-            port=port,
-            log_level="warning",
-        )
+    server = EmbeddedServer(
+        create_app(GatewayConfig(database_url=database_url, temporal=settings)), "127.0.0.1", port
     )
-    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
-    serving = asyncio.create_task(server.serve())
     base_url = f"http://127.0.0.1:{port}/api/v1"
     worker: Worker | None = None
     if with_worker:
@@ -181,9 +174,8 @@ async def running_stack(
                 workspace_root=workspace,
             ),
         )
+    await server.start()
     try:
-        while not server.started:
-            await asyncio.sleep(0.02)
         async with (
             httpx.AsyncClient(base_url=base_url, headers=_auth(key)) as http,
             httpx.AsyncClient(base_url=base_url, headers=_auth(other_key)) as other,
@@ -195,8 +187,7 @@ async def running_stack(
                 async with worker:
                     yield stack
     finally:
-        server.should_exit = True
-        await serving
+        await server.stop()
         await pool.close()
 
 

@@ -33,7 +33,12 @@ async def test_a_text_turn_streams_deltas_and_persists_the_answer(
     answer = "Durable turns survive anything short of losing the cluster."
     stack.fake.script(
         model["name"],
-        [FakeResponse(parts=[FakeText(text=answer, chunk_size=6)], usage=FakeUsage(input_tokens=42, output_tokens=12))],
+        [
+            FakeResponse(
+                parts=[FakeText(text=answer, chunk_size=6)],
+                usage=FakeUsage(input_tokens=42, output_tokens=12),
+            )
+        ],
     )
     chat = await stack.create_chat(model=model)
     sent = await stack.send(chat["id"], "Why Temporal?")
