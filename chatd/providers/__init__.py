@@ -1,0 +1,88 @@
+"""Model providers: pick the adapter for a model config, reusing SDK clients across steps.
+
+The SDKs are imported lazily so that `chatd.providers.base` (used by workflow code, which runs
+in Temporal's sandbox) does not pull in the anthropic/openai packages.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from chatd.models import ModelConfig, ModelError
+from chatd.providers.base import ModelProvider, ProviderError
+from chatd.settings import ProviderSettings
+
+if TYPE_CHECKING:
+    import anthropic
+    import openai
+
+__all__ = ["DEMO_API_KEY", "close_clients", "make_provider"]
+
+DEMO_API_KEY = "demo"
+"""The placeholder key sent to the fake provider behind the `demo` model."""
+
+# Clients own connection pools; one per (sdk, base_url, key) lets every step reuse them.
+_clients: dict[tuple[str, str | None, str], anthropic.AsyncAnthropic | openai.AsyncOpenAI] = {}
+
+
+def make_provider(config: ModelConfig, settings: ProviderSettings) -> ModelProvider:
+    """The adapter for `config`, on a cached client; raises `ProviderError` (kind `config`)."""
+    from chatd.providers.anthropic import AnthropicProvider
+
+    if config.provider == "anthropic":
+        key = _require(settings.anthropic_api_key, "ANTHROPIC_API_KEY is not set", config)
+        return AnthropicProvider(_anthropic_client(settings.anthropic_base_url, key))
+    if config.provider == "openai":
+        key = _require(settings.openai_api_key, "OPENAI_API_KEY is not set", config)
+        return _openai_provider(config, _openai_client(settings.openai_base_url, key))
+    if config.provider == "demo":
+        url = _require(settings.demo_base_url, "CHATD_DEMO_BASE_URL is not set", config)
+        return AnthropicProvider(_anthropic_client(url, DEMO_API_KEY), provider_name="demo")
+    raise ProviderError(_config_error(f"unknown provider {config.provider!r}", config))
+
+
+async def close_clients() -> None:
+    """Close every cached SDK client (worker shutdown, tests); later calls make new ones."""
+    clients = list(_clients.values())
+    _clients.clear()
+    for client in clients:
+        await client.close()
+
+
+def _openai_provider(config: ModelConfig, client: openai.AsyncOpenAI) -> ModelProvider:
+    from chatd.providers.openai_chat import OpenAIChatProvider
+    from chatd.providers.openai_responses import OpenAIResponsesProvider
+
+    if config.openai_api == "responses":
+        return OpenAIResponsesProvider(client)
+    return OpenAIChatProvider(client)
+
+
+def _require(value: str | None, message: str, config: ModelConfig) -> str:
+    if not value:
+        raise ProviderError(_config_error(message, config))
+    return value
+
+
+def _config_error(message: str, config: ModelConfig) -> ModelError:
+    return ModelError(message=message, kind="config", provider=config.provider, retryable=False)
+
+
+def _anthropic_client(base_url: str | None, api_key: str) -> anthropic.AsyncAnthropic:
+    import anthropic
+
+    client = _clients.get(("anthropic", base_url, api_key))
+    if not isinstance(client, anthropic.AsyncAnthropic):
+        client = anthropic.AsyncAnthropic(api_key=api_key, base_url=base_url, max_retries=0)
+        _clients[("anthropic", base_url, api_key)] = client
+    return client
+
+
+def _openai_client(base_url: str | None, api_key: str) -> openai.AsyncOpenAI:
+    import openai
+
+    client = _clients.get(("openai", base_url, api_key))
+    if not isinstance(client, openai.AsyncOpenAI):
+        client = openai.AsyncOpenAI(api_key=api_key, base_url=base_url, max_retries=0)
+        _clients[("openai", base_url, api_key)] = client
+    return client

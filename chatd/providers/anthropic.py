@@ -1,0 +1,431 @@
+"""Anthropic Messages API adapter: request mapping, stream mapping, error classification."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anthropic
+import httpx2
+from anthropic import types as wire
+
+from chatd.models import ErrorKind, ModelConfig, ModelError
+from chatd.parts import (
+    FilePart,
+    Message,
+    Part,
+    PartDelta,
+    ReasoningPart,
+    SourcePart,
+    TextPart,
+    ToolCallPart,
+    ToolResultPart,
+    Usage,
+)
+from chatd.providers.base import ModelRequest, ProviderError, StepFinish, StreamEvent
+from chatd.providers.errors import (
+    error_fields,
+    incomplete_stream_error,
+    kind_for_status,
+    parse_retry_after_ms,
+)
+from chatd.providers.errors import transport_error as _transport_error
+
+__all__ = [
+    "DEFAULT_MAX_TOKENS",
+    "AnthropicProvider",
+    "build_anthropic_messages",
+    "build_anthropic_request",
+    "classify_anthropic_error",
+]
+
+DEFAULT_MAX_TOKENS = 4096
+_EPHEMERAL = {"type": "ephemeral"}
+_UNCACHEABLE = {"thinking", "redacted_thinking"}
+
+
+class AnthropicProvider:
+    """Streams one step from the Anthropic Messages API (also serves the `demo` model)."""
+
+    def __init__(self, client: anthropic.AsyncAnthropic, provider_name: str = "anthropic") -> None:
+        self._client = client
+        self._provider_name = provider_name
+
+    async def stream_step(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        """Yield deltas in stream order, then one `StepFinish`; raise `ProviderError`."""
+        kwargs = build_anthropic_request(request)
+        mapper = _StreamMapper(self._provider_name)
+        try:
+            stream = await self._client.messages.create(**kwargs, stream=True)
+            async with stream:
+                async for event in stream:
+                    for delta in mapper.feed(event):
+                        yield delta
+        except (anthropic.AnthropicError, httpx2.TransportError) as exc:
+            raise ProviderError(classify_anthropic_error(exc, self._provider_name)) from exc
+        yield mapper.finish()
+
+
+# --- request mapping -------------------------------------------------------------------------
+
+
+def build_anthropic_request(request: ModelRequest) -> dict[str, Any]:
+    """The `messages.create` kwargs (without `stream`) for a request, with cache breakpoints."""
+    kwargs: dict[str, Any] = {
+        "model": request.model.name,
+        "messages": build_anthropic_messages(request.messages),
+        **_call_options(request.model),
+    }
+    if request.system:
+        kwargs["system"] = [
+            {"type": "text", "text": request.system, "cache_control": dict(_EPHEMERAL)}
+        ]
+    if request.tools:
+        kwargs["tools"] = [
+            {"name": t.name, "description": t.description, "input_schema": t.input_schema}
+            for t in request.tools
+        ]
+    _mark_cache(kwargs["messages"])
+    return kwargs
+
+
+def _call_options(config: ModelConfig) -> dict[str, Any]:
+    max_tokens = config.max_output_tokens or DEFAULT_MAX_TOKENS
+    budget = config.thinking_budget_tokens
+    if budget:
+        # The API requires max_tokens > budget_tokens and rejects sampling overrides with thinking.
+        return {
+            "max_tokens": max_tokens if max_tokens > budget else budget + DEFAULT_MAX_TOKENS,
+            "thinking": {"type": "enabled", "budget_tokens": budget},
+        }
+    options: dict[str, Any] = {"max_tokens": max_tokens}
+    if config.temperature is not None:
+        options["temperature"] = config.temperature
+    if config.top_p is not None:
+        options["top_p"] = config.top_p
+    return options
+
+
+def _mark_cache(messages: list[dict[str, Any]]) -> None:
+    for message in messages[-2:]:
+        blocks = [b for b in message["content"] if b.get("type") not in _UNCACHEABLE]
+        if blocks:
+            blocks[-1]["cache_control"] = dict(_EPHEMERAL)
+
+
+def build_anthropic_messages(messages: list[Message]) -> list[dict[str, Any]]:
+    """Our transcript as alternating Anthropic messages (tool results folded into user turns)."""
+    answered = _answered_provider_calls(messages)
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        role = "assistant" if message.role == "assistant" else "user"
+        convert = _assistant_block if role == "assistant" else _user_block
+        blocks = [b for b in (convert(p, answered) for p in message.parts) if b is not None]
+        if not blocks:
+            continue
+        if out and out[-1]["role"] == role:
+            out[-1]["content"].extend(blocks)
+        else:
+            out.append({"role": role, "content": blocks})
+    return out
+
+
+def _answered_provider_calls(messages: list[Message]) -> set[str]:
+    """Ids of provider-executed calls that have both a call and a result block to replay."""
+    calls: set[str] = set()
+    results: set[str] = set()
+    for message in messages:
+        for part in message.parts:
+            if isinstance(part, ToolCallPart) and part.provider_executed and part.provider_data:
+                calls.add(part.id)
+            elif isinstance(part, ToolResultPart) and part.provider_executed and part.provider_data:
+                results.add(part.tool_call_id)
+    return calls & results
+
+
+def _assistant_block(part: Part, answered: set[str]) -> dict[str, Any] | None:
+    if isinstance(part, TextPart):
+        return {"type": "text", "text": part.text} if part.text else None
+    if isinstance(part, ReasoningPart):
+        return _thinking_block(part)
+    if isinstance(part, ToolCallPart):
+        if part.provider_executed:
+            return dict(part.provider_data or {}) if part.id in answered else None
+        return {"type": "tool_use", "id": part.id, "name": part.name, "input": _args(part)}
+    if isinstance(part, ToolResultPart) and part.provider_executed:
+        return dict(part.provider_data or {}) if part.tool_call_id in answered else None
+    return None
+
+
+def _thinking_block(part: ReasoningPart) -> dict[str, Any] | None:
+    data = part.provider_data or {}
+    if data.get("type") == "redacted_thinking":
+        return dict(data)
+    if part.signature:
+        return {"type": "thinking", "thinking": part.text, "signature": part.signature}
+    return None  # unsigned reasoning (another provider's) cannot be sent back
+
+
+def _args(part: ToolCallPart) -> dict[str, Any]:
+    try:
+        value = json.loads(part.arguments) if part.arguments else {}
+    except json.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _user_block(part: Part, _answered: set[str]) -> dict[str, Any] | None:
+    if isinstance(part, TextPart):
+        return {"type": "text", "text": part.text} if part.text else None
+    if isinstance(part, FilePart):
+        return _media_block(part.media_type, part.data, part.name)
+    if isinstance(part, ToolResultPart) and not part.provider_executed:
+        return _tool_result_block(part)
+    return None
+
+
+def _tool_result_block(part: ToolResultPart) -> dict[str, Any]:
+    content: list[dict[str, Any]] = []
+    text = _output_text(part.output)
+    if text:
+        content.append({"type": "text", "text": text})
+    if part.media_type and part.data:
+        content.append(_media_block(part.media_type, part.data, None))
+    block: dict[str, Any] = {"type": "tool_result", "tool_use_id": part.tool_call_id}
+    if content:
+        block["content"] = content
+    if part.is_error:
+        block["is_error"] = True
+    return block
+
+
+def _output_text(output: Any) -> str:
+    if output is None:
+        return ""
+    return output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
+
+
+def _media_block(media_type: str, data: str, name: str | None) -> dict[str, Any]:
+    source = {"type": "base64", "media_type": media_type, "data": data}
+    if media_type.startswith("image/"):
+        return {"type": "image", "source": source}
+    if media_type == "application/pdf":
+        return {"type": "document", "source": source}
+    if media_type.startswith("text/"):
+        text = base64.b64decode(data).decode("utf-8", errors="replace")
+        source = {"type": "text", "media_type": "text/plain", "data": text}
+        return {"type": "document", "source": source}
+    return {"type": "text", "text": f"[file {name or ''} of type {media_type} omitted]"}
+
+
+# --- stream mapping --------------------------------------------------------------------------
+
+
+class _StreamMapper:
+    """Turns raw Messages stream events into part deltas, tracking usage and stop reason."""
+
+    def __init__(self, provider: str) -> None:
+        self._provider = provider
+        self._indexes: dict[int, int] = {}
+        self._next = 0
+        self._server_calls: dict[int, tuple[dict[str, Any], list[str]]] = {}
+        self._call_names: dict[str, str] = {}
+        self._usage = Usage()
+        self._stop_reason: str | None = None
+
+    def feed(self, event: wire.RawMessageStreamEvent) -> list[PartDelta]:
+        """The deltas one stream event produces."""
+        if isinstance(event, wire.RawMessageStartEvent):
+            self._update_usage(event.message.usage)
+        elif isinstance(event, wire.RawContentBlockStartEvent):
+            return self._block_start(event.index, event.content_block)
+        elif isinstance(event, wire.RawContentBlockDeltaEvent):
+            return self._block_delta(event.index, event.delta)
+        elif isinstance(event, wire.RawContentBlockStopEvent):
+            return self._block_stop(event.index)
+        elif isinstance(event, wire.RawMessageDeltaEvent):
+            self._stop_reason = event.delta.stop_reason or self._stop_reason
+            self._update_usage(event.usage)
+        elif isinstance(event, wire.RawMessageStopEvent) and self._stop_reason is None:
+            self._stop_reason = "end_turn"
+        return []
+
+    def finish(self) -> StepFinish:
+        """The step's `StepFinish`; a stream that ended without a stop reason is an error."""
+        if self._stop_reason is None:
+            raise ProviderError(incomplete_stream_error(self._provider))
+        return StepFinish(stop_reason=self._stop_reason, usage=self._usage)
+
+    def _allocate(self, block_index: int) -> int:
+        index = self._next
+        self._next += 1
+        self._indexes[block_index] = index
+        return index
+
+    def _block_start(self, block_index: int, block: Any) -> list[PartDelta]:
+        kind = str(block.type)
+        if kind == "server_tool_use":
+            self._allocate(block_index)
+            self._server_calls[block_index] = (block.model_dump(mode="json", exclude_none=True), [])
+            return []
+        if kind.endswith("_tool_result"):
+            return self._provider_result(block_index, block)
+        return self._client_block_start(self._allocate(block_index), block)
+
+    def _client_block_start(self, index: int, block: Any) -> list[PartDelta]:
+        if isinstance(block, wire.TextBlock) and block.text:
+            return [PartDelta(index=index, type="text", text=block.text)]
+        if isinstance(block, wire.ThinkingBlock) and (block.thinking or block.signature):
+            return [
+                PartDelta(
+                    index=index,
+                    type="reasoning",
+                    text=block.thinking or None,
+                    signature=block.signature or None,
+                )
+            ]
+        if isinstance(block, wire.RedactedThinkingBlock):
+            part = ReasoningPart(provider_data=block.model_dump(mode="json", exclude_none=True))
+            return [PartDelta(index=index, type="reasoning", part=part.model_dump(mode="json"))]
+        if isinstance(block, wire.ToolUseBlock):
+            args = json.dumps(block.input) if block.input else None
+            call = {"id": block.id, "name": block.name, "args_delta": args}
+            return [PartDelta(index=index, type="tool_call", **call)]
+        return []
+
+    def _block_delta(self, block_index: int, delta: Any) -> list[PartDelta]:
+        if block_index in self._server_calls:
+            if isinstance(delta, wire.InputJSONDelta):
+                self._server_calls[block_index][1].append(delta.partial_json)
+            return []
+        index = self._indexes.get(block_index)
+        if index is None:
+            index = self._allocate(block_index)
+        if isinstance(delta, wire.TextDelta):
+            return [PartDelta(index=index, type="text", text=delta.text)]
+        if isinstance(delta, wire.ThinkingDelta):
+            return [PartDelta(index=index, type="reasoning", text=delta.thinking)]
+        if isinstance(delta, wire.SignatureDelta):
+            return [PartDelta(index=index, type="reasoning", signature=delta.signature)]
+        if isinstance(delta, wire.InputJSONDelta) and delta.partial_json:
+            return [PartDelta(index=index, type="tool_call", args_delta=delta.partial_json)]
+        return []
+
+    def _block_stop(self, block_index: int) -> list[PartDelta]:
+        pending = self._server_calls.pop(block_index, None)
+        if pending is None:
+            return []
+        raw, chunks = pending
+        arguments = "".join(chunks) or json.dumps(raw.get("input") or {})
+        try:
+            raw["input"] = json.loads(arguments)
+        except json.JSONDecodeError:
+            raw["input"] = {}
+        self._call_names[str(raw.get("id"))] = str(raw.get("name"))
+        part = ToolCallPart(
+            id=str(raw.get("id")),
+            name=str(raw.get("name")),
+            arguments=arguments,
+            provider_executed=True,
+            provider_data=raw,
+        )
+        index = self._indexes[block_index]
+        return [PartDelta(index=index, type="tool_call", part=part.model_dump(mode="json"))]
+
+    def _provider_result(self, block_index: int, block: Any) -> list[PartDelta]:
+        raw: dict[str, Any] = block.model_dump(mode="json", exclude_none=True)
+        content = raw.get("content")
+        items = content if isinstance(content, list) else []
+        links = [i for i in items if isinstance(i, dict) and i.get("url")]
+        call_id = str(raw.get("tool_use_id"))
+        summary = [{"url": i["url"], "title": i.get("title")} for i in links]
+        part = ToolResultPart(
+            tool_call_id=call_id,
+            name=self._call_names.get(call_id, str(raw.get("type")).removesuffix("_tool_result")),
+            output=summary or content,
+            is_error=isinstance(content, dict) and "error_code" in content,
+            provider_executed=True,
+            provider_data=raw,
+        )
+        index = self._allocate(block_index)
+        deltas = [PartDelta(index=index, type="tool_result", part=part.model_dump(mode="json"))]
+        for link in links:
+            source = SourcePart(url=link["url"], title=link.get("title"))
+            deltas.append(PartDelta(index=self._next, type="source", part=source.model_dump()))
+            self._next += 1
+        return deltas
+
+    def _update_usage(self, usage: Any) -> None:
+        # message_delta counts are cumulative, so they replace the message_start ones.
+        details = usage.output_tokens_details
+        counts = {
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
+            "cache_read_tokens": usage.cache_read_input_tokens,
+            "cache_write_tokens": usage.cache_creation_input_tokens,
+            "reasoning_tokens": details.thinking_tokens if details is not None else None,
+        }
+        for name, value in counts.items():
+            if value is not None:
+                setattr(self._usage, name, value)
+
+
+# --- errors ----------------------------------------------------------------------------------
+
+_ERROR_TYPES: dict[str, tuple[ErrorKind, bool]] = {
+    "overloaded_error": ("overloaded", True),
+    "api_error": ("generic", True),
+    "rate_limit_error": ("rate_limit", True),
+    "timeout_error": ("timeout", True),
+    "authentication_error": ("auth", False),
+    "permission_error": ("auth", False),
+    "not_found_error": ("config", False),
+    "billing_error": ("config", False),
+    "invalid_request_error": ("invalid_request", False),
+    "request_too_large": ("invalid_request", False),
+}
+"""Anthropic `error.type` -> (kind, retryable), for errors that arrive inside a 200 stream."""
+
+_CONTEXT_MARKERS = ("prompt is too long", "exceed context limit", "context window")
+
+
+def classify_anthropic_error(exc: BaseException, provider: str = "anthropic") -> ModelError:
+    """Classify an Anthropic SDK (or raw httpx2 transport) exception as a `ModelError`."""
+    if isinstance(exc, anthropic.APIStatusError):
+        return _status_error(exc, provider)
+    if isinstance(exc, anthropic.APITimeoutError | httpx2.TimeoutException):
+        return _transport_error(exc, provider, is_timeout=True)
+    if isinstance(exc, anthropic.APIConnectionError | httpx2.TransportError):
+        return _transport_error(exc, provider, is_timeout=False)
+    return ModelError(
+        message=str(exc) or type(exc).__name__,
+        provider=provider,
+        detail={"type": type(exc).__name__},
+    )
+
+
+def _status_error(exc: anthropic.APIStatusError, provider: str) -> ModelError:
+    fields = error_fields(exc.body)
+    error_type = exc.type or fields.get("type")
+    message = exc.api_message or fields.get("message") or exc.message
+    in_stream = exc.status_code < 400  # an `error` event inside a 200 stream
+    if in_stream:
+        kind, retryable = _ERROR_TYPES.get(str(error_type), ("generic", False))
+    else:
+        kind, retryable = kind_for_status(exc.status_code)
+    if error_type == "overloaded_error":
+        kind, retryable = "overloaded", True
+    if kind == "invalid_request" and any(m in str(message).lower() for m in _CONTEXT_MARKERS):
+        kind = "context_exceeded"
+    detail = {"type": error_type, "error_code": exc.error_code, "request_id": exc.request_id}
+    return ModelError(
+        message=str(message),
+        kind=kind,
+        provider=provider,
+        retryable=retryable,
+        status_code=None if in_stream else exc.status_code,
+        retry_after_ms=parse_retry_after_ms(exc.response.headers),
+        detail={k: v for k, v in detail.items() if v is not None},
+    )
