@@ -34,7 +34,7 @@ def _add_dev(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--postgres-port",
         type=int,
         default=int(_env("CHATD_POSTGRES_PORT", "0") or 0),
-        help="default: a free port",
+        help="default: temporal port + 10",
     )
     dev.add_argument(
         "--api-key",

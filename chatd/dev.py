@@ -39,7 +39,7 @@ class DevOptions:
     api_port: int
     temporal_port: int
     temporal_ui_port: int
-    postgres_port: int | None
+    postgres_port: int
     api_key: str | None
     worker: bool
 
@@ -51,7 +51,7 @@ class DevOptions:
             api_port=args.api_port,
             temporal_port=args.temporal_port,
             temporal_ui_port=args.temporal_ui_port or args.temporal_port + 1000,
-            postgres_port=args.postgres_port or None,
+            postgres_port=args.postgres_port or args.temporal_port + 10,
             api_key=args.api_key,
             worker=not args.no_worker,
         )
@@ -91,7 +91,7 @@ async def run_dev(options: DevOptions) -> None:
     temporal = TemporalDevServer(
         options.data_dir / "temporal", port=options.temporal_port, ui_port=options.temporal_ui_port
     )
-    demo = FakeProviderServer()
+    demo = FakeProviderServer(port=options.api_port + 1)
     try:
         with _step("PostgreSQL"):
             await asyncio.to_thread(postgres.start)

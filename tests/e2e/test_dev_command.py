@@ -1,0 +1,129 @@
+"""`chatd dev` as a user runs it: one command, a demo chat, Ctrl-C, and a resumed start."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import psutil
+
+from chatd.devstack.ports import free_port
+
+_BANNER_TIMEOUT_S = 60.0
+
+
+@contextmanager
+def _chatd(*args: str, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[str]]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "chatd.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        if process.stdout is not None:
+            process.stdout.close()
+
+
+def _read_until(process: subprocess.Popen[str], pattern: str, seen: list[str]) -> re.Match[str]:
+    assert process.stdout is not None
+    deadline = time.monotonic() + _BANNER_TIMEOUT_S
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if not line:
+            raise AssertionError("chatd exited:\n" + "".join(seen))
+        seen.append(line)
+        match = re.search(pattern, line)
+        if match:
+            return match
+    raise AssertionError("timed out:\n" + "".join(seen))
+
+
+def _children(process: subprocess.Popen[str]) -> list[psutil.Process]:
+    return psutil.Process(process.pid).children(recursive=True)
+
+
+def _chat_turn(base: str, key: str, content: str) -> tuple[str, list[dict[str, object]]]:
+    headers = {"Authorization": f"Bearer {key}"}
+    with httpx.Client(base_url=base, headers=headers, timeout=30) as http:
+        chat = http.post("/chats", json={"message": {"content": content}}).json()
+        deadline = time.monotonic() + 30
+        while http.get(f"/chats/{chat['id']}").json()["status"] != "waiting":
+            assert time.monotonic() < deadline, "the demo turn did not finish"
+            time.sleep(0.1)
+        messages = http.get(f"/chats/{chat['id']}/messages").json()["messages"]
+        return chat["id"], messages
+
+
+def test_chatd_dev_runs_a_demo_chat_stops_cleanly_and_resumes(tmp_path: Path) -> None:
+    api_port, temporal_port = free_port(), free_port()
+    args = [
+        "dev",
+        "--data-dir",
+        str(tmp_path / "data"),
+        "--api-port",
+        str(api_port),
+        "--temporal-port",
+        str(temporal_port),
+        "--temporal-ui-port",
+        str(free_port()),
+        "--postgres-port",
+        str(free_port()),
+    ]
+    seen: list[str] = []
+    env = {"ANTHROPIC_API_KEY": "", "OPENAI_API_KEY": ""}
+    with _chatd(*args, env=env) as first:
+        key = _read_until(first, r"api key\s+(\S+)", seen).group(1)
+        _read_until(first, r"Ctrl-C stops everything", seen)
+        banner = "".join(seen)
+        assert "PostgreSQL: ready" in banner and "Temporal dev server: ready" in banner
+        assert "demo model" in banner and "temporal ui  http://" in banner
+        base = f"http://127.0.0.1:{api_port}/api/v1"
+        chat_id, messages = _chat_turn(base, key, "hello there")
+        assert [m["role"] for m in messages] == ["user", "assistant"]
+        assert "[demo model]" in str(messages[1]["parts"])
+        children = _children(first)
+        assert children, "Postgres and Temporal run as child processes"
+        first.send_signal(signal.SIGINT)
+        assert first.wait(30) == 0
+        _, alive = psutil.wait_procs(children, timeout=10)
+        assert alive == [], f"children left running: {alive}"
+
+    seen.clear()
+    with _chatd(*args, "--no-worker", env=env) as second:
+        again = _read_until(second, r"api key\s+(\S+)", seen).group(1)
+        join_env = _read_until(second, r"DATABASE_URL=(\S+) TEMPORAL_ADDRESS=(\S+)", seen)
+        demo_url = _read_until(second, r"CHATD_DEMO_BASE_URL=(\S+) chatd worker", seen).group(1)
+        _read_until(second, r"Ctrl-C stops everything", seen)
+        assert "worker polling" not in "".join(seen)
+        assert again == key, "the generated key is kept in the data dir"
+        with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {key}"}) as http:
+            resumed = http.get(f"/chats/{chat_id}/messages").json()["messages"]
+        assert resumed == messages
+        worker_env = {
+            **env,
+            "DATABASE_URL": join_env.group(1),
+            "TEMPORAL_ADDRESS": join_env.group(2),
+            "CHATD_DEMO_BASE_URL": demo_url,
+            "CHATD_WORKSPACE_ROOT": str(tmp_path / "workspaces"),
+        }
+        with _chatd("worker", env=worker_env):
+            _, joined = _chat_turn(base, key, "served by a joined worker")
+        assert [m["role"] for m in joined] == ["user", "assistant"]
