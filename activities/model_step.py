@@ -1,71 +1,106 @@
-"""The model-step activity: stream one step, publish its deltas, persist it once."""
+"""The model-step activity: stream one step, publish its deltas, persist it once.
+
+An interrupt (cancellation requested by the workflow) persists the partial step and
+returns it; a worker shutdown abandons the attempt so another worker retries it.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
-from typing import Any
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import asyncpg
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.heartbeat import heartbeating
 from activities.publishing import DeltaPublisher
-from activities.tools import assistant_step_key
+from activities.tools import assistant_step_key, error_result
 from chatd.models import ModelError
 from chatd.parts import PartDelta, ToolCallPart
 from chatd.providers import make_provider
-from chatd.providers.base import ModelRequest, ProviderError, StepAccumulator, StepFinish, ToolSpec
+from chatd.providers.base import (
+    ModelRequest,
+    ProviderError,
+    StepAccumulator,
+    StepFinish,
+    StreamEvent,
+    ToolSpec,
+)
 from chatd.settings import ProviderSettings
 from chatd.store.chats import ChatRecord, ChatStore
 from chatd.store.events import EventLog
-from chatd.store.transcript import StoredMessage, TranscriptStore
+from chatd.store.transcript import NewMessage, StoredMessage, TranscriptStore
 from chatd.tools.base import ToolRegistry
 from workflows.constants import MODEL_ERROR_TYPE
+from workflows.decide import INTERRUPTED_RESULT
 from workflows.payloads import StreamStepInput, StreamStepResult, ToolCallRef
 
-__all__ = ["ModelStepActivities"]
+__all__ = ["ModelStepActivities", "StreamTimeouts"]
 
+T = TypeVar("T")
 _CLIENT_HIDDEN_FIELDS = {"signature"}
 """Provider metadata clients don't need while streaming (it stays in the persisted step)."""
+
+
+@dataclass(frozen=True)
+class StreamTimeouts:
+    """How long a stream may stay silent before the attempt is retried."""
+
+    startup_s: float = 60.0
+    """Until the first stream event."""
+    stall_s: float = 60.0
+    """Between two events once streaming."""
 
 
 class ModelStepActivities:
     """Streams model steps with this worker's provider credentials."""
 
     def __init__(
-        self, pool: asyncpg.Pool, registry: ToolRegistry, settings: ProviderSettings
+        self,
+        pool: asyncpg.Pool,
+        registry: ToolRegistry,
+        settings: ProviderSettings,
+        timeouts: StreamTimeouts | None = None,
     ) -> None:
         self._chats = ChatStore(pool)
         self._transcript = TranscriptStore(pool)
         self._events = EventLog(pool)
         self._registry = registry
         self._settings = settings
+        self._timeouts = timeouts or StreamTimeouts()
 
     @activity.defn(name="stream_model_step")
     async def stream_model_step(self, input: StreamStepInput) -> StreamStepResult:
         """Generate step `input.step` from the persisted transcript (once: retries reuse it)."""
         chat_id = uuid.UUID(input.chat_id)
-        done = await self._transcript.find(chat_id, input.turn_id, assistant_step_key(input.step))
-        if done is not None:
-            return _summary(done)
         chat = await self._chats.get(chat_id)
         if chat is None:
             raise ApplicationError(f"chat {chat_id} not found", non_retryable=True)
+        done = await self._transcript.find(chat_id, input.turn_id, assistant_step_key(input.step))
+        if done is not None:
+            return self._summary(chat, done, interrupted=False)
         publisher = DeltaPublisher(self._events, chat_id)
         if input.attempt > 1 or activity.info().attempt > 1:
             publisher.add("reset", {"turn_id": input.turn_id, "step": input.step})
-        request = await self._request(chat)
         accumulator = StepAccumulator()
         try:
-            finish = await self._stream(request, accumulator, publisher)
+            async with heartbeating():
+                request = await self._request(chat)
+                finish = await _unless_shutdown(self._stream(request, accumulator, publisher))
         except ProviderError as err:
             await publisher.drain()
-            raise ApplicationError(
-                err.error.message,
-                err.error.model_dump(mode="json"),
-                type=MODEL_ERROR_TYPE,
-                non_retryable=True,
-            ) from err
+            raise _model_error(err.error) from err
+        except asyncio.CancelledError:
+            if activity.is_worker_shutdown():
+                raise
+            # An interrupt: keep what was produced. Shielded so the write can't be cut short.
+            return await asyncio.shield(
+                self._persist_interrupted(chat, input, accumulator, publisher)
+            )
         await publisher.drain()
         saved = await self._transcript.save(
             chat_id,
@@ -75,7 +110,7 @@ class ModelStepActivities:
             parts=accumulator.parts(),
             usage=finish.usage,
         )
-        return _summary(saved, finish.stop_reason)
+        return self._summary(chat, saved, interrupted=False, stop_reason=finish.stop_reason)
 
     async def _request(self, chat: ChatRecord) -> ModelRequest:
         tools = [t.spec() for t in self._registry.active(chat.active_tools)]
@@ -90,13 +125,12 @@ class ModelStepActivities:
     async def _stream(
         self, request: ModelRequest, accumulator: StepAccumulator, publisher: DeltaPublisher
     ) -> StepFinish:
-        provider = make_provider(request.model, self._settings)
+        events = make_provider(request.model, self._settings).stream_step(request)
         finish: StepFinish | None = None
-        async for event in provider.stream_step(request):
+        async for event in _with_silence_limits(events, self._timeouts):
             if isinstance(event, PartDelta):
                 accumulator.apply(event)
                 publisher.add("message_part", {"role": "assistant", "part": _client_part(event)})
-                activity.heartbeat()
             else:
                 finish = event
         if finish is None:
@@ -105,18 +139,105 @@ class ModelStepActivities:
             )
         return finish
 
+    async def _persist_interrupted(
+        self,
+        chat: ChatRecord,
+        input: StreamStepInput,
+        accumulator: StepAccumulator,
+        publisher: DeltaPublisher,
+    ) -> StreamStepResult:
+        """Persist the partial step and an interrupted result for each of its tool calls."""
+        await publisher.drain()
+        parts = accumulator.parts()
+        if not parts:
+            return StreamStepResult(message_id=None, interrupted=True)
+        calls = [p for p in parts if isinstance(p, ToolCallPart) and not p.provider_executed]
+        messages = [NewMessage(assistant_step_key(input.step), "assistant", parts)]
+        if calls:
+            results = [error_result(c, INTERRUPTED_RESULT) for c in calls]
+            messages.append(NewMessage(f"{input.step}:tools", "tool", list(results)))
+        saved = await self._transcript.save_step(chat.id, turn_id=input.turn_id, messages=messages)
+        return self._summary(chat, saved[0], interrupted=True)
+
+    def _summary(
+        self,
+        chat: ChatRecord,
+        message: StoredMessage,
+        *,
+        interrupted: bool,
+        stop_reason: str = "end_turn",
+    ) -> StreamStepResult:
+        calls = [
+            p for p in message.parts if isinstance(p, ToolCallPart) and not p.provider_executed
+        ]
+        usage = message.usage
+        return StreamStepResult(
+            message_id=message.id,
+            tool_calls=[self._classify(chat, c) for c in calls],
+            stop_reason="tool_use" if calls else stop_reason,
+            input_tokens=usage.input_tokens if usage else 0,
+            output_tokens=usage.output_tokens if usage else 0,
+            interrupted=interrupted,
+        )
+
+    def _classify(self, chat: ChatRecord, call: ToolCallPart) -> ToolCallRef:
+        """Capture who runs the call and its policy flags, for the workflow to decide on."""
+        if any(t.name == call.name for t in chat.dynamic_tools):
+            return ToolCallRef(id=call.id, name=call.name, kind="dynamic")
+        tool = self._registry.get(call.name)
+        if tool is None:
+            return ToolCallRef(id=call.id, name=call.name, kind="unknown")
+        return ToolCallRef(
+            id=call.id,
+            name=call.name,
+            kind="builtin",
+            exclusive=tool.exclusive,
+            stop_after=tool.stop_after,
+        )
+
+
+async def _with_silence_limits(
+    events: AsyncIterator[StreamEvent], timeouts: StreamTimeouts
+) -> AsyncIterator[StreamEvent]:
+    """Fail the attempt (retryably) when the stream is silent too long."""
+    limit, kind = timeouts.startup_s, "startup_timeout"
+    while True:
+        try:
+            async with asyncio.timeout(limit):
+                event = await anext(events)
+        except StopAsyncIteration:
+            return
+        except TimeoutError as err:
+            message = f"no stream event within {limit:g}s"
+            raise ProviderError(ModelError(message=message, kind=kind, retryable=True)) from err
+        yield event
+        limit, kind = timeouts.stall_s, "timeout"
+
+
+async def _unless_shutdown(work: Any) -> StepFinish:
+    """Run the stream, abandoning it if the worker starts shutting down."""
+    task: asyncio.Task[StepFinish] = asyncio.ensure_future(work)
+    shutdown = asyncio.ensure_future(activity.wait_for_worker_shutdown())
+    try:
+        await asyncio.wait({task, shutdown}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        shutdown.cancel()
+        if not task.done():
+            task.cancel()
+    if task.cancelled() or not task.done():
+        raise ApplicationError(
+            "the worker is shutting down; the step is retried on another worker",
+            type="WorkerShutdown",
+        )
+    return task.result()
+
+
+def _model_error(error: ModelError) -> ApplicationError:
+    """Classified provider errors are the workflow's to retry (with its own backoff)."""
+    return ApplicationError(
+        error.message, error.model_dump(mode="json"), type=MODEL_ERROR_TYPE, non_retryable=True
+    )
+
 
 def _client_part(delta: PartDelta) -> dict[str, Any]:
     return delta.model_dump(exclude_none=True, exclude=_CLIENT_HIDDEN_FIELDS)
-
-
-def _summary(message: StoredMessage, stop_reason: str = "end_turn") -> StreamStepResult:
-    calls = [p for p in message.parts if isinstance(p, ToolCallPart) and not p.provider_executed]
-    usage = message.usage
-    return StreamStepResult(
-        message_id=message.id,
-        tool_calls=[ToolCallRef(id=c.id, name=c.name) for c in calls],
-        stop_reason="tool_use" if calls else stop_reason,
-        input_tokens=usage.input_tokens if usage else 0,
-        output_tokens=usage.output_tokens if usage else 0,
-    )

@@ -1,4 +1,4 @@
-"""Tool activities: run one built-in tool call; record a step's results in call order."""
+"""Tool activities: run one built-in call; stage client results; record results in call order."""
 
 from __future__ import annotations
 
@@ -6,25 +6,32 @@ import asyncio
 import json
 import uuid
 from pathlib import Path
-from typing import Any
 
 import asyncpg
 from pydantic import ValidationError
 from temporalio import activity
 
+from activities.heartbeat import heartbeating
 from chatd.parts import ToolCallPart, ToolResultPart
 from chatd.store.chats import ChatRecord, ChatStore
 from chatd.store.transcript import TranscriptStore
-from chatd.tools.base import MediaOutput, Tool, ToolContext, ToolOutput, ToolRegistry
-from workflows.payloads import ExecuteToolInput, ExecuteToolResult, RecordToolResultsInput
+from chatd.tools.base import MediaOutput, ToolContext, ToolOutput, ToolRegistry
+from workflows.payloads import (
+    ExecuteToolInput,
+    ExecuteToolResult,
+    RecordToolResultsInput,
+    StageToolResultsInput,
+    ToolCallRef,
+)
 
-__all__ = ["ToolActivities", "assistant_step_key", "tool_step_key"]
+__all__ = ["ToolActivities", "assistant_step_key", "error_result"]
 
 CRASHED_NON_IDEMPOTENT = (
     "The worker failed while this tool was running; it may or may not have completed. "
     "It was not run again because it is not idempotent."
 )
-_HEARTBEAT_EVERY_S = 5.0
+MAX_RESULT_CHARS = 32_768
+"""Text results above this are truncated (with a note) before the model sees them."""
 
 
 def assistant_step_key(step: int) -> str:
@@ -32,12 +39,7 @@ def assistant_step_key(step: int) -> str:
     return f"{step}:assistant"
 
 
-def tool_step_key(step: int) -> str:
-    """Step key of the tool message holding the results of `step`."""
-    return f"{step}:tools"
-
-
-def error_result(call: ToolCallPart | Any, message: str) -> ToolResultPart:
+def error_result(call: ToolCallPart | ToolCallRef, message: str) -> ToolResultPart:
     """An error result the model sees instead of output."""
     return ToolResultPart(tool_call_id=call.id, name=call.name, output=message, is_error=True)
 
@@ -53,7 +55,7 @@ class ToolActivities:
 
     @activity.defn(name="execute_tool_call")
     async def execute_tool_call(self, input: ExecuteToolInput) -> ExecuteToolResult:
-        """Run one call once (first staged result wins) and stage its result."""
+        """Run one call once (the first staged result wins) and stage its result."""
         chat_id = uuid.UUID(input.chat_id)
         staged = await self._transcript.staged_tool_results(chat_id, [input.call.id])
         if input.call.id in staged:
@@ -68,18 +70,39 @@ class ToolActivities:
         stored = await self._transcript.stage_tool_result(chat_id, result)
         return ExecuteToolResult(is_error=stored.is_error)
 
+    @activity.defn(name="stage_tool_results")
+    async def stage_tool_results(self, input: StageToolResultsInput) -> None:
+        """Stage the client's results for dynamic calls (first write wins per call)."""
+        chat_id = uuid.UUID(input.chat_id)
+        names = {c.id: c.name for c in input.calls}
+        for result in input.results:
+            part = ToolResultPart(
+                tool_call_id=result.tool_call_id,
+                name=names.get(result.tool_call_id, ""),
+                output=result.output,
+                is_error=result.is_error,
+            )
+            await self._transcript.stage_tool_result(chat_id, part)
+
     @activity.defn(name="record_tool_results")
     async def record_tool_results(self, input: RecordToolResultsInput) -> None:
-        """Persist the step's staged results as one tool message, in the order of the calls."""
+        """Persist results as one tool message, in the order of the calls.
+
+        A call with a workflow-decided error (policy, interrupt, expiry) gets that error,
+        any other its staged result.
+        """
         chat_id = uuid.UUID(input.chat_id)
         staged = await self._transcript.staged_tool_results(chat_id, [c.id for c in input.calls])
         parts = [
-            staged.get(c.id) or error_result(c, "tool produced no result") for c in input.calls
+            error_result(c, input.errors[c.id])
+            if c.id in input.errors
+            else staged.get(c.id) or error_result(c, "no result was recorded for this call")
+            for c in input.calls
         ]
         await self._transcript.save(
             chat_id,
             turn_id=input.turn_id,
-            step_key=tool_step_key(input.step),
+            step_key=f"{input.step}:{input.part}",
             role="tool",
             parts=list(parts),
             extra_events=[
@@ -101,10 +124,13 @@ class ToolActivities:
         except (json.JSONDecodeError, ValidationError) as err:
             return error_result(call, f"Invalid arguments for {call.name}: {err}")
         workspace = self._workspace_root / str(chat.id)
-        workspace.mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(workspace.mkdir, parents=True, exist_ok=True)
         context = ToolContext(chat_id=str(chat.id), tool_call_id=call.id, workspace=workspace)
         try:
-            output = await _with_heartbeat(tool, args, context)
+            async with heartbeating():
+                output = await asyncio.wait_for(
+                    tool.run(args, context), tool.timeout.total_seconds()
+                )
         except TimeoutError:
             return error_result(call, f"{call.name} timed out after {tool.timeout}")
         except Exception as err:  # the model sees every tool failure as a result
@@ -112,24 +138,29 @@ class ToolActivities:
         return _result_part(call, output)
 
 
-async def _with_heartbeat(tool: Tool[Any], args: Any, context: ToolContext) -> ToolOutput:
-    """Run the tool under its timeout, heartbeating so a dead worker is noticed."""
-
-    async def beat() -> None:
-        while True:
-            activity.heartbeat()
-            await asyncio.sleep(_HEARTBEAT_EVERY_S)
-
-    beater = asyncio.create_task(beat())
-    try:
-        return await asyncio.wait_for(tool.run(args, context), tool.timeout.total_seconds())
-    finally:
-        beater.cancel()
-
-
 def _result_part(call: ToolCallPart, output: ToolOutput) -> ToolResultPart:
+    """Map a tool's output to a result part; invalid output is an error the model sees."""
     if isinstance(output, MediaOutput):
         return ToolResultPart(
             tool_call_id=call.id, name=call.name, media_type=output.media_type, data=output.data
         )
-    return ToolResultPart(tool_call_id=call.id, name=call.name, output=output)
+    if isinstance(output, dict | list):
+        try:
+            text = json.dumps(output)
+        except (TypeError, ValueError) as err:
+            return error_result(call, f"{call.name} returned output that is not JSON: {err}")
+        if len(text) <= MAX_RESULT_CHARS:
+            return ToolResultPart(tool_call_id=call.id, name=call.name, output=output)
+        output = text
+    if not isinstance(output, str):
+        return error_result(call, f"{call.name} returned {type(output).__name__}, not a result")
+    return ToolResultPart(tool_call_id=call.id, name=call.name, output=_truncated(output))
+
+
+def _truncated(text: str) -> str:
+    if len(text) <= MAX_RESULT_CHARS:
+        return text
+    return (
+        text[:MAX_RESULT_CHARS]
+        + f"\n[truncated: showing the first {MAX_RESULT_CHARS} of {len(text)} characters]"
+    )

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import uuid
+from typing import Any
 
 import asyncpg
 from temporalio import activity
 
+from activities.tools import assistant_step_key
+from chatd.parts import ToolCallPart
 from chatd.store.chats import ChatStore
 from chatd.store.events import EventLog
 from chatd.store.transcript import TranscriptStore
@@ -16,6 +20,7 @@ from workflows.payloads import (
     BeginTurnResult,
     FinishTurnInput,
     PublishRetryInput,
+    SetStatusInput,
 )
 
 __all__ = ["TurnActivities"]
@@ -41,7 +46,12 @@ class TurnActivities:
         if message is None:
             return BeginTurnResult(started=False)
         await self._turns.set_status(chat_id, input.turn_id, "running", clear_error=True)
-        return BeginTurnResult(started=True, max_steps=chat.max_steps, model_label=chat.model.label)
+        return BeginTurnResult(
+            started=True,
+            max_steps=chat.max_steps,
+            model_label=chat.model.label,
+            action_timeout_s=chat.action_timeout_s,
+        )
 
     @activity.defn(name="finish_turn")
     async def finish_turn(self, input: FinishTurnInput) -> None:
@@ -52,6 +62,28 @@ class TurnActivities:
             input.status,
             last_error=input.error,
             recount_usage=True,
+        )
+
+    @activity.defn(name="set_status")
+    async def set_status(self, input: SetStatusInput) -> None:
+        """Enter requires_action (with the pending calls' arguments) or go back to running."""
+        chat_id = uuid.UUID(input.chat_id)
+        pending: list[dict[str, Any]] | None = None
+        if input.status == "requires_action":
+            step = await self._transcript.find(
+                chat_id, input.turn_id, assistant_step_key(input.step)
+            )
+            calls = {p.id: p for p in (step.parts if step else []) if isinstance(p, ToolCallPart)}
+            pending = [
+                {"id": c.id, "name": c.name, "arguments": _arguments(calls.get(c.id))}
+                for c in input.pending
+            ]
+        await self._turns.set_status(
+            chat_id,
+            input.turn_id,
+            input.status,
+            pending_tool_calls=pending,
+            action_expires_at=input.expires_at,
         )
 
     @activity.defn(name="publish_retry")
@@ -71,3 +103,13 @@ class TurnActivities:
                 )
             ],
         )
+
+
+def _arguments(call: ToolCallPart | None) -> Any:
+    """The call's arguments as JSON when they parse, else the raw text."""
+    if call is None or not call.arguments:
+        return {}
+    try:
+        return json.loads(call.arguments)
+    except json.JSONDecodeError:
+        return call.arguments

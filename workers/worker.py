@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
@@ -13,7 +13,7 @@ import asyncpg
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from activities.model_step import ModelStepActivities
+from activities.model_step import ModelStepActivities, StreamTimeouts
 from activities.tools import ToolActivities
 from activities.turn import TurnActivities
 from chatd.settings import ProviderSettings
@@ -23,6 +23,7 @@ from workflows.chat_turn import ChatTurn
 __all__ = ["WorkerConfig", "build_worker", "run_until_signalled"]
 
 log = logging.getLogger("chatd.worker")
+HEARTBEAT_THROTTLE = timedelta(milliseconds=500)
 
 
 @dataclass
@@ -35,11 +36,12 @@ class WorkerConfig:
     workspace_root: Path
     graceful_shutdown: timedelta = timedelta(seconds=10)
     max_concurrent_activities: int = 1000
+    stream_timeouts: StreamTimeouts = field(default_factory=StreamTimeouts)
 
 
 def build_worker(client: Client, pool: asyncpg.Pool, config: WorkerConfig) -> Worker:
     """A worker for ChatTurn and all its activities."""
-    model = ModelStepActivities(pool, config.registry, config.providers)
+    model = ModelStepActivities(pool, config.registry, config.providers, config.stream_timeouts)
     tools = ToolActivities(pool, config.registry, config.workspace_root)
     turn = TurnActivities(pool)
     return Worker(
@@ -50,10 +52,15 @@ def build_worker(client: Client, pool: asyncpg.Pool, config: WorkerConfig) -> Wo
             model.stream_model_step,
             tools.execute_tool_call,
             tools.record_tool_results,
+            tools.stage_tool_results,
             turn.begin_turn,
             turn.finish_turn,
+            turn.set_status,
             turn.publish_retry,
         ],
+        # Cancellation (interrupts) reaches an activity with its next heartbeat.
+        max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
+        default_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
         graceful_shutdown_timeout=config.graceful_shutdown,
         max_concurrent_activities=config.max_concurrent_activities,
         max_concurrent_workflow_tasks=200,

@@ -1,50 +1,46 @@
 """The ChatTurn workflow: one run per chat turn, read top to bottom as the story of a turn.
 
-begin (promote the user message) -> generate -> run tools -> generate ... -> finish,
-then continue-as-new into the next queued message, if any.
+begin (promote the user message) -> generate -> tools (maybe requires_action) -> generate
+... -> finish, then continue-as-new into the next queued message, if any.
 """
 
 from __future__ import annotations
 
-import asyncio
 from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
     from activities.model_step import ModelStepActivities
     from activities.tools import ToolActivities
     from activities.turn import TurnActivities
     from chatd.models import ModelError
-    from workflows.constants import CHAT_STATUS, MODEL_ERROR_TYPE
-    from workflows.decide import (
-        DEFAULT_MAX_MODEL_ATTEMPTS,
-        after_step,
-        backoff_delay,
-        should_retry,
-    )
+    from workflows.constants import MODEL_ERROR_TYPE
+    from workflows.controls import TurnControls
+    from workflows.decide import DEFAULT_MAX_MODEL_ATTEMPTS, backoff_delay, should_retry
     from workflows.payloads import (
         BeginTurnInput,
         ChatTurnInput,
-        ExecuteToolInput,
         FinishTurnInput,
         PublishRetryInput,
-        RecordToolResultsInput,
         RetryState,
+        StageToolResultsInput,
         StreamStepInput,
         StreamStepResult,
         SubmitMessageInput,
         SubmitMessageResult,
-        ToolCallRef,
+        SubmitToolResultsInput,
+        SubmitToolResultsResult,
         TurnState,
     )
+    from workflows.tool_step import LOCAL_TIMEOUT, ToolStep
 
 __all__ = ["ChatTurn"]
 
-_LOCAL = timedelta(seconds=30)
-_INFRA_RETRY = RetryPolicy(
+_MODEL_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
     maximum_interval=timedelta(seconds=10),
     non_retryable_error_types=[MODEL_ERROR_TYPE],
@@ -61,7 +57,7 @@ class ChatTurn:
         self._chat_id = input.chat_id
         self._turn_id: str | None = input.queued[0] if input.queued else None
         self._queue: list[str] = list(input.queued[1:])
-        self._status = "running"
+        self._controls = TurnControls()
         self._step = 0
         self._retry: RetryState | None = None
         self._model_label = ""
@@ -78,15 +74,41 @@ class ChatTurn:
             self._queue.append(input.queued_id)
         return SubmitMessageResult(queued=True, turn_id=input.queued_id)
 
+    @workflow.update(name="submit_tool_results")
+    async def submit_tool_results(self, input: SubmitToolResultsInput) -> SubmitToolResultsResult:
+        """Accept the client's results for the pending dynamic calls (the first submission wins)."""
+        controls = self._controls
+        controls.accepted = True
+        await workflow.execute_local_activity_method(
+            ToolActivities.stage_tool_results,
+            StageToolResultsInput(
+                chat_id=self._chat_id, results=input.results, calls=controls.pending
+            ),
+            start_to_close_timeout=LOCAL_TIMEOUT,
+        )
+        controls.staged = True
+        return SubmitToolResultsResult()
+
+    @submit_tool_results.validator
+    def _validate_tool_results(self, input: SubmitToolResultsInput) -> None:
+        self._controls.validate_submission(input)
+
+    @workflow.signal(name="interrupt")
+    def interrupt(self) -> None:
+        """Stop the running turn; what was produced so far is kept."""
+        if self._turn_id is not None:
+            self._controls.interrupted = True
+
     @workflow.query(name="state")
     def state(self) -> TurnState:
-        """Status, step, queued messages and any backoff in progress."""
+        """Status, step, pending tool calls, queued messages and any backoff in progress."""
         return TurnState(
             chat_id=self._chat_id,
             turn_id=self._turn_id,
-            status=self._status,
+            status=self._controls.status,
             step=self._step,
             queued_messages=list(self._queue),
+            pending_tool_calls=list(self._controls.pending),
             retry=self._retry,
         )
 
@@ -110,66 +132,77 @@ class ChatTurn:
         begin = await workflow.execute_local_activity_method(
             TurnActivities.begin_turn,
             BeginTurnInput(chat_id=self._chat_id, turn_id=turn_id),
-            start_to_close_timeout=_LOCAL,
+            start_to_close_timeout=LOCAL_TIMEOUT,
         )
         if not begin.started:
             return
         self._model_label = begin.model_label
-        self._set_status("running")
+        self._controls.set_status("running")
         error: ModelError | None = None
         for step in range(begin.max_steps):
             self._step = step
             result, error = await self._generate(turn_id, step)
-            if result is None:
+            if result is None or result.interrupted or not result.tool_calls:
                 break
-            decision = after_step(
-                has_tool_calls=bool(result.tool_calls), step=step, max_steps=begin.max_steps
-            )
-            if decision.run_tools:
-                await self._run_tools(turn_id, step, result.tool_calls)
-            if decision.then == "finish":
+            tools = ToolStep(self._chat_id, turn_id, step, self._controls, begin.action_timeout_s)
+            outcome = await tools.run(result.tool_calls)
+            if outcome == "expired":
+                error = ModelError(
+                    message="no tool results were submitted before the wait expired",
+                    kind="timeout",
+                )
+            if outcome != "continue":
                 break
+        await self._finish(turn_id, error)
+
+    async def _finish(self, turn_id: str, error: ModelError | None) -> None:
         status = "error" if error else "waiting"
         await workflow.execute_local_activity_method(
             TurnActivities.finish_turn,
-            FinishTurnInput(
-                chat_id=self._chat_id,
-                turn_id=turn_id,
-                status=status,
-                error=error,
-            ),
-            start_to_close_timeout=_LOCAL,
+            FinishTurnInput(chat_id=self._chat_id, turn_id=turn_id, status=status, error=error),
+            start_to_close_timeout=LOCAL_TIMEOUT,
         )
-        self._set_status(status)
+        self._controls.set_status(status)
 
     async def _generate(
         self, turn_id: str, step: int
     ) -> tuple[StreamStepResult | None, ModelError | None]:
         """One model step, retried with workflow-timer backoff on retryable model errors."""
         attempt = 1
-        while True:
+        while not self._controls.interrupted:
             try:
-                result = await workflow.execute_activity_method(
-                    ModelStepActivities.stream_model_step,
-                    StreamStepInput(
-                        chat_id=self._chat_id, turn_id=turn_id, step=step, attempt=attempt
-                    ),
-                    start_to_close_timeout=timedelta(minutes=15),
-                    heartbeat_timeout=timedelta(seconds=5),
-                    retry_policy=_INFRA_RETRY,
-                    summary=f"{self._model_label} step {step}",
-                )
+                result = await self._stream(turn_id, step, attempt)
                 self._retry = None
                 return result, None
             except ActivityError as err:
                 error = _model_error(err)
-            if not should_retry(error, attempt, DEFAULT_MAX_MODEL_ATTEMPTS):
+            if self._controls.interrupted or not should_retry(
+                error, attempt, DEFAULT_MAX_MODEL_ATTEMPTS
+            ):
                 self._retry = None
-                return None, error
+                return None, None if self._controls.interrupted else error
             await self._back_off(attempt, error)
             attempt += 1
+        return None, None
+
+    async def _stream(self, turn_id: str, step: int, attempt: int) -> StreamStepResult:
+        """The model-step activity; an interrupt cancels it and it returns its partial step."""
+        handle = workflow.start_activity_method(
+            ModelStepActivities.stream_model_step,
+            StreamStepInput(chat_id=self._chat_id, turn_id=turn_id, step=step, attempt=attempt),
+            start_to_close_timeout=timedelta(minutes=15),
+            heartbeat_timeout=timedelta(seconds=5),
+            retry_policy=_MODEL_RETRY,
+            cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            summary=f"{self._model_label} step {step}",
+        )
+        await workflow.wait_condition(lambda: handle.done() or self._controls.interrupted)
+        if not handle.done():
+            handle.cancel()
+        return await handle
 
     async def _back_off(self, attempt: int, error: ModelError) -> None:
+        """Publish the retry, then wait on a durable timer that an interrupt cuts short."""
         delay = backoff_delay(attempt, error.retry_after_ms)
         retrying_at = workflow.now() + delay
         self._retry = RetryState(attempt=attempt, next_attempt_at=retrying_at, error=error)
@@ -182,34 +215,16 @@ class ChatTurn:
                 retrying_at=retrying_at,
                 error=error,
             ),
-            start_to_close_timeout=_LOCAL,
+            start_to_close_timeout=LOCAL_TIMEOUT,
         )
-        await workflow.sleep(delay, summary=f"retry backoff after {error.kind}")
-
-    async def _run_tools(self, turn_id: str, step: int, calls: list[ToolCallRef]) -> None:
-        """Each call is its own activity, all in parallel; results are recorded in call order."""
-        await asyncio.gather(
-            *(
-                workflow.execute_activity_method(
-                    ToolActivities.execute_tool_call,
-                    ExecuteToolInput(chat_id=self._chat_id, turn_id=turn_id, step=step, call=call),
-                    start_to_close_timeout=timedelta(minutes=10),
-                    heartbeat_timeout=timedelta(seconds=30),
-                    retry_policy=_INFRA_RETRY,
-                    summary=f"tool {call.name}",
-                )
-                for call in calls
+        try:
+            await workflow.wait_condition(
+                lambda: self._controls.interrupted,
+                timeout=delay,
+                timeout_summary=f"retry backoff after {error.kind}",
             )
-        )
-        await workflow.execute_local_activity_method(
-            ToolActivities.record_tool_results,
-            RecordToolResultsInput(chat_id=self._chat_id, turn_id=turn_id, step=step, calls=calls),
-            start_to_close_timeout=_LOCAL,
-        )
-
-    def _set_status(self, status: str) -> None:
-        self._status = status
-        workflow.upsert_search_attributes([CHAT_STATUS.value_set(status)])
+        except TimeoutError:
+            pass
 
 
 def _model_error(err: ActivityError) -> ModelError:
@@ -217,4 +232,6 @@ def _model_error(err: ActivityError) -> ModelError:
     cause = err.cause
     if isinstance(cause, ApplicationError) and cause.type == MODEL_ERROR_TYPE and cause.details:
         return ModelError.model_validate(cause.details[0])
+    if isinstance(cause, CancelledError):
+        return ModelError(message="the model step was cancelled", kind="generic")
     return ModelError(message=str(cause or err), kind="generic", retryable=False)

@@ -7,7 +7,7 @@ Fields may be added with defaults; never renamed or removed (running workflows r
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -23,10 +23,15 @@ __all__ = [
     "PublishRetryInput",
     "RecordToolResultsInput",
     "RetryState",
+    "SetStatusInput",
+    "StageToolResultsInput",
     "StreamStepInput",
     "StreamStepResult",
     "SubmitMessageInput",
     "SubmitMessageResult",
+    "SubmitToolResultsInput",
+    "SubmitToolResultsResult",
+    "SubmittedToolResult",
     "ToolCallRef",
     "TurnState",
 ]
@@ -71,6 +76,8 @@ class BeginTurnResult(_Payload):
     """False if the queued message was deleted before its turn began."""
     max_steps: int = 25
     model_label: str = ""
+    action_timeout_s: int = 600
+    """How long requires_action waits for client tool results."""
 
 
 class StreamStepInput(_Payload):
@@ -84,10 +91,16 @@ class StreamStepInput(_Payload):
 
 
 class ToolCallRef(_Payload):
-    """A tool call the model made, by id and name (arguments stay in Postgres)."""
+    """A tool call the model made, by id and name (arguments stay in Postgres).
+
+    The policy flags are captured when the step is generated, so replay sees the same ones.
+    """
 
     id: str
     name: str
+    kind: Literal["builtin", "dynamic", "unknown"] = "builtin"
+    exclusive: bool = False
+    stop_after: bool = False
 
 
 class StreamStepResult(_Payload):
@@ -98,6 +111,8 @@ class StreamStepResult(_Payload):
     stop_reason: str = "end_turn"
     input_tokens: int = 0
     output_tokens: int = 0
+    interrupted: bool = False
+    """The step was cut short by an interrupt; its partial parts are persisted."""
 
 
 class ExecuteToolInput(_Payload):
@@ -116,12 +131,55 @@ class ExecuteToolResult(_Payload):
 
 
 class RecordToolResultsInput(_Payload):
-    """Persist the staged results of a step as one tool message, in call order."""
+    """Persist the results of some of a step's calls as one tool message, in call order."""
 
     chat_id: str
     turn_id: str
     step: int
     calls: list[ToolCallRef]
+    errors: dict[str, str] = {}
+    """Error results for calls that have no staged result (policy, interrupt, expiry)."""
+    part: Literal["tools", "client-tools"] = "tools"
+    """Which tool message of the step: built-in results, or the client's results."""
+
+
+class SubmittedToolResult(_Payload):
+    """One result of a client-executed (dynamic) tool call."""
+
+    tool_call_id: str
+    output: Any = None
+    is_error: bool = False
+
+
+class SubmitToolResultsInput(_Payload):
+    """The client's results for every pending dynamic tool call."""
+
+    results: list[SubmittedToolResult]
+
+
+class SubmitToolResultsResult(_Payload):
+    """The results were accepted and persisted."""
+
+    accepted: bool = True
+
+
+class StageToolResultsInput(_Payload):
+    """Stage client-submitted results (first write wins)."""
+
+    chat_id: str
+    results: list[SubmittedToolResult]
+    calls: list[ToolCallRef]
+
+
+class SetStatusInput(_Payload):
+    """A status change inside a turn (requires_action and back)."""
+
+    chat_id: str
+    turn_id: str
+    status: Literal["running", "requires_action"]
+    step: int = 0
+    pending: list[ToolCallRef] = []
+    expires_at: datetime | None = None
 
 
 class PublishRetryInput(_Payload):

@@ -37,6 +37,7 @@ class ChatRecord(BaseModel):
     dynamic_tools: list[DynamicTool]
     active_tools: list[str] | None
     max_steps: int
+    action_timeout_s: int
     status: ChatStatus
     last_error: ModelError | None
     pending_tool_calls: list[dict[str, Any]] | None
@@ -68,12 +69,13 @@ class ChatStore:
         dynamic_tools: list[DynamicTool] | None = None,
         active_tools: list[str] | None = None,
         max_steps: int = 25,
+        action_timeout_s: int = 600,
     ) -> ChatRecord:
         """Insert a new chat in `waiting`."""
         row = await self._pool.fetchrow(
             """INSERT INTO chats (id, owner, title, title_source, model, system_prompt,
-                                  dynamic_tools, active_tools, max_steps)
-               VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING *""",
+                                  dynamic_tools, active_tools, max_steps, action_timeout_s)
+               VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING *""",
             uuid.uuid4(),
             owner,
             title,
@@ -83,6 +85,7 @@ class ChatStore:
             [t.model_dump() for t in dynamic_tools or []],
             active_tools,
             max_steps,
+            action_timeout_s,
         )
         assert row is not None
         return _record(row)

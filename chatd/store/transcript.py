@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import asyncpg
 from pydantic import BaseModel, TypeAdapter
 
 from chatd.parts import Message, Part, Role, ToolResultPart, Usage
-from chatd.store.events import append_events
+from chatd.store.events import Conn, append_events
 
-__all__ = ["QueuedMessage", "StoredMessage", "TranscriptStore"]
+__all__ = ["NewMessage", "QueuedMessage", "StoredMessage", "TranscriptStore"]
 
 _parts_adapter: TypeAdapter[list[Part]] = TypeAdapter(list[Part])
 
@@ -144,28 +144,16 @@ class TranscriptStore:
     ) -> StoredMessage:
         """Persist a message once; a retry with the same key returns the existing row."""
         async with self._pool.acquire() as conn, conn.transaction():
-            row = await conn.fetchrow(
-                """INSERT INTO messages (chat_id, turn_id, step_key, role, parts, usage)
-                   VALUES ($1, $2, $3, $4, $5, $6)
-                   ON CONFLICT (chat_id, step_key) DO NOTHING RETURNING *""",
-                chat_id,
-                turn_id,
-                f"{turn_id}:{step_key}",
-                role,
-                [p.model_dump(exclude_none=True) for p in parts],
-                usage.model_dump() if usage else None,
+            return await _save(
+                conn, chat_id, turn_id, NewMessage(step_key, role, parts, usage), extra_events
             )
-            if row is None:
-                existing = await conn.fetchrow(
-                    "SELECT * FROM messages WHERE chat_id = $1 AND step_key = $2",
-                    chat_id,
-                    f"{turn_id}:{step_key}",
-                )
-                assert existing is not None
-                return _stored(existing)
-            message = _stored(row)
-            await append_events(conn, chat_id, [*(extra_events or []), message_event(message)])
-            return message
+
+    async def save_step(
+        self, chat_id: uuid.UUID, *, turn_id: str, messages: list[NewMessage]
+    ) -> list[StoredMessage]:
+        """Persist several messages of a step in one transaction (all or none)."""
+        async with self._pool.acquire() as conn, conn.transaction():
+            return [await _save(conn, chat_id, turn_id, m, None) for m in messages]
 
     async def find(self, chat_id: uuid.UUID, turn_id: str, step_key: str) -> StoredMessage | None:
         """The message saved under (turn, step key), if any."""
@@ -228,6 +216,45 @@ class TranscriptStore:
             call_ids,
         )
         return {r["tool_call_id"]: ToolResultPart.model_validate(r["part"]) for r in rows}
+
+
+class NewMessage(NamedTuple):
+    """A message to persist under `step_key` (unique within its turn)."""
+
+    step_key: str
+    role: Role
+    parts: list[Part]
+    usage: Usage | None = None
+
+
+async def _save(
+    conn: Conn,
+    chat_id: uuid.UUID,
+    turn_id: str,
+    new: NewMessage,
+    extra_events: list[tuple[str, dict[str, Any]]] | None,
+) -> StoredMessage:
+    key = f"{turn_id}:{new.step_key}"
+    row = await conn.fetchrow(
+        """INSERT INTO messages (chat_id, turn_id, step_key, role, parts, usage)
+           VALUES ($1, $2, $3, $4, $5, $6)
+           ON CONFLICT (chat_id, step_key) DO NOTHING RETURNING *""",
+        chat_id,
+        turn_id,
+        key,
+        new.role,
+        [p.model_dump(exclude_none=True) for p in new.parts],
+        new.usage.model_dump() if new.usage else None,
+    )
+    if row is None:
+        existing = await conn.fetchrow(
+            "SELECT * FROM messages WHERE chat_id = $1 AND step_key = $2", chat_id, key
+        )
+        assert existing is not None
+        return _stored(existing)
+    message = _stored(row)
+    await append_events(conn, chat_id, [*(extra_events or []), message_event(message)])
+    return message
 
 
 def _queue_event() -> tuple[str, dict[str, Any]]:
