@@ -121,8 +121,12 @@ class ToolActivities:
             return error_result(call, CRASHED_NON_IDEMPOTENT)
         try:
             args = tool.args.model_validate(json.loads(call.arguments or "{}"))
-        except (json.JSONDecodeError, ValidationError) as err:
-            return error_result(call, f"Invalid arguments for {call.name}: {err}")
+        except json.JSONDecodeError as err:
+            return error_result(call, f"Invalid arguments for {call.name}: not valid JSON ({err})")
+        except ValidationError as err:
+            return error_result(
+                call, f"Invalid arguments for {call.name}: they don't fit the schema: {err}"
+            )
         workspace = self._workspace_root / str(chat.id)
         await asyncio.to_thread(workspace.mkdir, parents=True, exist_ok=True)
         context = ToolContext(chat_id=str(chat.id), tool_call_id=call.id, workspace=workspace)

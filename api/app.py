@@ -10,7 +10,7 @@ from fastapi import FastAPI
 
 from api.errors import install_error_handlers
 from api.hub import EventHub
-from api.routes import chats, health, messages, stream
+from api.routes import chats, health, messages, stream, turn_control
 from api.state import GatewayState
 from chatd.settings import TemporalSettings
 from chatd.store.db import connect_pool
@@ -50,6 +50,6 @@ def create_app(config: GatewayConfig) -> FastAPI:
     app = FastAPI(title="chatd-temporal", version="0.1.0", lifespan=lifespan)
     install_error_handlers(app)
     app.include_router(health.router)
-    for module in (chats, messages, stream):
+    for module in (chats, messages, stream, turn_control):
         app.include_router(module.router, prefix=API_PREFIX)
     return app

@@ -12,6 +12,7 @@ from chatd.models import ModelConfig, ModelError
 from chatd.parts import Part, TextPart, Usage
 from chatd.store.chats import ChatRecord, ChatStatus, DynamicTool
 from chatd.store.transcript import QueuedMessage, StoredMessage
+from workflows.payloads import SubmittedToolResult
 
 __all__ = [
     "ChatList",
@@ -59,7 +60,21 @@ class CreateChat(_Strict):
     dynamic_tools: list[DynamicTool] = Field(default_factory=list, max_length=64)
     active_tools: list[str] | None = Field(default=None, max_length=64)
     max_steps: int = Field(default=25, ge=1, le=1000)
+    action_timeout_s: int = Field(default=600, ge=1, le=7 * 24 * 3600)
+    """How long requires_action waits for client tool results."""
     message: SendMessage | None = None
+
+
+class Accepted(BaseModel):
+    """The request was accepted; its effect shows in the stream."""
+
+    accepted: bool = True
+
+
+class ToolResults(_Strict):
+    """Body of `POST /chats/{id}/tool-results`."""
+
+    results: list[SubmittedToolResult] = Field(max_length=128)
 
 
 class QueuedOut(BaseModel):
@@ -85,6 +100,7 @@ class ChatOut(BaseModel):
     dynamic_tools: list[DynamicTool]
     active_tools: list[str] | None
     max_steps: int
+    action_timeout_s: int
     status: ChatStatus
     last_error: ModelError | None
     pending_tool_calls: list[dict[str, Any]] | None

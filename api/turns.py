@@ -2,19 +2,29 @@
 
 from __future__ import annotations
 
-from temporalio.client import Client, WithStartWorkflowOperation
+from temporalio.client import Client, WithStartWorkflowOperation, WorkflowUpdateFailedError
 from temporalio.common import (
     SearchAttributePair,
     TypedSearchAttributes,
     WorkflowIDConflictPolicy,
 )
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
 
+from api.errors import ApiError
 from chatd.store.chats import ChatRecord
 from workflows.chat_turn import ChatTurn
 from workflows.constants import CHAT_ID, CHAT_MODEL, CHAT_OWNER, CHAT_STATUS, workflow_id
-from workflows.payloads import ChatTurnInput, SubmitMessageInput, SubmitMessageResult
+from workflows.controls import INVALID_TOOL_RESULTS, NOT_AWAITING_TOOL_RESULTS
+from workflows.payloads import (
+    ChatTurnInput,
+    SubmitMessageInput,
+    SubmitMessageResult,
+    SubmittedToolResult,
+    SubmitToolResultsInput,
+)
 
-__all__ = ["submit_message"]
+__all__ = ["interrupt_turn", "submit_message", "submit_tool_results"]
 
 
 async def submit_message(
@@ -48,3 +58,44 @@ async def submit_message(
         id=update_id,
     )
     return result
+
+
+async def interrupt_turn(client: Client, chat_id: str) -> bool:
+    """Signal the chat's running turn to stop; False if no turn is running."""
+    handle = client.get_workflow_handle(workflow_id(chat_id))
+    try:
+        await handle.signal(ChatTurn.interrupt)
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            return False
+        raise
+    return True
+
+
+async def submit_tool_results(
+    client: Client, chat_id: str, results: list[SubmittedToolResult]
+) -> None:
+    """Hand the client's results to the waiting turn; raise `ApiError` 409/400 if refused."""
+    handle = client.get_workflow_handle(workflow_id(chat_id))
+    try:
+        # The SDK types an async handler's result as a coroutine; the value is unused.
+        _accepted = await handle.execute_update(
+            ChatTurn.submit_tool_results, SubmitToolResultsInput(results=results)
+        )
+    except WorkflowUpdateFailedError as err:
+        raise _refusal(err.cause) from err
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            raise ApiError(
+                409, "not_awaiting_tool_results", "no turn is waiting for tool results"
+            ) from err
+        raise
+
+
+def _refusal(cause: BaseException | None) -> ApiError:
+    if isinstance(cause, ApplicationError) and cause.type == INVALID_TOOL_RESULTS:
+        detail = cause.details[0] if cause.details else {}
+        return ApiError(400, "invalid_tool_results", cause.message, dict(detail))
+    if isinstance(cause, ApplicationError) and cause.type == NOT_AWAITING_TOOL_RESULTS:
+        return ApiError(409, "not_awaiting_tool_results", cause.message)
+    return ApiError(409, "tool_results_refused", str(cause))

@@ -33,6 +33,7 @@ async def create_chat(body: CreateChat, request: Request, owner: Owner) -> ChatO
         dynamic_tools=body.dynamic_tools,
         active_tools=body.active_tools,
         max_steps=body.max_steps,
+        action_timeout_s=body.action_timeout_s,
     )
     if body.message is not None:
         await accept_message(request, chat, body.message, idempotency_key=None)

@@ -11,7 +11,7 @@ from api.access import Owner, load_chat
 from api.errors import ApiError
 from api.schemas import MessageList, SendMessage, SendMessageResult
 from api.state import state_of
-from api.turns import submit_message
+from api.turns import interrupt_turn, submit_message
 from chatd.store.chats import ChatRecord
 
 __all__ = ["accept_message", "router"]
@@ -27,6 +27,8 @@ async def accept_message(
     state = state_of(request)
     if body.on_busy == "reject" and chat.status in _BUSY:
         raise ApiError(409, "chat_busy", "a turn is running", {"status": chat.status})
+    if body.on_busy == "interrupt" and chat.status in _BUSY:
+        await interrupt_turn(state.temporal, str(chat.id))
     client_id = idempotency_key or body.client_message_id
     queued, created = await state.transcript.enqueue(chat.id, body.user_parts(), client_id)
     if not created and await state.transcript.is_promoted(queued.id):

@@ -90,6 +90,20 @@ class TranscriptStore:
         )
         return [QueuedMessage.model_validate(dict(r)) for r in rows]
 
+    async def drop_queued(self, chat_id: uuid.UUID, queued_id: uuid.UUID) -> bool:
+        """Delete a queued message that no turn has taken yet; False if there is none."""
+        async with self._pool.acquire() as conn, conn.transaction():
+            deleted = await conn.fetchval(
+                "DELETE FROM queued_messages WHERE id = $1 AND chat_id = $2"
+                " AND promoted_at IS NULL RETURNING id",
+                queued_id,
+                chat_id,
+            )
+            if deleted is None:
+                return False
+            await append_events(conn, chat_id, [_queue_event()])
+            return True
+
     async def is_promoted(self, queued_id: uuid.UUID) -> bool:
         """Whether a turn has taken this queued message into the transcript."""
         value = await self._pool.fetchval(

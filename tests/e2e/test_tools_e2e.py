@@ -1,0 +1,202 @@
+"""Tools end to end: parallel built-ins, error results, policies, dynamic tools."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from harness import Stack, running_stack
+from pydantic import BaseModel
+
+from chatd.devstack.temporal import TemporalDevServer
+from chatd.fake_provider.script import FakeResponse, FakeText, FakeToolCall
+from chatd.fake_provider.server import FakeProviderServer
+from chatd.tools.base import Tool, ToolContext, ToolOutput, ToolRegistry
+
+_b_started = asyncio.Event()
+
+
+class _Word(BaseModel):
+    word: str
+
+
+async def _slow_echo(args: _Word, ctx: ToolContext) -> ToolOutput:
+    # Finishes only after `fast_echo` has started: proves the calls run in parallel.
+    await asyncio.wait_for(_b_started.wait(), 10)
+    return f"slow:{args.word}"
+
+
+async def _fast_echo(args: _Word, ctx: ToolContext) -> ToolOutput:
+    _b_started.set()
+    return f"fast:{args.word}"
+
+
+async def _boom(args: _Word, ctx: ToolContext) -> ToolOutput:
+    raise RuntimeError("the disk is on fire")
+
+
+async def _sleepy(args: _Word, ctx: ToolContext) -> ToolOutput:
+    await asyncio.sleep(30)
+    return "never"
+
+
+async def _bad_output(args: _Word, ctx: ToolContext) -> ToolOutput:
+    return object()  # type: ignore[return-value]
+
+
+async def _done(args: _Word, ctx: ToolContext) -> ToolOutput:
+    return "finished"
+
+
+def _tool(name: str, run: Any, **flags: Any) -> Tool[_Word]:
+    return Tool(name=name, description=f"test tool {name}", args=_Word, run=run, **flags)
+
+
+TEST_TOOLS = [
+    _tool("slow_echo", _slow_echo),
+    _tool("fast_echo", _fast_echo),
+    _tool("boom", _boom),
+    _tool("sleepy", _sleepy, timeout=timedelta(milliseconds=300)),
+    _tool("bad_output", _bad_output),
+    _tool("solo", _done, exclusive=True),
+    _tool("finish_task", _done, stop_after=True),
+]
+
+
+@pytest.fixture
+async def tool_stack(
+    database_url: str,
+    temporal_server: TemporalDevServer,
+    fake_provider: FakeProviderServer,
+    tmp_path: Path,
+) -> AsyncIterator[Stack]:
+    async with running_stack(
+        database_url=database_url,
+        temporal_address=temporal_server.address,
+        fake=fake_provider,
+        workspace=tmp_path / "workspaces",
+        registry=ToolRegistry.of(TEST_TOOLS),
+    ) as stack:
+        yield stack
+
+
+def _name() -> str:
+    return f"m-{uuid.uuid4().hex[:10]}"
+
+
+def _results(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [p for m in messages if m["role"] == "tool" for p in m["parts"]]
+
+
+async def _turn(stack: Stack, responses: list[FakeResponse], **chat: Any) -> tuple[str, str]:
+    name = _name()
+    stack.fake.script(name, responses)
+    created = await stack.create_chat(model={"provider": "anthropic", "name": name}, **chat)
+    await stack.send(created["id"], "go")
+    return created["id"], name
+
+
+async def test_parallel_calls_run_concurrently_and_results_keep_call_order(
+    tool_stack: Stack,
+) -> None:
+    _b_started.clear()
+    chat_id, _ = await _turn(
+        tool_stack,
+        [
+            FakeResponse(
+                parts=[
+                    FakeToolCall(name="slow_echo", arguments={"word": "a"}),
+                    FakeToolCall(name="fast_echo", arguments={"word": "b"}),
+                ]
+            ),
+            FakeResponse(parts=[FakeText(text="done")]),
+        ],
+    )
+    await tool_stack.wait_status(chat_id, "waiting")
+    messages = await tool_stack.messages(chat_id)
+    calls = [p for p in messages[1]["parts"] if p["type"] == "tool_call"]
+    results = _results(messages)
+    assert [r["tool_call_id"] for r in results] == [c["id"] for c in calls]
+    assert [r["output"] for r in results] == ["slow:a", "fast:b"]
+
+
+async def test_every_failure_becomes_an_error_result_and_the_turn_goes_on(
+    tool_stack: Stack,
+) -> None:
+    calls = [
+        FakeToolCall(name="boom", arguments={"word": "x"}),
+        FakeToolCall(name="sleepy", arguments={"word": "x"}),
+        FakeToolCall(name="bad_output", arguments={"word": "x"}),
+        FakeToolCall(name="no_such_tool", arguments={}),
+        FakeToolCall(name="fast_echo", arguments="{not json"),
+        FakeToolCall(name="fast_echo", arguments={"wrong": 1}),
+        FakeToolCall(name="slow_echo", arguments={"word": "x"}),
+    ]
+    chat_id, name = await _turn(
+        tool_stack,
+        [FakeResponse(parts=calls), FakeResponse(parts=[FakeText(text="recovered")])],
+        active_tools=["boom", "sleepy", "bad_output", "fast_echo"],
+    )
+    await tool_stack.wait_status(chat_id, "waiting")
+    results = _results(await tool_stack.messages(chat_id))
+    assert all(r["is_error"] for r in results)
+    outputs = [r["output"] for r in results]
+    assert "RuntimeError: the disk is on fire" in outputs[0]
+    assert "timed out" in outputs[1]
+    assert "bad_output returned object" in outputs[2]
+    assert outputs[3] == "Tool not found: no_such_tool"
+    assert outputs[4].startswith("Invalid arguments for fast_echo") and "JSON" in outputs[4]
+    assert outputs[5].startswith("Invalid arguments for fast_echo") and "word" in outputs[5]
+    assert outputs[6] == "Tool not active in this turn: slow_echo"
+    assert len(tool_stack.fake.requests(name)) == 2, "the model saw the errors and went on"
+
+
+async def test_an_exclusive_tool_with_company_runs_nothing_and_explains(tool_stack: Stack) -> None:
+    chat_id, _ = await _turn(
+        tool_stack,
+        [
+            FakeResponse(
+                parts=[
+                    FakeToolCall(name="solo", arguments={"word": "x"}),
+                    FakeToolCall(name="fast_echo", arguments={"word": "y"}),
+                ]
+            ),
+            FakeResponse(parts=[FakeText(text="ok, separately then")]),
+        ],
+    )
+    await tool_stack.wait_status(chat_id, "waiting")
+    results = _results(await tool_stack.messages(chat_id))
+    assert results[0]["output"] == (
+        "solo must be called alone, without other tools in the same batch. "
+        "Retry with only the solo call."
+    )
+    assert results[1]["output"] == (
+        "this tool was skipped because solo must run alone in its batch. "
+        "Retry your tool calls without solo, or call solo separately first."
+    )
+    assert all(r["is_error"] for r in results)
+
+
+async def test_a_successful_stop_after_tool_ends_the_turn(tool_stack: Stack) -> None:
+    chat_id, name = await _turn(
+        tool_stack,
+        [FakeResponse(parts=[FakeToolCall(name="finish_task", arguments={"word": "x"})])],
+    )
+    await tool_stack.wait_status(chat_id, "waiting")
+    messages = await tool_stack.messages(chat_id)
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool"]
+    assert len(tool_stack.fake.requests(name)) == 1
+
+
+async def test_max_steps_ends_the_turn_after_answering_the_last_calls(tool_stack: Stack) -> None:
+    call = FakeResponse(parts=[FakeToolCall(name="fast_echo", arguments={"word": "again"})])
+    chat_id, name = await _turn(tool_stack, [call, call, call], max_steps=2)
+    await tool_stack.wait_status(chat_id, "waiting")
+    messages = await tool_stack.messages(chat_id)
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant", "tool"]
+    assert len(tool_stack.fake.requests(name)) == 2
