@@ -16,6 +16,7 @@ import httpx
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from activities.model_step import StreamTimeouts
 from api.app import GatewayConfig, create_app
 from chatd.devstack.ports import free_port
 from chatd.fake_provider.server import FakeProviderServer
@@ -148,6 +149,7 @@ async def running_stack(
     workspace: Path,
     registry: ToolRegistry | None = None,
     with_worker: bool = True,
+    stream_timeouts: StreamTimeouts | None = None,
 ) -> AsyncIterator[Stack]:
     """Migrate a fresh database, start a worker and a gateway, and yield a client."""
     await migrate(database_url)
@@ -172,6 +174,7 @@ async def running_stack(
                 providers=fake_provider_settings(fake),
                 registry=registry or default_registry(),
                 workspace_root=workspace,
+                stream_timeouts=stream_timeouts or StreamTimeouts(),
             ),
         )
     await server.start()

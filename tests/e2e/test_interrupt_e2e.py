@@ -1,0 +1,148 @@
+"""Interrupting a turn at each phase keeps what was produced and leaves a valid transcript."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+from harness import SseEvent, Stack, sse_events
+
+from chatd.fake_provider.script import (
+    FakeError,
+    FakeReasoning,
+    FakeResponse,
+    FakeText,
+    FakeToolCall,
+)
+
+INTERRUPTED = "tool call was interrupted before it produced a result"
+
+
+async def _start(stack: Stack, first: FakeResponse) -> tuple[str, str]:
+    name = f"m-{uuid.uuid4().hex[:10]}"
+    stack.fake.script(name, [first, FakeResponse(parts=[FakeText(text="after")])])
+    chat = await stack.create_chat(model={"provider": "anthropic", "name": name})
+    await stack.send(chat["id"], "start")
+    return chat["id"], name
+
+
+async def _interrupt_when(stack: Stack, chat_id: str, seen: Any) -> list[SseEvent]:
+    """Interrupt once `seen(event)` is true, then collect events until the chat waits."""
+    events: list[SseEvent] = []
+    async for event in sse_events(stack.http, chat_id):
+        events.append(event)
+        if seen(event):
+            break
+    response = await stack.http.post(f"/chats/{chat_id}/interrupt")
+    assert response.status_code == 202, response.text
+    events += await stack.wait_status(chat_id, "waiting", after=events[-1].id or 0)
+    return events
+
+
+async def _continue_after(stack: Stack, chat_id: str, name: str) -> None:
+    """The next message runs on the interrupted transcript, which the fake validates."""
+    await stack.send(chat_id, "continue")
+    await stack.events_until(
+        chat_id,
+        lambda e: (
+            e.event == "message"
+            and e.data["role"] == "assistant"
+            and e.data["parts"] == [{"type": "text", "text": "after"}]
+        ),
+    )
+    await stack.wait_status(chat_id, "waiting")
+    assert len(stack.fake.requests(name)) == 2
+
+
+def _is_text_delta(event: SseEvent) -> bool:
+    return event.event == "message_part" and event.data["part"]["type"] == "text"
+
+
+async def test_interrupt_mid_text_keeps_the_partial_text_and_reasoning(stack: Stack) -> None:
+    chat_id, name = await _start(
+        stack,
+        FakeResponse(
+            parts=[
+                FakeReasoning(text="thinking hard", signature="sig"),
+                FakeText(text="one two three four five six seven eight", chunk_size=4),
+            ],
+            delta_delay_s=0.15,
+        ),
+    )
+    events = await _interrupt_when(stack, chat_id, _is_text_delta)
+    assert events[-1].data == {"status": "waiting", "turn_id": events[-1].data["turn_id"]}
+    messages = await stack.messages(chat_id)
+    assert [m["role"] for m in messages] == ["user", "assistant"]
+    parts = messages[1]["parts"]
+    assert parts[0]["type"] == "reasoning" and parts[0]["text"] == "thinking hard"
+    text = parts[1]["text"]
+    assert text and "one two three four five six seven eight".startswith(text)
+    assert text != "one two three four five six seven eight", "the stream was cut short"
+    await _continue_after(stack, chat_id, name)
+
+
+async def test_interrupt_mid_tool_arguments_keeps_the_call_with_an_interrupted_result(
+    stack: Stack,
+) -> None:
+    chat_id, name = await _start(
+        stack,
+        FakeResponse(
+            parts=[
+                FakeText(text="calling"),
+                FakeToolCall(name="current_time", arguments={"pad": "x" * 60}, chunk_size=3),
+            ],
+            delta_delay_s=0.1,
+        ),
+    )
+    events = await _interrupt_when(
+        stack,
+        chat_id,
+        lambda e: e.event == "message_part" and e.data["part"].get("args_delta"),
+    )
+    assert any(e.event == "status" and e.data["status"] == "waiting" for e in events)
+    messages = await stack.messages(chat_id)
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool"]
+    call = next(p for p in messages[1]["parts"] if p["type"] == "tool_call")
+    assert call["arguments"].startswith('{"pad": "') and not call["arguments"].endswith("}")
+    assert messages[2]["parts"][0] == {
+        **messages[2]["parts"][0],
+        "tool_call_id": call["id"],
+        "is_error": True,
+        "output": INTERRUPTED,
+    }
+    await _continue_after(stack, chat_id, name)
+
+
+async def test_interrupt_during_a_slow_first_byte(stack: Stack) -> None:
+    chat_id, name = await _start(
+        stack, FakeResponse(parts=[FakeText(text="late")], first_byte_delay_s=30)
+    )
+    await _interrupt_when(
+        stack, chat_id, lambda e: e.event == "status" and e.data["status"] == "running"
+    )
+    messages = await stack.messages(chat_id)
+    assert [m["role"] for m in messages] == ["user"], "nothing was produced, nothing is kept"
+    await _continue_after(stack, chat_id, name)
+
+
+async def test_interrupt_during_a_retry_backoff_cancels_the_timer(stack: Stack) -> None:
+    chat_id, name = await _start(
+        stack, FakeResponse(error=FakeError.rate_limited(retry_after_s=60))
+    )
+    events = await _interrupt_when(stack, chat_id, lambda e: e.event == "retry")
+    retry = next(e for e in events if e.event == "retry")
+    assert retry.data["delay_ms"] >= 60_000 and retry.data["error"]["kind"] == "rate_limit"
+    detail = (await stack.http.get(f"/chats/{chat_id}")).json()
+    assert detail["status"] == "waiting" and detail["last_error"] is None
+    await _continue_after(stack, chat_id, name)
+
+
+async def test_the_interrupt_signal_from_the_temporal_client_works_too(stack: Stack) -> None:
+    chat_id, _ = await _start(
+        stack,
+        FakeResponse(parts=[FakeText(text="a b c d e f g h", chunk_size=2)], delta_delay_s=0.2),
+    )
+    await stack.events_until(chat_id, _is_text_delta)
+    await stack.temporal.get_workflow_handle(f"chat-{chat_id}").signal("interrupt")
+    await asyncio.wait_for(stack.wait_status(chat_id, "waiting"), 10)
