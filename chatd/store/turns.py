@@ -60,9 +60,9 @@ class TurnStore:
                 action_expires_at,
                 recount_usage,
             )
-            events: list[tuple[str, dict[str, Any]]] = [
-                ("status", {"status": status, "turn_id": turn_id})
-            ]
+            # The error comes first so a client that stops at the status has seen it.
+            events: list[tuple[str, dict[str, Any]]] = []
             if last_error is not None:
                 events.append(("error", last_error.model_dump()))
+            events.append(("status", {"status": status, "turn_id": turn_id}))
             await append_events(conn, chat_id, events)
