@@ -63,7 +63,7 @@ async def test_a_429_waits_for_retry_after_then_succeeds(stack: Stack) -> None:
 
 
 async def test_overloaded_and_server_errors_back_off_exponentially(stack: Stack) -> None:
-    chat, events, name = await _run(
+    _, events, name = await _run(
         stack,
         [
             FakeResponse(error=FakeError.overloaded()),
