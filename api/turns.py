@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from temporalio.client import Client, WithStartWorkflowOperation, WorkflowUpdateFailedError
 from temporalio.common import (
     SearchAttributePair,
@@ -25,6 +27,9 @@ from workflows.payloads import (
 )
 
 __all__ = ["interrupt_turn", "submit_message", "submit_tool_results"]
+
+SUBMIT_TIMEOUT_S = 15.0
+"""How long a send waits for a worker to take the message before answering 503."""
 
 
 async def submit_message(
@@ -51,12 +56,23 @@ async def submit_message(
         ),
         static_summary=f"chat {chat_id} ({chat.model.label})",
     )
-    result: SubmitMessageResult = await client.execute_update_with_start_workflow(
-        ChatTurn.submit_message,
-        SubmitMessageInput(queued_id=queued_id),
-        start_workflow_operation=start,
-        id=update_id,
-    )
+    try:
+        result: SubmitMessageResult = await asyncio.wait_for(
+            client.execute_update_with_start_workflow(
+                ChatTurn.submit_message,
+                SubmitMessageInput(queued_id=queued_id),
+                start_workflow_operation=start,
+                id=update_id,
+            ),
+            SUBMIT_TIMEOUT_S,
+        )
+    except TimeoutError as err:
+        # The message is stored; a retry with the same Idempotency-Key resends this update.
+        raise ApiError(
+            503,
+            "worker_unavailable",
+            "no worker picked up the message in time; retry with the same Idempotency-Key",
+        ) from err
     return result
 
 

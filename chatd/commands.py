@@ -13,6 +13,7 @@ from chatd.settings import ProviderSettings, TemporalSettings
 from chatd.store.db import connect_pool, migrate
 from chatd.store.keys import KeyStore
 from chatd.tools.defaults import default_registry
+from chatd.tools.loading import with_extra_tools
 
 __all__ = ["run_api", "run_keys", "run_migrate", "run_worker"]
 
@@ -36,7 +37,7 @@ async def run_worker(database_url: str, providers: ProviderSettings | None = Non
         config = WorkerConfig(
             task_queue=temporal.task_queue,
             providers=providers or ProviderSettings.from_env(),
-            registry=default_registry(),
+            registry=with_extra_tools(default_registry()),
             workspace_root=workspace_root(),
         )
         await run_until_signalled(build_worker(client, pool, config))
