@@ -175,7 +175,11 @@ class ModelStepActivities:
             message_id=message.id,
             tool_calls=[self._classify(chat, c) for c in calls],
             stop_reason="tool_use" if calls else stop_reason,
-            input_tokens=usage.input_tokens if usage else 0,
+            input_tokens=(
+                usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
+                if usage
+                else 0
+            ),
             output_tokens=usage.output_tokens if usage else 0,
             interrupted=interrupted,
         )

@@ -10,6 +10,7 @@ import asyncpg
 from temporalio import activity
 
 from activities.tools import assistant_step_key
+from chatd.context import context_limit
 from chatd.parts import ToolCallPart
 from chatd.store.chats import ChatStore
 from chatd.store.events import EventLog
@@ -21,6 +22,7 @@ from workflows.payloads import (
     FinishTurnInput,
     PublishRetryInput,
     SetStatusInput,
+    TurnPlan,
 )
 
 __all__ = ["TurnActivities"]
@@ -29,7 +31,8 @@ __all__ = ["TurnActivities"]
 class TurnActivities:
     """Status transitions at a turn's edges; each write is idempotent."""
 
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    def __init__(self, pool: asyncpg.Pool, *, generate_titles: bool = True) -> None:
+        self._titles = generate_titles
         self._chats = ChatStore(pool)
         self._transcript = TranscriptStore(pool)
         self._turns = TurnStore(pool)
@@ -46,11 +49,16 @@ class TurnActivities:
         if message is None:
             return BeginTurnResult(started=False)
         await self._turns.set_status(chat_id, input.turn_id, "running", clear_error=True)
-        return BeginTurnResult(
-            started=True,
+        limit = context_limit(chat.model)
+        plan = TurnPlan(
+            turn_id=input.turn_id,
             max_steps=chat.max_steps,
             model_label=chat.model.label,
             action_timeout_s=chat.action_timeout_s,
+            compact_at_tokens=round(limit * chat.compaction_threshold),
+        )
+        return BeginTurnResult(
+            started=True, plan=plan, needs_title=self._titles and chat.title is None
         )
 
     @activity.defn(name="finish_turn")

@@ -18,6 +18,7 @@ __all__ = [
     "ChatList",
     "ChatOut",
     "CreateChat",
+    "EditMessage",
     "MessageList",
     "SendMessage",
     "SendMessageResult",
@@ -51,6 +52,19 @@ class SendMessage(_Strict):
         return [TextPart(text=self.content)] if self.content else []
 
 
+class EditMessage(_Strict):
+    """The new content of a user message."""
+
+    content: str | None = Field(default=None, max_length=MAX_TEXT)
+    parts: list[Part] | None = Field(default=None, max_length=100)
+
+    @model_validator(mode="after")
+    def _has_content(self) -> EditMessage:
+        if not self.content and not self.parts:
+            raise ValueError("give `content` (non-empty text) or `parts`")
+        return self
+
+
 class CreateChat(_Strict):
     """Body of `POST /chats`."""
 
@@ -62,6 +76,8 @@ class CreateChat(_Strict):
     max_steps: int = Field(default=25, ge=1, le=1000)
     action_timeout_s: int = Field(default=600, ge=1, le=7 * 24 * 3600)
     """How long requires_action waits for client tool results."""
+    compaction_threshold: float = Field(default=0.7, gt=0, le=1)
+    """Compact when a step's prompt reaches this fraction of the model's context limit."""
     message: SendMessage | None = None
 
 
@@ -101,6 +117,7 @@ class ChatOut(BaseModel):
     active_tools: list[str] | None
     max_steps: int
     action_timeout_s: int
+    compaction_threshold: float
     status: ChatStatus
     last_error: ModelError | None
     pending_tool_calls: list[dict[str, Any]] | None

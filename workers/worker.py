@@ -13,6 +13,7 @@ import asyncpg
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from activities.compaction import CompactionActivities
 from activities.model_step import ModelStepActivities, StreamTimeouts
 from activities.tools import ToolActivities
 from activities.turn import TurnActivities
@@ -37,13 +38,15 @@ class WorkerConfig:
     graceful_shutdown: timedelta = timedelta(seconds=10)
     max_concurrent_activities: int = 1000
     stream_timeouts: StreamTimeouts = field(default_factory=StreamTimeouts)
+    generate_titles: bool = True
 
 
 def build_worker(client: Client, pool: asyncpg.Pool, config: WorkerConfig) -> Worker:
     """A worker for ChatTurn and all its activities."""
     model = ModelStepActivities(pool, config.registry, config.providers, config.stream_timeouts)
     tools = ToolActivities(pool, config.registry, config.workspace_root)
-    turn = TurnActivities(pool)
+    turn = TurnActivities(pool, generate_titles=config.generate_titles)
+    compaction = CompactionActivities(pool, config.providers)
     return Worker(
         client,
         task_queue=config.task_queue,
@@ -57,6 +60,8 @@ def build_worker(client: Client, pool: asyncpg.Pool, config: WorkerConfig) -> Wo
             turn.finish_turn,
             turn.set_status,
             turn.publish_retry,
+            compaction.compact_context,
+            compaction.generate_title,
         ],
         # Cancellation (interrupts) reaches an activity with its next heartbeat.
         max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,

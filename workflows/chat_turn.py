@@ -1,11 +1,12 @@
 """The ChatTurn workflow: one run per chat turn, read top to bottom as the story of a turn.
 
-begin (promote the user message) -> generate -> tools (maybe requires_action) -> generate
-... -> finish, then continue-as-new into the next queued message, if any.
+begin (promote the user message) -> generate -> tools (maybe requires_action) -> maybe
+compact -> generate ... -> finish, then continue-as-new into the next queued message.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import timedelta
 
 from temporalio import workflow
@@ -14,16 +15,26 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
+    from activities.compaction import CompactionActivities
     from activities.model_step import ModelStepActivities
     from activities.tools import ToolActivities
     from activities.turn import TurnActivities
     from chatd.models import ModelError
     from workflows.constants import MODEL_ERROR_TYPE
     from workflows.controls import TurnControls
-    from workflows.decide import DEFAULT_MAX_MODEL_ATTEMPTS, backoff_delay, should_retry
+    from workflows.decide import (
+        DEFAULT_MAX_MODEL_ATTEMPTS,
+        MAX_COMPACTIONS_PER_TURN,
+        STEPS_PER_RUN,
+        StepOutcome,
+        after_step,
+        backoff_delay,
+        should_retry,
+    )
     from workflows.payloads import (
         BeginTurnInput,
         ChatTurnInput,
+        CompactInput,
         FinishTurnInput,
         PublishRetryInput,
         RetryState,
@@ -34,6 +45,9 @@ with workflow.unsafe.imports_passed_through():
         SubmitMessageResult,
         SubmitToolResultsInput,
         SubmitToolResultsResult,
+        TitleInput,
+        TurnPlan,
+        TurnResume,
         TurnState,
     )
     from workflows.tool_step import LOCAL_TIMEOUT, ToolStep
@@ -46,6 +60,19 @@ _MODEL_RETRY = RetryPolicy(
     non_retryable_error_types=[MODEL_ERROR_TYPE],
 )
 _IDLE_START_TIMEOUT = timedelta(minutes=1)
+_EXPIRED = ModelError(
+    message="no tool results were submitted before the wait expired", kind="timeout"
+)
+
+
+@dataclass
+class _Compactions:
+    """Compaction bookkeeping of one turn."""
+
+    count: int = 0
+    just_compacted: bool = False
+    for_overflow: bool = False
+    """A provider context_exceeded error already got its compaction."""
 
 
 @workflow.defn(name="ChatTurn")
@@ -55,8 +82,12 @@ class ChatTurn:
     @workflow.init
     def __init__(self, input: ChatTurnInput) -> None:
         self._chat_id = input.chat_id
-        self._turn_id: str | None = input.queued[0] if input.queued else None
-        self._queue: list[str] = list(input.queued[1:])
+        self._queue: list[str] = list(input.queued)
+        self._turn_id: str | None = None
+        if input.resume is not None:
+            self._turn_id = input.resume.plan.turn_id
+        elif self._queue:
+            self._turn_id = self._queue.pop(0)
         self._controls = TurnControls()
         self._step = 0
         self._retry: RetryState | None = None
@@ -115,45 +146,135 @@ class ChatTurn:
     @workflow.run
     async def run(self, input: ChatTurnInput) -> None:
         """Run this turn, then hand queued messages to the next run."""
-        try:
-            await workflow.wait_condition(
-                lambda: self._turn_id is not None, timeout=_IDLE_START_TIMEOUT
-            )
-        except TimeoutError:
-            return  # started without a message (by hand): nothing to do
-        assert self._turn_id is not None
-        await self._run_turn(self._turn_id)
+        resume = input.resume
+        if resume is None:
+            try:
+                await workflow.wait_condition(
+                    lambda: self._turn_id is not None, timeout=_IDLE_START_TIMEOUT
+                )
+            except TimeoutError:
+                return  # started without a message (by hand): nothing to do
+            assert self._turn_id is not None
+            resume = await self._begin(self._turn_id)
+        if resume is not None:
+            await self._run_steps(resume)
         # Rule 6: a message accepted while we were finishing must not be lost.
         await workflow.wait_condition(workflow.all_handlers_finished)
         if self._queue:
             workflow.continue_as_new(ChatTurnInput(chat_id=self._chat_id, queued=self._queue))
 
-    async def _run_turn(self, turn_id: str) -> None:
+    async def _begin(self, turn_id: str) -> TurnResume | None:
         begin = await workflow.execute_local_activity_method(
             TurnActivities.begin_turn,
             BeginTurnInput(chat_id=self._chat_id, turn_id=turn_id),
             start_to_close_timeout=LOCAL_TIMEOUT,
         )
-        if not begin.started:
-            return
-        self._model_label = begin.model_label
+        if not begin.started or begin.plan is None:
+            return None
         self._controls.set_status("running")
+        if begin.needs_title:
+            # Best effort, in the background: never awaited, so it can't delay the turn.
+            workflow.start_activity_method(
+                CompactionActivities.generate_title,
+                TitleInput(chat_id=self._chat_id),
+                start_to_close_timeout=timedelta(minutes=1),
+                retry_policy=RetryPolicy(maximum_attempts=3),
+                cancellation_type=ActivityCancellationType.ABANDON,
+                summary="generate title",
+            )
+        return TurnResume(plan=begin.plan, next_step=0)
+
+    async def _run_steps(self, resume: TurnResume) -> None:
+        """generate -> tools -> maybe compact, until the model is done or a limit is hit."""
+        plan, step = resume.plan, resume.next_step
+        self._model_label = plan.model_label
+        compactions = _Compactions(count=resume.compactions)
         error: ModelError | None = None
-        for step in range(begin.max_steps):
+        while step < plan.max_steps:
+            self._continue_long_turn(resume, step, compactions.count)
             self._step = step
-            result, error = await self._generate(turn_id, step)
-            if result is None or result.interrupted or not result.tool_calls:
+            result, error = await self._generate(plan.turn_id, step)
+            if result is None:
+                if not self._compacts_overflow(error, compactions):
+                    break
+                error = await self._compact(plan, step, compactions)
+                if error is None:
+                    continue  # the same step again, on the summarised context
                 break
-            tools = ToolStep(self._chat_id, turn_id, step, self._controls, begin.action_timeout_s)
-            outcome = await tools.run(result.tool_calls)
-            if outcome == "expired":
-                error = ModelError(
-                    message="no tool results were submitted before the wait expired",
-                    kind="timeout",
-                )
-            if outcome != "continue":
+            outcome = await self._tools(plan, step, result)
+            error = _EXPIRED if outcome == "expired" else None
+            move = after_step(
+                outcome,
+                over_threshold=result.input_tokens >= plan.compact_at_tokens > 0,
+                just_compacted=compactions.just_compacted,
+                compactions=compactions.count,
+            )
+            compactions.just_compacted = False
+            if move == "context_exceeded":
+                error = _too_long(result.input_tokens, plan)
+            elif move in ("compact_then_next", "compact_then_end"):
+                error = await self._compact(plan, step, compactions) or error
+                if error is None and move == "compact_then_next":
+                    step += 1
+                    continue
+            if move != "next":
                 break
-        await self._finish(turn_id, error)
+            step += 1
+        await self._finish(plan.turn_id, error)
+
+    def _continue_long_turn(self, resume: TurnResume, step: int, compactions: int) -> None:
+        """Keep history bounded: a long turn goes on in a new run (between two steps)."""
+        if step == resume.next_step:
+            return
+        if step - resume.next_step < STEPS_PER_RUN and not (
+            workflow.info().is_continue_as_new_suggested()
+        ):
+            return
+        workflow.continue_as_new(
+            ChatTurnInput(
+                chat_id=self._chat_id,
+                queued=self._queue,
+                resume=TurnResume(plan=resume.plan, next_step=step, compactions=compactions),
+            )
+        )
+
+    async def _tools(self, plan: TurnPlan, step: int, result: StreamStepResult) -> StepOutcome:
+        if result.interrupted:
+            return "interrupted"
+        if not result.tool_calls:
+            return "finished"
+        tools = ToolStep(self._chat_id, plan.turn_id, step, self._controls, plan.action_timeout_s)
+        return await tools.run(result.tool_calls)
+
+    @staticmethod
+    def _compacts_overflow(error: ModelError | None, compactions: _Compactions) -> bool:
+        """A provider context_exceeded error gets one compaction and one retry."""
+        if error is None or error.kind != "context_exceeded" or compactions.for_overflow:
+            return False
+        if compactions.count >= MAX_COMPACTIONS_PER_TURN:
+            return False
+        compactions.for_overflow = True
+        return True
+
+    async def _compact(
+        self, plan: TurnPlan, step: int, compactions: _Compactions
+    ) -> ModelError | None:
+        """Summarise the context; an error if even the summary doesn't fit."""
+        result = await workflow.execute_activity_method(
+            CompactionActivities.compact_context,
+            CompactInput(
+                chat_id=self._chat_id, turn_id=plan.turn_id, step=step, index=compactions.count
+            ),
+            start_to_close_timeout=timedelta(minutes=10),
+            heartbeat_timeout=timedelta(seconds=30),
+            retry_policy=RetryPolicy(maximum_attempts=5),
+            summary=f"compact context after step {step}",
+        )
+        compactions.count += 1
+        compactions.just_compacted = True
+        if result.estimated_tokens >= plan.compact_at_tokens > 0:
+            return _too_long(result.estimated_tokens, plan)
+        return None
 
     async def _finish(self, turn_id: str, error: ModelError | None) -> None:
         status = "error" if error else "waiting"
@@ -235,3 +356,14 @@ def _model_error(err: ActivityError) -> ModelError:
     if isinstance(cause, CancelledError):
         return ModelError(message="the model step was cancelled", kind="generic")
     return ModelError(message=str(cause or err), kind="generic", retryable=False)
+
+
+def _too_long(tokens: int, plan: TurnPlan) -> ModelError:
+    return ModelError(
+        message=(
+            f"the context is still {tokens} tokens after compaction, over the "
+            f"{plan.compact_at_tokens}-token threshold"
+        ),
+        kind="context_exceeded",
+        detail={"tokens": tokens, "threshold": plan.compact_at_tokens},
+    )

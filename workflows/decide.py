@@ -5,7 +5,6 @@ No I/O and no Temporal imports, so it is unit-tested without a server.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
@@ -16,7 +15,10 @@ __all__ = [
     "BACKOFF_CAP",
     "DEFAULT_MAX_MODEL_ATTEMPTS",
     "INTERRUPTED_RESULT",
-    "AfterStep",
+    "MAX_COMPACTIONS_PER_TURN",
+    "STEPS_PER_RUN",
+    "NextMove",
+    "StepOutcome",
     "after_step",
     "backoff_delay",
     "exclusive_violation",
@@ -30,22 +32,31 @@ BACKOFF_CAP = timedelta(seconds=60)
 DEFAULT_MAX_MODEL_ATTEMPTS = 25
 
 
-@dataclass(frozen=True)
-class AfterStep:
-    """What the turn does once a model step is persisted."""
+MAX_COMPACTIONS_PER_TURN = 3
+STEPS_PER_RUN = 100
+"""A long turn continues as a new run after this many steps (or when Temporal suggests)."""
 
-    run_tools: bool
-    then: Literal["generate", "finish"]
+StepOutcome = Literal["finished", "continue", "stop", "interrupted", "expired"]
+"""How a step's tool phase ended: no calls, calls answered, stop-after, interrupt, expiry."""
+NextMove = Literal["next", "end", "compact_then_next", "compact_then_end", "context_exceeded"]
 
 
-def after_step(*, has_tool_calls: bool, step: int, max_steps: int) -> AfterStep:
-    """Tools run whenever the model called them (so every call gets a result);
-    the turn generates again unless the model stopped or `max_steps` is reached."""
-    if not has_tool_calls:
-        return AfterStep(run_tools=False, then="finish")
-    if step + 1 >= max_steps:
-        return AfterStep(run_tools=True, then="finish")
-    return AfterStep(run_tools=True, then="generate")
+def after_step(
+    outcome: StepOutcome, *, over_threshold: bool, just_compacted: bool, compactions: int
+) -> NextMove:
+    """What follows a step whose tool phase is done.
+
+    Over the compaction threshold the context is compacted, even on the model's final step
+    (the summary then asks it to continue) and on early exits (so they can't grow the
+    context without bound); still over right after a compaction means it can't fit.
+    """
+    if outcome == "interrupted":
+        return "end"
+    if over_threshold and just_compacted:
+        return "context_exceeded"
+    if over_threshold and compactions < MAX_COMPACTIONS_PER_TURN:
+        return "compact_then_end" if outcome in ("stop", "expired") else "compact_then_next"
+    return "next" if outcome == "continue" else "end"
 
 
 def backoff_delay(attempt: int, retry_after_ms: int | None = None) -> timedelta:

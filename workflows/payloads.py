@@ -17,6 +17,8 @@ __all__ = [
     "BeginTurnInput",
     "BeginTurnResult",
     "ChatTurnInput",
+    "CompactInput",
+    "CompactResult",
     "ExecuteToolInput",
     "ExecuteToolResult",
     "FinishTurnInput",
@@ -32,7 +34,10 @@ __all__ = [
     "SubmitToolResultsInput",
     "SubmitToolResultsResult",
     "SubmittedToolResult",
+    "TitleInput",
     "ToolCallRef",
+    "TurnPlan",
+    "TurnResume",
     "TurnState",
 ]
 
@@ -41,12 +46,33 @@ class _Payload(BaseModel):
     model_config = ConfigDict(frozen=True)
 
 
+class TurnPlan(_Payload):
+    """What a turn knows once it began; carried into a continued run of a long turn."""
+
+    turn_id: str
+    max_steps: int = 25
+    model_label: str = ""
+    action_timeout_s: int = 600
+    compact_at_tokens: int = 0
+    """Compact after a step whose prompt reached this many tokens (0: never)."""
+
+
+class TurnResume(_Payload):
+    """Where a long turn continues after continue-as-new: ids and counters only."""
+
+    plan: TurnPlan
+    next_step: int
+    compactions: int = 0
+
+
 class ChatTurnInput(_Payload):
     """Start input of a ChatTurn run; a continued run carries the queued message ids."""
 
     chat_id: str
     queued: list[str] = []
-    """Ids of queued user messages; the first one is this run's turn."""
+    """Ids of queued user messages; without `resume`, the first one is this run's turn."""
+    resume: TurnResume | None = None
+    """Set when a long turn continues in a new run."""
 
 
 class SubmitMessageInput(_Payload):
@@ -74,10 +100,8 @@ class BeginTurnResult(_Payload):
 
     started: bool
     """False if the queued message was deleted before its turn began."""
-    max_steps: int = 25
-    model_label: str = ""
-    action_timeout_s: int = 600
-    """How long requires_action waits for client tool results."""
+    plan: TurnPlan | None = None
+    needs_title: bool = False
 
 
 class StreamStepInput(_Payload):
@@ -110,6 +134,7 @@ class StreamStepResult(_Payload):
     tool_calls: list[ToolCallRef] = []
     stop_reason: str = "end_turn"
     input_tokens: int = 0
+    """The whole prompt, cached parts included."""
     output_tokens: int = 0
     interrupted: bool = False
     """The step was cut short by an interrupt; its partial parts are persisted."""
@@ -219,3 +244,25 @@ class TurnState(_Payload):
     queued_messages: list[str] = Field(default_factory=list)
     pending_tool_calls: list[ToolCallRef] = Field(default_factory=list)
     retry: RetryState | None = None
+
+
+class CompactInput(_Payload):
+    """Compact the chat's context after `step` (the `index`th compaction of the turn)."""
+
+    chat_id: str
+    turn_id: str
+    step: int
+    index: int
+
+
+class CompactResult(_Payload):
+    """The summary message, and roughly how many tokens the prompt has now."""
+
+    message_id: int
+    estimated_tokens: int
+
+
+class TitleInput(_Payload):
+    """Name a new chat."""
+
+    chat_id: str

@@ -20,6 +20,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.controls import TurnControls
     from workflows.decide import (
         INTERRUPTED_RESULT,
+        StepOutcome,
         exclusive_violation,
         expired_result,
         split_calls,
@@ -35,7 +36,7 @@ with workflow.unsafe.imports_passed_through():
 
 __all__ = ["ToolOutcome", "ToolStep"]
 
-ToolOutcome = Literal["continue", "stop", "interrupted", "expired"]
+ToolOutcome = StepOutcome
 LOCAL_TIMEOUT = timedelta(seconds=30)
 _TOOL_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=10)

@@ -34,6 +34,7 @@ async def create_chat(body: CreateChat, request: Request, owner: Owner) -> ChatO
         active_tools=body.active_tools,
         max_steps=body.max_steps,
         action_timeout_s=body.action_timeout_s,
+        compaction_threshold=body.compaction_threshold,
     )
     if body.message is not None:
         await accept_message(request, chat, body.message, idempotency_key=None)

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Header, Query, Request
 
 from api.access import Owner, load_chat
 from api.errors import ApiError
-from api.schemas import MessageList, SendMessage, SendMessageResult
+from api.schemas import EditMessage, MessageList, SendMessage, SendMessageResult
 from api.state import state_of
 from api.turns import interrupt_turn, submit_message
 from chatd.store.chats import ChatRecord
@@ -65,3 +65,34 @@ async def list_messages(
     messages = await state_of(request).transcript.page(chat_id, after_id=after_id, limit=limit)
     next_after = messages[-1].id if len(messages) == limit else None
     return MessageList(messages=messages, next_after_id=next_after)
+
+
+@router.patch(
+    "/{message_id}",
+    status_code=202,
+    response_model=SendMessageResult,
+    responses={409: {"description": "a turn is running, or the message was compacted"}},
+)
+async def edit_message(
+    chat_id: uuid.UUID,
+    message_id: int,
+    body: EditMessage,
+    request: Request,
+    owner: Owner,
+) -> SendMessageResult:
+    """Replace a user message: it and everything after it leave the transcript, and the
+    edited text starts a new turn as a new message."""
+    chat = await load_chat(request, chat_id, owner)
+    if chat.status in _BUSY:
+        raise ApiError(409, "chat_busy", "a turn is running", {"status": chat.status})
+    transcript = state_of(request).transcript
+    message = await transcript.get(chat_id, message_id)
+    if message is None:
+        raise ApiError(404, "message_not_found", f"message {message_id} not found")
+    if message.role != "user":
+        raise ApiError(400, "not_a_user_message", "only user messages can be edited")
+    if message.compressed:
+        raise ApiError(409, "message_compacted", "the message was summarised by a compaction")
+    await transcript.truncate_from(chat_id, message_id)
+    resend = SendMessage(content=body.content, parts=body.parts)
+    return await accept_message(request, chat, resend, idempotency_key=None)

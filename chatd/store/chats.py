@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field
 
 from chatd.models import ModelConfig, ModelError
 from chatd.parts import Usage
+from chatd.store.events import append_events
 
 __all__ = ["ChatRecord", "ChatStatus", "ChatStore", "DynamicTool"]
 
@@ -38,6 +39,7 @@ class ChatRecord(BaseModel):
     active_tools: list[str] | None
     max_steps: int
     action_timeout_s: int
+    compaction_threshold: float
     status: ChatStatus
     last_error: ModelError | None
     pending_tool_calls: list[dict[str, Any]] | None
@@ -70,12 +72,14 @@ class ChatStore:
         active_tools: list[str] | None = None,
         max_steps: int = 25,
         action_timeout_s: int = 600,
+        compaction_threshold: float = 0.7,
     ) -> ChatRecord:
         """Insert a new chat in `waiting`."""
         row = await self._pool.fetchrow(
             """INSERT INTO chats (id, owner, title, title_source, model, system_prompt,
-                                  dynamic_tools, active_tools, max_steps, action_timeout_s)
-               VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING *""",
+                                  dynamic_tools, active_tools, max_steps, action_timeout_s,
+                                  compaction_threshold)
+               VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING *""",
             uuid.uuid4(),
             owner,
             title,
@@ -86,9 +90,24 @@ class ChatStore:
             active_tools,
             max_steps,
             action_timeout_s,
+            compaction_threshold,
         )
         assert row is not None
         return _record(row)
+
+    async def set_generated_title(self, chat_id: uuid.UUID, title: str) -> bool:
+        """Set a generated title unless the chat already has one; publish a `chat` event."""
+        async with self._pool.acquire() as conn, conn.transaction():
+            updated = await conn.fetchval(
+                "UPDATE chats SET title = $2, title_source = 'generated', updated_at = now()"
+                " WHERE id = $1 AND title IS NULL RETURNING id",
+                chat_id,
+                title,
+            )
+            if updated is None:
+                return False
+            await append_events(conn, chat_id, [("chat", {"title": title})])
+            return True
 
     async def get(self, chat_id: uuid.UUID, owner: str | None = None) -> ChatRecord | None:
         """The chat, or None if it doesn't exist (or belongs to another owner)."""

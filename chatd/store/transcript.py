@@ -169,6 +169,45 @@ class TranscriptStore:
         async with self._pool.acquire() as conn, conn.transaction():
             return [await _save(conn, chat_id, turn_id, m, None) for m in messages]
 
+    async def replace_with_summary(
+        self,
+        chat_id: uuid.UUID,
+        *,
+        turn_id: str,
+        step_key: str,
+        summary: list[Part],
+        events: list[tuple[str, dict[str, Any]]],
+    ) -> StoredMessage:
+        """Mark every message so far compressed and add the user-role summary, atomically."""
+        async with self._pool.acquire() as conn, conn.transaction():
+            existing = await conn.fetchrow(
+                "SELECT * FROM messages WHERE chat_id = $1 AND step_key = $2",
+                chat_id,
+                f"{turn_id}:{step_key}",
+            )
+            if existing is not None:
+                return _stored(existing)
+            await conn.execute(
+                "UPDATE messages SET compressed = true WHERE chat_id = $1 AND NOT compressed",
+                chat_id,
+            )
+            return await _save(
+                conn, chat_id, turn_id, NewMessage(step_key, "user", summary), events
+            )
+
+    async def truncate_from(self, chat_id: uuid.UUID, message_id: int) -> int:
+        """Delete a message and everything after it (an edit); return how many went."""
+        async with self._pool.acquire() as conn, conn.transaction():
+            deleted = await conn.fetch(
+                "DELETE FROM messages WHERE chat_id = $1 AND id >= $2 RETURNING id",
+                chat_id,
+                message_id,
+            )
+            await append_events(
+                conn, chat_id, [("transcript_edited", {"from_message_id": message_id})]
+            )
+            return len(deleted)
+
     async def find(self, chat_id: uuid.UUID, turn_id: str, step_key: str) -> StoredMessage | None:
         """The message saved under (turn, step key), if any."""
         row = await self._pool.fetchrow(

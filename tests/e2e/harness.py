@@ -150,6 +150,7 @@ async def running_stack(
     registry: ToolRegistry | None = None,
     with_worker: bool = True,
     stream_timeouts: StreamTimeouts | None = None,
+    generate_titles: bool = False,
 ) -> AsyncIterator[Stack]:
     """Migrate a fresh database, start a worker and a gateway, and yield a client."""
     await migrate(database_url)
@@ -175,6 +176,7 @@ async def running_stack(
                 registry=registry or default_registry(),
                 workspace_root=workspace,
                 stream_timeouts=stream_timeouts or StreamTimeouts(),
+                generate_titles=generate_titles,
             ),
         )
     await server.start()

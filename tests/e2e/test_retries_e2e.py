@@ -102,15 +102,6 @@ async def test_a_mid_stream_error_resets_the_partial_step_and_retries(stack: Sta
         ),
         (
             FakeError(
-                status=400,
-                type="invalid_request_error",
-                message="prompt is too long: 250000 tokens > 200000 maximum",
-            ),
-            "anthropic",
-            "context_exceeded",
-        ),
-        (
-            FakeError(
                 status=429,
                 type="insufficient_quota",
                 code="insufficient_quota",
@@ -125,7 +116,7 @@ async def test_a_mid_stream_error_resets_the_partial_step_and_retries(stack: Sta
             "config",
         ),
     ],
-    ids=["401", "context", "insufficient_quota", "404"],
+    ids=["401", "insufficient_quota", "404"],
 )
 async def test_non_retryable_errors_end_the_turn_with_a_structured_error(
     stack: Stack, error: FakeError, provider: str, kind: str

@@ -5,22 +5,45 @@ from datetime import timedelta
 import pytest
 
 from chatd.models import ModelError
-from workflows.decide import after_step, backoff_delay, should_retry
+from workflows.decide import StepOutcome, after_step, backoff_delay, should_retry
 
 
-def test_a_step_without_tool_calls_finishes_the_turn() -> None:
-    decision = after_step(has_tool_calls=False, step=0, max_steps=25)
-    assert (decision.run_tools, decision.then) == (False, "finish")
+def _next(outcome: StepOutcome, *, over: bool = False, just: bool = False, count: int = 0) -> str:
+    return after_step(outcome, over_threshold=over, just_compacted=just, compactions=count)
 
 
-def test_tool_calls_run_and_the_model_is_called_again() -> None:
-    decision = after_step(has_tool_calls=True, step=3, max_steps=25)
-    assert (decision.run_tools, decision.then) == (True, "generate")
+def test_the_turn_goes_on_while_tool_calls_are_answered_and_ends_otherwise() -> None:
+    assert _next("continue") == "next"
+    assert _next("finished") == "end"
+    assert _next("stop") == "end"
+    assert _next("expired") == "end"
+    assert _next("interrupted") == "end"
 
 
-def test_the_last_allowed_step_still_answers_its_tool_calls_then_finishes() -> None:
-    decision = after_step(has_tool_calls=True, step=24, max_steps=25)
-    assert (decision.run_tools, decision.then) == (True, "finish")
+def test_over_the_threshold_the_context_is_compacted_and_the_turn_goes_on() -> None:
+    assert _next("continue", over=True) == "compact_then_next"
+    # On the model's final step too: the summary asks it to continue the work.
+    assert _next("finished", over=True) == "compact_then_next"
+
+
+def test_early_exits_compact_before_ending() -> None:
+    assert _next("stop", over=True) == "compact_then_end"
+    assert _next("expired", over=True) == "compact_then_end"
+
+
+def test_still_over_right_after_a_compaction_is_context_exceeded() -> None:
+    assert _next("continue", over=True, just=True, count=1) == "context_exceeded"
+    assert _next("continue", over=False, just=True, count=1) == "next"
+
+
+def test_at_most_three_compactions_per_turn() -> None:
+    assert _next("continue", over=True, count=2) == "compact_then_next"
+    assert _next("continue", over=True, count=3) == "next"
+    assert _next("finished", over=True, count=3) == "end"
+
+
+def test_an_interrupt_ends_the_turn_without_compacting() -> None:
+    assert _next("interrupted", over=True) == "end"
 
 
 @pytest.mark.parametrize(

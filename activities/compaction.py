@@ -1,0 +1,154 @@
+"""Context compaction and title generation: model calls that shape the chat, not answer it."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+
+import asyncpg
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.heartbeat import heartbeating
+from chatd.context import estimate_tokens
+from chatd.models import ModelConfig
+from chatd.parts import Message, Part, PartDelta, TextPart
+from chatd.providers import make_provider
+from chatd.providers.base import ModelRequest, ProviderError
+from chatd.settings import ProviderSettings
+from chatd.store.chats import ChatStore
+from chatd.store.events import EventLog
+from chatd.store.transcript import TranscriptStore
+from workflows.payloads import CompactInput, CompactResult, TitleInput
+
+__all__ = ["SUMMARY_PREAMBLE", "CompactionActivities"]
+
+SUMMARY_TOOL = "chat_summarized"
+SUMMARY_PREAMBLE = (
+    "[This message summarises the earlier conversation, which was compacted to fit the "
+    "context window. The assistant was actively working when this happened: continue the "
+    "work described below from where it stopped.]"
+)
+SUMMARY_INSTRUCTIONS = """\
+Summarise the conversation so far so that the work can continue seamlessly from this summary
+alone. Include:
+1. What the user asked for, in their own terms, and any constraints or preferences.
+2. Decisions made and why.
+3. Files, identifiers, facts and results in play (exact names, paths, values).
+4. What is done.
+5. What is in progress, and exactly what the assistant was doing at the moment of this summary
+   (the last action, its arguments, and what it was waiting for).
+6. What remains to be done, in order.
+Write it as notes for the assistant itself. Do not answer the user; do not call tools."""
+TITLE_INSTRUCTIONS = (
+    "Write a short title (at most 6 words) for a chat that starts with the message below. "
+    "Answer with the title only, no quotes."
+)
+
+
+class CompactionActivities:
+    """Summarises long chats and names new ones with the chat's model."""
+
+    def __init__(self, pool: asyncpg.Pool, settings: ProviderSettings) -> None:
+        self._chats = ChatStore(pool)
+        self._transcript = TranscriptStore(pool)
+        self._events = EventLog(pool)
+        self._settings = settings
+
+    @activity.defn(name="compact_context")
+    async def compact_context(self, input: CompactInput) -> CompactResult:
+        """Replace the prompt with a user-role summary; older messages become `compressed`."""
+        chat_id = uuid.UUID(input.chat_id)
+        step_key = f"{input.step}:summary:{input.index}"
+        done = await self._transcript.find(chat_id, input.turn_id, step_key)
+        if done is not None:
+            return CompactResult(message_id=done.id, estimated_tokens=_estimate(done.parts))
+        chat = await self._chats.get(chat_id)
+        if chat is None:
+            raise ApplicationError(f"chat {chat_id} not found", non_retryable=True)
+        call_id = f"compaction-{input.turn_id}-{input.index}"
+        await self._events.publish(chat_id, [_summary_part(call_id, "running")])
+        messages = await self._transcript.for_model(chat_id)
+        request = ModelRequest(
+            model=chat.model,
+            system=SUMMARY_INSTRUCTIONS,
+            messages=[*messages, _user(SUMMARY_INSTRUCTIONS)],
+        )
+        summary = await _complete(request, self._settings)
+        saved = await self._transcript.replace_with_summary(
+            chat_id,
+            turn_id=input.turn_id,
+            step_key=step_key,
+            summary=[TextPart(text=f"{SUMMARY_PREAMBLE}\n\n{summary}")],
+            events=[_summary_part(call_id, "completed", len(messages))],
+        )
+        return CompactResult(message_id=saved.id, estimated_tokens=_estimate(saved.parts))
+
+    @activity.defn(name="generate_title")
+    async def generate_title(self, input: TitleInput) -> None:
+        """Name the chat after its first message, unless someone already named it."""
+        chat_id = uuid.UUID(input.chat_id)
+        chat = await self._chats.get(chat_id)
+        messages = await self._transcript.for_model(chat_id)
+        if chat is None or chat.title is not None or not messages:
+            return
+        first = " ".join(p.text for p in messages[0].parts if isinstance(p, TextPart))
+        request = ModelRequest(
+            model=_title_model(chat.model), system=TITLE_INSTRUCTIONS, messages=[_user(first)]
+        )
+        title = _clean_title(await _complete(request, self._settings)) or _clean_title(first)
+        if title:
+            await self._chats.set_generated_title(chat_id, title)
+
+
+async def _complete(request: ModelRequest, settings: ProviderSettings) -> str:
+    """The text of one non-tool model step (raising classified errors as retryable)."""
+    text: list[str] = []
+    try:
+        async with heartbeating():
+            async for event in make_provider(request.model, settings).stream_step(request):
+                if isinstance(event, PartDelta) and event.type == "text" and event.text:
+                    text.append(event.text)
+    except ProviderError as err:
+        raise ApplicationError(
+            err.error.message, type=err.error.kind, non_retryable=not err.error.retryable
+        ) from err
+    return "".join(text).strip()
+
+
+def _user(text: str) -> Message:
+    return Message(role="user", parts=[TextPart(text=text)])
+
+
+def _title_model(model: ModelConfig) -> ModelConfig:
+    return model.model_copy(update={"max_output_tokens": 32, "thinking_budget_tokens": None})
+
+
+def _clean_title(text: str) -> str:
+    words = text.strip().strip("\"'").split()
+    return " ".join(words[:8])[:80]
+
+
+def _estimate(parts: Sequence[Part]) -> int:
+    return estimate_tokens(sum(len(p.text) for p in parts if isinstance(p, TextPart)))
+
+
+def _summary_part(
+    call_id: str, status: str, compacted: int | None = None
+) -> tuple[str, dict[str, object]]:
+    if status == "running":
+        part: dict[str, object] = {
+            "type": "tool_call",
+            "id": call_id,
+            "name": SUMMARY_TOOL,
+            "status": "running",
+        }
+    else:
+        part = {
+            "type": "tool_result",
+            "tool_call_id": call_id,
+            "name": SUMMARY_TOOL,
+            "output": f"summarised {compacted} earlier messages",
+            "status": "completed",
+        }
+    return ("message_part", {"role": "assistant", "part": part})
