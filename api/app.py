@@ -2,23 +2,31 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 
+import asyncpg
 from fastapi import FastAPI
 
-from api.errors import install_error_handlers
+from api.errors import ERROR_RESPONSES, install_error_handlers
 from api.hub import EventHub
+from api.limits import BodySizeLimit
 from api.routes import chats, health, messages, stream, turn_control
 from api.state import GatewayState
 from chatd.settings import TemporalSettings
 from chatd.store.db import connect_pool
+from chatd.store.events import EventLog
 from workers.client import connect_temporal
 
 __all__ = ["GatewayConfig", "create_app"]
 
 API_PREFIX = "/api/v1"
+_PRUNE_EVERY_S = 600
+log = logging.getLogger("chatd.api")
 
 
 @dataclass
@@ -27,6 +35,8 @@ class GatewayConfig:
 
     database_url: str
     temporal: TemporalSettings
+    event_retention: timedelta = timedelta(hours=24)
+    """How long stream events are kept for reconnecting clients."""
 
 
 def create_app(config: GatewayConfig) -> FastAPI:
@@ -41,15 +51,35 @@ def create_app(config: GatewayConfig) -> FastAPI:
         app.state.gateway = GatewayState(
             pool=pool, temporal=client, task_queue=config.temporal.task_queue, hub=hub
         )
+        pruner = asyncio.create_task(_prune_events(EventLog(pool), config.event_retention))
         try:
             yield
         finally:
+            pruner.cancel()
             await hub.stop()
             await pool.close()
 
-    app = FastAPI(title="chatd-temporal", version="0.1.0", lifespan=lifespan)
+    app = FastAPI(
+        title="chatd-temporal",
+        version="0.1.0",
+        description="Durable agent chats: every chat turn is a Temporal workflow.",
+        lifespan=lifespan,
+    )
     install_error_handlers(app)
+    app.add_middleware(BodySizeLimit)
     app.include_router(health.router)
     for module in (chats, messages, stream, turn_control):
-        app.include_router(module.router, prefix=API_PREFIX)
+        app.include_router(module.router, prefix=API_PREFIX, responses=ERROR_RESPONSES)
     return app
+
+
+async def _prune_events(events: EventLog, retention: timedelta) -> None:
+    """Forget old stream events now and then (a cursor before them then gets 410)."""
+    while True:
+        try:
+            pruned = await events.prune(retention)
+            if pruned:
+                log.info("pruned %d stream events older than %s", pruned, retention)
+        except (OSError, asyncpg.PostgresError) as err:
+            log.warning("pruning stream events failed: %s", err)
+        await asyncio.sleep(_PRUNE_EVERY_S)

@@ -9,12 +9,43 @@ import asyncpg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from temporalio.service import RPCError
 
-__all__ = ["ApiError", "install_error_handlers"]
+__all__ = ["ERROR_RESPONSES", "ApiError", "ErrorBody", "install_error_handlers"]
 
 log = logging.getLogger("chatd.api")
+
+
+class ErrorDetail(BaseModel):
+    """What went wrong."""
+
+    code: str
+    """A stable snake_case code, e.g. `chat_not_found`, `chat_busy`, `invalid_request`."""
+    message: str
+    detail: dict[str, Any] = Field(default_factory=dict)
+
+
+class ErrorBody(BaseModel):
+    """Every error response."""
+
+    error: ErrorDetail
+
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorBody, "description": description}
+    for status, description in {
+        400: "Malformed or invalid input",
+        401: "Missing or invalid API key",
+        404: "Unknown, or not yours",
+        409: "Wrong state (the current status is in `detail`)",
+        410: "Stream cursor expired",
+        413: "Request body too large",
+        503: "Temporal or Postgres unreachable, or no worker took the message",
+    }.items()
+}
+"""Documented on every API route so the OpenAPI document says what errors look like."""
 
 
 class ApiError(Exception):

@@ -22,6 +22,7 @@ __all__ = [
     "ToolCallPart",
     "ToolResultPart",
     "Usage",
+    "without_provider_metadata",
 ]
 
 Role = Literal["system", "user", "assistant", "tool"]
@@ -133,6 +134,15 @@ class Usage(BaseModel):
             cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
             reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
         )
+
+
+_INTERNAL_FIELDS = ("signature", "provider_data")
+
+
+def without_provider_metadata(part: Part) -> Part:
+    """The part as clients see it: no signatures or opaque provider payloads."""
+    internal = {f: None for f in _INTERNAL_FIELDS if getattr(part, f, None) is not None}
+    return part.model_copy(update=internal) if internal else part
 
 
 class Message(BaseModel):

@@ -64,7 +64,7 @@ async def list_messages(
     await load_chat(request, chat_id, owner)
     messages = await state_of(request).transcript.page(chat_id, after_id=after_id, limit=limit)
     next_after = messages[-1].id if len(messages) == limit else None
-    return MessageList(messages=messages, next_after_id=next_after)
+    return MessageList(messages=[m.for_client() for m in messages], next_after_id=next_after)
 
 
 @router.patch(

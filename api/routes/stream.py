@@ -63,13 +63,12 @@ async def stream(
     cursor = _cursor(last_event_id, after)
     if cursor is None:
         cursor = await state.events.last_seq(chat_id)
-    oldest = await state.events.oldest_kept(chat_id)
-    if oldest is not None and cursor < oldest - 1:
+    if await state.events.cursor_expired(chat_id, cursor):
         raise ApiError(
             410,
             "cursor_expired",
-            "events before this cursor are no longer kept",
-            {"oldest_event_id": oldest},
+            "events after this cursor are no longer kept: reload the transcript, then stream",
+            {"last_event_id": await state.events.last_seq(chat_id)},
         )
     return StreamingResponse(
         _events(state, chat_id, cursor),

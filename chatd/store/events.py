@@ -7,7 +7,7 @@ that inserts it, and a `pg_notify` wakes the gateways' listeners when it commits
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, TypeAlias
 
 import asyncpg
@@ -81,14 +81,26 @@ class EventLog:
         )
         return [ChatEvent.model_validate(dict(r)) for r in rows]
 
+    async def prune(self, older_than: timedelta) -> int:
+        """Forget events older than `older_than`; a cursor before them gets 410 afterwards."""
+        result = await self._pool.execute(
+            "DELETE FROM chat_events WHERE created_at < now() - $1::interval", older_than
+        )
+        return int(result.split()[-1])
+
+    async def cursor_expired(self, chat_id: uuid.UUID, cursor: int) -> bool:
+        """Whether events after `cursor` were pruned (so resuming from it would skip some)."""
+        row = await self._pool.fetchrow(
+            """SELECT c.last_event_seq AS last, min(e.seq) AS oldest
+               FROM chats c LEFT JOIN chat_events e ON e.chat_id = c.id
+               WHERE c.id = $1 GROUP BY c.last_event_seq""",
+            chat_id,
+        )
+        if row is None or cursor >= row["last"]:
+            return False
+        return row["oldest"] is None or row["oldest"] > cursor + 1
+
     async def last_seq(self, chat_id: uuid.UUID) -> int:
         """The id of the chat's newest event (0 if none)."""
         value = await self._pool.fetchval("SELECT last_event_seq FROM chats WHERE id = $1", chat_id)
         return int(value or 0)
-
-    async def oldest_kept(self, chat_id: uuid.UUID) -> int | None:
-        """The lowest sequence number still stored, or None if none are."""
-        value = await self._pool.fetchval(
-            "SELECT min(seq) FROM chat_events WHERE chat_id = $1", chat_id
-        )
-        return int(value) if value is not None else None

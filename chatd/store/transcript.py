@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 import asyncpg
 from pydantic import BaseModel, TypeAdapter
 
-from chatd.parts import Message, Part, Role, ToolResultPart, Usage
+from chatd.parts import Message, Part, Role, ToolResultPart, Usage, without_provider_metadata
 from chatd.store.events import Conn, append_events
 
 __all__ = ["NewMessage", "QueuedMessage", "StoredMessage", "TranscriptStore"]
@@ -22,7 +22,7 @@ _parts_adapter: TypeAdapter[list[Part]] = TypeAdapter(list[Part])
 
 
 class StoredMessage(BaseModel):
-    """A message row as clients see it."""
+    """A persisted transcript message."""
 
     id: int
     turn_id: str
@@ -31,6 +31,10 @@ class StoredMessage(BaseModel):
     compressed: bool
     usage: Usage | None
     created_at: datetime
+
+    def for_client(self) -> StoredMessage:
+        """This message without internal provider metadata (signatures, encrypted items)."""
+        return self.model_copy(update={"parts": [without_provider_metadata(p) for p in self.parts]})
 
 
 class QueuedMessage(BaseModel):
@@ -48,7 +52,7 @@ def _stored(row: asyncpg.Record) -> StoredMessage:
 
 def message_event(message: StoredMessage) -> tuple[str, dict[str, Any]]:
     """The `message` stream event for a persisted message."""
-    return ("message", message.model_dump(mode="json"))
+    return ("message", message.for_client().model_dump(mode="json", exclude_none=True))
 
 
 class TranscriptStore:

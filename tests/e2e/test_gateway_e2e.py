@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import uuid
+from datetime import timedelta
 
 import httpx
 from harness import Stack
 
-from chatd.fake_provider.script import FakeResponse, FakeText
+from chatd.fake_provider.script import FakeReasoning, FakeResponse, FakeText, FakeToolCall
+from chatd.store.events import EventLog
 
 
 def _assert_error(response: httpx.Response, status: int, code: str) -> None:
@@ -106,3 +109,75 @@ async def test_health_and_readiness(stack: Stack) -> None:
         ready = await anonymous.get("/readyz")
         assert ready.status_code == 200
         assert ready.json()["checks"] == {"postgres": "ok", "temporal": "ok"}
+
+
+async def test_an_oversized_body_is_a_413_with_the_error_shape(stack: Stack) -> None:
+    chat = await stack.create_chat()
+    big = {"content": "x" * (1024 * 1024 + 10)}
+    _assert_error(
+        await stack.http.post(f"/chats/{chat['id']}/messages", json=big), 413, "request_too_large"
+    )
+
+
+async def test_a_cursor_older_than_the_kept_events_is_a_410(stack: Stack) -> None:
+    name = f"m-{uuid.uuid4().hex[:8]}"
+    stack.fake.script(name, [FakeResponse(parts=[FakeText(text="hello")])])
+    chat = await stack.create_chat(model={"provider": "anthropic", "name": name})
+    await stack.send(chat["id"], "hi")
+    await stack.wait_status(chat["id"], "waiting")
+    await stack.pool.execute(
+        "UPDATE chat_events SET created_at = now() - interval '2 days' WHERE chat_id = $1",
+        uuid.UUID(chat["id"]),
+    )
+    assert await EventLog(stack.pool).prune(timedelta(hours=24)) > 0
+    path = f"/chats/{chat['id']}/stream"
+    _assert_error(await stack.http.get(path, headers={"Last-Event-ID": "1"}), 410, "cursor_expired")
+    last = await stack.pool.fetchval(
+        "SELECT last_event_seq FROM chats WHERE id = $1", uuid.UUID(chat["id"])
+    )
+    async with stack.http.stream("GET", path, headers={"Last-Event-ID": str(last)}) as live:
+        assert live.status_code == 200, "a cursor at the newest event is still good"
+
+
+async def test_clients_never_see_provider_signatures(stack: Stack) -> None:
+    name = f"m-{uuid.uuid4().hex[:8]}"
+    stack.fake.script(
+        name,
+        [
+            FakeResponse(
+                parts=[
+                    FakeReasoning(text="hmm", signature="SECRET-SIGNATURE"),
+                    FakeText(text="answer"),
+                ]
+            )
+        ],
+    )
+    chat = await stack.create_chat(model={"provider": "anthropic", "name": name})
+    await stack.send(chat["id"], "hi")
+    events = await stack.wait_status(chat["id"], "waiting")
+    assert "SECRET-SIGNATURE" not in json.dumps([e.data for e in events])
+    assert "SECRET-SIGNATURE" not in json.dumps(await stack.messages(chat["id"]))
+    stored = await stack.pool.fetchval(
+        "SELECT parts::text FROM messages WHERE chat_id = $1 AND role = 'assistant'",
+        uuid.UUID(chat["id"]),
+    )
+    assert "SECRET-SIGNATURE" in stored, "kept for the provider, which needs it back"
+
+
+async def test_secrets_never_enter_temporal_history(stack: Stack) -> None:
+    name = f"m-{uuid.uuid4().hex[:8]}"
+    stack.fake.script(
+        name,
+        [
+            FakeResponse(parts=[FakeToolCall(name="current_time")]),
+            FakeResponse(parts=[FakeText(text="done")]),
+        ],
+    )
+    chat = await stack.create_chat(model={"provider": "anthropic", "name": name})
+    await stack.send(chat["id"], "hi")
+    await stack.wait_status(chat["id"], "waiting")
+    history = await stack.temporal.get_workflow_handle(f"chat-{chat['id']}").fetch_history()
+    dumped = history.to_json()
+    assert "stream_model_step" in dumped and "execute_tool_call" in dumped
+    for secret in (stack.key, "test-anthropic-key", "test-openai-key"):
+        assert secret not in dumped
