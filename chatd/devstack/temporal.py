@@ -50,6 +50,11 @@ DEFAULT_DYNAMIC_CONFIG: dict[str, object] = {
     "system.enableEagerWorkflowStart": True,
     "frontend.enableUpdateWorkflowExecution": True,
     "frontend.enableUpdateWorkflowExecutionAsyncAccepted": True,
+    # The dev server has one history shard, and its transfer queue reader is rate limited
+    # to 20 reads/s by default: once the burst is spent, every workflow/activity task waits
+    # ~40 ms in history before it reaches matching (see PERFORMANCE.md). Reads happen on
+    # new-task notifications only, so a higher limit costs nothing when idle.
+    "history.transferProcessorMaxPollRPS": 1000,
 }
 """Dynamic config passed to the dev server (explicit even where it is the default)."""
 

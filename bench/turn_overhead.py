@@ -1,0 +1,358 @@
+"""How much does a chat turn cost on top of Temporal and the model? Run from the repo root:
+
+    python bench/turn_overhead.py [--turns 50] [--warmup 5]
+        [--dynamic-config KEY=JSON ...] [--worker-option KEY=JSON ...] [--gc-freeze]
+
+N sequential one-step turns go through the gateway (POST /chats/{id}/messages) while an SSE
+client, connected beforehand, timestamps what arrives; the fake provider answers a short text
+at once. Interleaved with the turns, in the same run and on the same servers, two floors:
+(a) the same provider adapter streaming directly from the fake server, in-process;
+(b) a workflow with one no-op activity (start -> result) on a worker with the turn worker's
+settings. Then Temporal history bytes per model step, for chats of 10 and 200 messages.
+
+`--dynamic-config` is merged over chatd's dev-server defaults (e.g.
+`history.transferProcessorMaxPollRPS=20` restores the server default), `--worker-option`
+overrides a Worker constructor option (e.g. `max_concurrent_workflow_task_polls=10`),
+`--gc-freeze` calls `gc.freeze()` after the warm-up (the p99 is otherwise a gen-2 GC pause).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import statistics
+import sys
+import time
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import _stack
+from _stack import BenchStack, SseEvent, say, summary
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import History, HistoryEvent
+from temporalio.client import WorkflowHistory
+
+from chatd.fake_provider.script import FakeResponse
+from chatd.models import ModelConfig
+from chatd.parts import Message, PartDelta, Role, TextPart
+from chatd.providers import make_provider
+from chatd.providers.base import ModelRequest
+from chatd.store.transcript import TranscriptStore
+from workflows.constants import workflow_id
+
+REPLY = "Sure. Durable turns are cheap."
+"""The fake model's answer: a few short deltas."""
+FILLER = "Seeded transcript text, long enough to notice if it ever lands in history. " * 6
+TARGET_RATIO = 1.5
+HISTORY_SIZES = (10, 200)
+
+
+@dataclass
+class Samples:
+    """Milliseconds per measurement, and a per-event timeline of the turns."""
+
+    values: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    timeline: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    slowest: tuple[float, list[tuple[str, float]]] = (0.0, [])
+
+    def add(self, name: str, ms: float) -> None:
+        self.values[name].append(ms)
+
+    def p50(self, name: str) -> float:
+        return statistics.median(self.values[name])
+
+
+def _ms(start: float, end: float) -> float:
+    return (end - start) * 1000
+
+
+def _is_waiting(event: SseEvent) -> bool:
+    return event.event == "status" and event.data.get("status") == "waiting"
+
+
+# --- one measurement of each kind ------------------------------------------------------------
+
+
+async def one_turn(
+    stack: BenchStack, sse: _stack.SseListener, chat_id: str, model: str
+) -> dict[str, Any]:
+    """POST a message; time the first delta and `waiting` at the client; let the run close."""
+    fake = stack.services.fake
+    deltas_before = len(fake.deltas(model))
+    sse.drain()
+    t0_ns = time.time_ns()
+    t0 = time.perf_counter()
+    await stack.send(chat_id, "How cheap is a turn?")
+    acked = time.perf_counter()
+    first = await sse.until(lambda e: e.event == "message_part")
+    waiting = await sse.until(_is_waiting)
+    handle = stack.temporal.get_workflow_handle(workflow_id(chat_id))
+    await handle.result()  # the run is closed before the next POST (not timed)
+    emitted = fake.deltas(model)[deltas_before:]
+    requested = fake.requests(model)[-1]
+    return {
+        "t0_ns": t0_ns,
+        "handle": handle,
+        "run_id": (await handle.describe()).run_id,
+        "ack": _ms(t0, acked),
+        "first": _ms(t0, first.at),
+        "waiting": _ms(t0, waiting.at),
+        "provider_request": (requested.received_ns - t0_ns) / 1e6,
+        "first_emitted": (emitted[0].emitted_ns - t0_ns) / 1e6 if emitted else float("nan"),
+        "first_at_client_ns": first.at_ns,
+        "waiting_at_client_ns": waiting.at_ns,
+    }
+
+
+async def direct_provider(settings: Any, model: str) -> tuple[float, float]:
+    """Floor (a): the provider adapter streaming from the fake server; (first delta, finish) ms."""
+    config = ModelConfig(provider="anthropic", name=model)
+    request = ModelRequest(
+        model=config, messages=[Message(role="user", parts=[TextPart(text="How cheap?")])]
+    )
+    provider = make_provider(config, settings)
+    t0 = time.perf_counter()
+    first: float | None = None
+    async for event in provider.stream_step(request):
+        if first is None and isinstance(event, PartDelta):
+            first = time.perf_counter()
+    end = time.perf_counter()
+    return _ms(t0, first or end), _ms(t0, end)
+
+
+async def temporal_floor(stack: BenchStack, task_queue: str) -> float:
+    """Floor (b): start a one-no-op-activity workflow and wait for its result; ms."""
+    t0 = time.perf_counter()
+    await stack.temporal.execute_workflow(
+        _stack.NoopFloor.run, id=f"floor-{uuid.uuid4().hex}", task_queue=task_queue
+    )
+    return _ms(t0, time.perf_counter())
+
+
+# --- the turn timeline from history ----------------------------------------------------------
+
+
+def _event_ns(event: HistoryEvent) -> int:
+    return int(event.event_time.ToNanoseconds())
+
+
+def timeline(history: WorkflowHistory, turn: dict[str, Any]) -> list[tuple[str, float]]:
+    """Key points of a turn in ms after the POST: history events, then the SSE client's."""
+    t0_ns = turn["t0_ns"]
+    seen: dict[str, int] = defaultdict(int)
+    points: list[tuple[str, float]] = [
+        ("POST answered (202)", turn["ack"]),
+        ("provider got the request", turn["provider_request"]),
+        ("provider emitted 1st delta", turn["first_emitted"]),
+    ]
+    for event in history.events:
+        name = EventType.Name(event.event_type).removeprefix("EVENT_TYPE_").lower()
+        if "marker" in name or "upsert" in name or "update" in name:
+            continue
+        seen[name] += 1
+        points.append((f"{name} #{seen[name]}", (_event_ns(event) - t0_ns) / 1e6))
+    points.append(("SSE client got 1st message_part", turn["first"]))
+    points.append(("SSE client got status waiting", turn["waiting"]))
+    return sorted(points, key=lambda p: p[1])
+
+
+def wft_waits(history: WorkflowHistory) -> list[float]:
+    """Workflow task scheduled -> started, ms, for each workflow task of a run."""
+    waits: list[float] = []
+    scheduled: int | None = None
+    for event in history.events:
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED:
+            scheduled = _event_ns(event)
+        elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED and scheduled:
+            waits.append((_event_ns(event) - scheduled) / 1e6)
+    return waits
+
+
+# --- history size per step -------------------------------------------------------------------
+
+
+async def seed_transcript(stack: BenchStack, chat_id: str, messages: int) -> None:
+    """Write `messages` alternating user/assistant rows straight into Postgres."""
+    transcript = TranscriptStore(stack.pool)
+    for i in range(messages):
+        role: Role = "user" if i % 2 == 0 else "assistant"
+        await transcript.save(
+            uuid.UUID(chat_id),
+            turn_id=f"seed-{i // 2}",
+            step_key=role,
+            role=role,
+            parts=[TextPart(text=f"{i}: {FILLER}")],
+        )
+
+
+def model_steps(history: WorkflowHistory) -> int:
+    """How many model-step activities the run scheduled."""
+    return sum(
+        1
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        and e.activity_task_scheduled_event_attributes.activity_type.name == "stream_model_step"
+    )
+
+
+async def history_per_step(stack: BenchStack, model: str, messages: int) -> dict[str, float]:
+    """Seed a chat with `messages` messages, run one more turn, size that run's history."""
+    chat_id = await stack.create_chat(model={"provider": "anthropic", "name": model})
+    await seed_transcript(stack, chat_id, messages)
+    async with stack.listen(chat_id) as sse:
+        await stack.send(chat_id, "And one more question.")
+        await sse.until(_is_waiting)
+    handle = stack.temporal.get_workflow_handle(workflow_id(chat_id))
+    await handle.result()
+    history = await handle.fetch_history()
+    steps = max(1, model_steps(history))
+    proto = History(events=history.events).ByteSize()
+    return {
+        "events": len(history.events),
+        "steps": steps,
+        "proto_per_step": proto / steps,
+        "json_per_step": len(history.to_json()) / steps,
+    }
+
+
+# --- the run ---------------------------------------------------------------------------------
+
+
+def _kv(items: list[str]) -> dict[str, Any]:
+    parsed: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"expected KEY=JSON, got {item!r}")
+        parsed[key] = json.loads(value)
+    return parsed
+
+
+async def measure(stack: BenchStack, args: argparse.Namespace, samples: Samples) -> None:
+    """Warm-up, then N rounds of (turn, direct provider, Temporal floor)."""
+    fake = stack.services.fake
+    turn_model, direct_model = (
+        f"bench-turn-{uuid.uuid4().hex[:6]}",
+        f"bench-direct-{uuid.uuid4().hex[:6]}",
+    )
+    for model in (turn_model, direct_model):
+        fake.script(model, lambda _req: FakeResponse.of_text(REPLY))
+    settings = _stack.fake_provider_settings(fake)
+    chat_id = await stack.create_chat(model={"provider": "anthropic", "name": turn_model})
+    floor = _stack.floor_worker(stack.worker)
+    async with floor, stack.listen(chat_id) as sse:
+        total = args.warmup + args.turns
+        for i in range(total):
+            turn = await one_turn(stack, sse, chat_id, turn_model)
+            first, finish = await direct_provider(settings, direct_model)
+            floor_ms = await temporal_floor(stack, floor.task_queue)
+            warm = i < args.warmup
+            if args.gc_freeze and i == args.warmup - 1:
+                gc.collect()
+                gc.freeze()  # what's alive after warm-up is never scanned again
+            tag = "warm-up" if warm else f"turn {i - args.warmup + 1:3d}/{args.turns}"
+            say(
+                f"{tag}: first delta {turn['first']:6.1f} ms, waiting {turn['waiting']:6.1f} ms | "
+                f"provider direct {first:5.1f}/{finish:5.1f} ms | Temporal floor {floor_ms:5.1f} ms"
+            )
+            if warm:
+                continue
+            samples.add("turn_first", turn["first"])
+            samples.add("turn_waiting", turn["waiting"])
+            samples.add("provider_first", first)
+            samples.add("provider_finish", finish)
+            samples.add("floor", floor_ms)
+            history = await turn["handle"].fetch_history()
+            points = timeline(history, turn)
+            for label, ms in points:
+                samples.timeline[label].append(ms)
+            if turn["waiting"] > samples.slowest[0]:
+                samples.slowest = (turn["waiting"], points)
+            waits = wft_waits(history)
+            samples.add("wft_count", len(waits))
+            samples.values["wft_wait"].extend(waits)
+
+
+def report(samples: Samples, sizes: dict[int, dict[str, float]]) -> bool:
+    """Print the figures; return whether both targets are met."""
+    v = samples.values
+    print("\n=== turn overhead: one-step turns through the gateway vs. floors (same run) ===")
+    print(f"turn  POST -> first message_part at SSE client : {summary(v['turn_first'])}")
+    print(f"turn  POST -> status waiting at SSE client     : {summary(v['turn_waiting'])}")
+    print(f"floor (a) provider direct, first delta        : {summary(v['provider_first'])}")
+    print(f"floor (a) provider direct, finish             : {summary(v['provider_finish'])}")
+    print(f"floor (b) Temporal: 1 no-op activity wf       : {summary(v['floor'])}")
+    floor = samples.p50("floor")
+    ratio = samples.p50("turn_waiting") / floor
+    print(
+        f"ratio turn waiting p50 / Temporal floor p50   : {ratio:.2f}  (target <= {TARGET_RATIO})"
+    )
+    print(
+        f"ratio turn first delta p50 / Temporal floor p50: {samples.p50('turn_first') / floor:.2f}"
+    )
+    print(
+        f"workflow tasks per turn: {statistics.median(v['wft_count']):.0f}; "
+        f"workflow task schedule->start wait: {summary(v['wft_wait'])}"
+    )
+    print("\nturn timeline, ms after the POST: median of all turns | the slowest turn")
+    points = sorted(samples.timeline.items(), key=lambda kv: statistics.median(kv[1]))
+    slowest = dict(samples.slowest[1])
+    for label, values in points:
+        print(
+            f"  {statistics.median(values):7.1f} | {slowest.get(label, float('nan')):7.1f}  {label}"
+        )
+    print("\nTemporal history of one more one-step turn, by transcript length:")
+    for messages, size in sizes.items():
+        print(
+            f"  {messages:4d} messages: {size['proto_per_step']:7.0f} B/step protobuf, "
+            f"{size['json_per_step']:7.0f} B/step JSON ({size['events']:.0f} events, "
+            f"{size['steps']:.0f} step)"
+        )
+    small, large = (sizes[n]["proto_per_step"] for n in HISTORY_SIZES)
+    growth = (large - small) / small
+    print(
+        f"  growth {HISTORY_SIZES[0]} -> {HISTORY_SIZES[1]} messages: {growth:+.1%}"
+        " (target within 10%)"
+    )
+    ok = ratio <= TARGET_RATIO and abs(growth) <= 0.10
+    print(f"\ntargets: ratio {'MET' if ratio <= TARGET_RATIO else 'MISSED'}, "
+          f"history {'FLAT' if abs(growth) <= 0.10 else 'GROWS'}")  # fmt: skip
+    return ok
+
+
+async def run(args: argparse.Namespace) -> bool:
+    """Bring the stack up, measure, report, tear down."""
+    samples = Samples()
+    async with _stack.services(dynamic_config=_kv(args.dynamic_config)) as svc:
+        async with _stack.running_stack(svc, worker_overrides=_kv(args.worker_option)) as stack:
+            say(f"stack up; {args.warmup} warm-up rounds, then {args.turns} measured rounds")
+            await measure(stack, args, samples)
+            sizes: dict[int, dict[str, float]] = {}
+            for messages in HISTORY_SIZES:
+                say(f"history size: chat seeded with {messages} messages, one more turn")
+                model = f"bench-hist-{messages}"
+                svc.fake.script(model, lambda _req: FakeResponse.of_text(REPLY))
+                sizes[messages] = await history_per_step(stack, model, messages)
+    return report(samples, sizes)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--turns", type=int, default=50, help="measured rounds (default 50)")
+    parser.add_argument("--warmup", type=int, default=5, help="unmeasured rounds first")
+    parser.add_argument("--dynamic-config", action="append", default=[], metavar="KEY=JSON")
+    parser.add_argument(
+        "--gc-freeze", action="store_true", help="gc.freeze() after warm-up (an experiment)"
+    )
+    parser.add_argument("--worker-option", action="append", default=[], metavar="KEY=JSON")
+    args = parser.parse_args()
+    ok = asyncio.run(run(args))
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
