@@ -19,6 +19,7 @@ from chatd.settings import ProviderSettings
 from chatd.store.chats import ChatStore
 from chatd.store.events import EventLog
 from chatd.store.transcript import TranscriptStore
+from chatd.telemetry import METRICS
 from workflows.payloads import CompactInput, CompactResult, TitleInput
 
 __all__ = ["SUMMARY_PREAMBLE", "CompactionActivities"]
@@ -82,6 +83,7 @@ class CompactionActivities:
             summary=[TextPart(text=f"{SUMMARY_PREAMBLE}\n\n{summary}")],
             events=[_summary_part(call_id, "completed", len(messages))],
         )
+        METRICS.compactions.add(1)
         return CompactResult(message_id=saved.id, estimated_tokens=_estimate(saved.parts))
 
     @activity.defn(name="generate_title")

@@ -7,6 +7,8 @@ returns it; a worker shutdown abandons the attempt so another worker retries it.
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -34,6 +36,7 @@ from chatd.settings import ProviderSettings
 from chatd.store.chats import ChatRecord, ChatStore
 from chatd.store.events import EventLog
 from chatd.store.transcript import NewMessage, StoredMessage, TranscriptStore
+from chatd.telemetry import METRICS, TRACER
 from chatd.tools.base import ToolRegistry
 from workflows.constants import MODEL_ERROR_TYPE
 from workflows.decide import INTERRUPTED_RESULT
@@ -42,6 +45,7 @@ from workflows.payloads import StreamStepInput, StreamStepResult, ToolCallRef
 __all__ = ["ModelStepActivities", "StreamTimeouts"]
 
 T = TypeVar("T")
+log = logging.getLogger("chatd.model_step")
 _CLIENT_HIDDEN_FIELDS = {"signature"}
 """Provider metadata clients don't need while streaming (it stays in the persisted step)."""
 
@@ -87,6 +91,15 @@ class ModelStepActivities:
         if input.attempt > 1 or activity.info().attempt > 1:
             publisher.add("reset", {"turn_id": input.turn_id, "step": input.step})
         accumulator = StepAccumulator()
+        log.info(
+            "streaming step",
+            extra={
+                "chat_id": input.chat_id,
+                "turn_id": input.turn_id,
+                "step": input.step,
+                "attempt": input.attempt,
+            },
+        )
         try:
             async with heartbeating():
                 request = await self._request(chat)
@@ -125,19 +138,31 @@ class ModelStepActivities:
     async def _stream(
         self, request: ModelRequest, accumulator: StepAccumulator, publisher: DeltaPublisher
     ) -> StepFinish:
-        events = make_provider(request.model, self._settings).stream_step(request)
-        finish: StepFinish | None = None
-        async for event in _with_silence_limits(events, self._timeouts):
-            if isinstance(event, PartDelta):
-                accumulator.apply(event)
-                publisher.add("message_part", {"role": "assistant", "part": _client_part(event)})
-            else:
-                finish = event
-        if finish is None:
-            raise ProviderError(
-                ModelError(message="stream ended without a finish event", retryable=True)
-            )
-        return finish
+        model = request.model.label
+        with TRACER.start_as_current_span(
+            "provider.stream_step", attributes={"chatd.model": model}
+        ) as span:
+            events = make_provider(request.model, self._settings).stream_step(request)
+            started, finish, first = time.monotonic(), None, True
+            async for event in _with_silence_limits(events, self._timeouts):
+                if first:
+                    elapsed_ms = (time.monotonic() - started) * 1000
+                    METRICS.time_to_first_token.record(elapsed_ms, {"model": model})
+                    first = False
+                if isinstance(event, PartDelta):
+                    accumulator.apply(event)
+                    publisher.add(
+                        "message_part", {"role": "assistant", "part": _client_part(event)}
+                    )
+                else:
+                    finish = event
+            if finish is None:
+                raise ProviderError(
+                    ModelError(message="stream ended without a finish event", retryable=True)
+                )
+            span.set_attribute("chatd.stop_reason", finish.stop_reason)
+            _record_usage(model, finish)
+            return finish
 
     async def _persist_interrupted(
         self,
@@ -234,6 +259,13 @@ async def _unless_shutdown(work: Any) -> StepFinish:
             type="WorkerShutdown",
         )
     return task.result()
+
+
+def _record_usage(model: str, finish: StepFinish) -> None:
+    METRICS.steps.add(1, {"model": model})
+    for kind, count in finish.usage.model_dump().items():
+        if count:
+            METRICS.tokens.add(count, {"model": model, "kind": kind.removesuffix("_tokens")})
 
 
 def _model_error(error: ModelError) -> ApplicationError:

@@ -15,6 +15,7 @@ from activities.heartbeat import heartbeating
 from chatd.parts import ToolCallPart, ToolResultPart
 from chatd.store.chats import ChatRecord, ChatStore
 from chatd.store.transcript import TranscriptStore
+from chatd.telemetry import METRICS
 from chatd.tools.base import MediaOutput, ToolContext, ToolOutput, ToolRegistry
 from workflows.payloads import (
     ExecuteToolInput,
@@ -68,6 +69,9 @@ class ToolActivities:
             raise RuntimeError(f"tool call {input.call.id} is not in the transcript")
         result = await self._run(chat, call)
         stored = await self._transcript.stage_tool_result(chat_id, result)
+        METRICS.tool_calls.add(1, {"tool": call.name})
+        if stored.is_error:
+            METRICS.tool_errors.add(1, {"tool": call.name})
         return ExecuteToolResult(is_error=stored.is_error)
 
     @activity.defn(name="stage_tool_results")

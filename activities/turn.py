@@ -16,6 +16,7 @@ from chatd.store.chats import ChatStore
 from chatd.store.events import EventLog
 from chatd.store.transcript import TranscriptStore
 from chatd.store.turns import TurnStore
+from chatd.telemetry import METRICS
 from workflows.payloads import (
     BeginTurnInput,
     BeginTurnResult,
@@ -49,6 +50,7 @@ class TurnActivities:
         if message is None:
             return BeginTurnResult(started=False)
         await self._turns.set_status(chat_id, input.turn_id, "running", clear_error=True)
+        METRICS.active_turns.add(1)
         limit = context_limit(chat.model)
         plan = TurnPlan(
             turn_id=input.turn_id,
@@ -64,6 +66,7 @@ class TurnActivities:
     @activity.defn(name="finish_turn")
     async def finish_turn(self, input: FinishTurnInput) -> None:
         """Record the turn's final status, usage and error."""
+        METRICS.active_turns.add(-1)
         await self._turns.set_status(
             uuid.UUID(input.chat_id),
             input.turn_id,
@@ -97,6 +100,7 @@ class TurnActivities:
     @activity.defn(name="publish_retry")
     async def publish_retry(self, input: PublishRetryInput) -> None:
         """Publish the `retry` event before a backoff wait."""
+        METRICS.retries.add(1, {"kind": input.error.kind})
         await self._events.publish(
             uuid.UUID(input.chat_id),
             [

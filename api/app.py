@@ -11,6 +11,7 @@ from datetime import timedelta
 
 import asyncpg
 from fastapi import FastAPI
+from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 
 from api.errors import ERROR_RESPONSES, install_error_handlers
 from api.hub import EventHub
@@ -66,6 +67,7 @@ def create_app(config: GatewayConfig) -> FastAPI:
         lifespan=lifespan,
     )
     install_error_handlers(app)
+    FastAPIInstrumentor.instrument_app(app, excluded_urls="healthz,readyz")
     app.add_middleware(BodySizeLimit)
     app.include_router(health.router)
     for module in (chats, messages, stream, turn_control):

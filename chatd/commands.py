@@ -12,6 +12,7 @@ import uvicorn
 from chatd.settings import ProviderSettings, TemporalSettings
 from chatd.store.db import connect_pool, migrate
 from chatd.store.keys import KeyStore
+from chatd.telemetry import setup_telemetry
 from chatd.tools.defaults import default_registry
 from chatd.tools.loading import with_extra_tools
 
@@ -30,6 +31,7 @@ async def run_worker(database_url: str, providers: ProviderSettings | None = Non
     from workers.client import connect_temporal
     from workers.worker import WorkerConfig, build_worker, run_until_signalled
 
+    setup_telemetry("chatd-worker")
     temporal = TemporalSettings.from_env()
     pool = await connect_pool(database_url)
     try:
@@ -49,6 +51,7 @@ async def run_api(database_url: str, host: str, port: int) -> None:
     """Serve the gateway until SIGINT/SIGTERM."""
     from api.app import GatewayConfig, create_app
 
+    setup_telemetry("chatd-api")
     app = create_app(GatewayConfig(database_url=database_url, temporal=TemporalSettings.from_env()))
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
     log.info("gateway listening on http://%s:%d", host, port)

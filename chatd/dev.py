@@ -24,6 +24,7 @@ from chatd.serving import EmbeddedServer
 from chatd.settings import DEFAULT_TASK_QUEUE, ProviderSettings, TemporalSettings
 from chatd.store.db import connect_pool, migrate
 from chatd.store.keys import KeyStore
+from chatd.telemetry import setup_telemetry
 from chatd.tools.defaults import default_registry
 
 __all__ = ["DevOptions", "run_dev"]
@@ -87,6 +88,7 @@ async def _api_key(database_url: str, options: DevOptions) -> str:
 async def run_dev(options: DevOptions) -> None:
     """Start everything, print where it is, run until Ctrl-C, then stop every child."""
     options.data_dir.mkdir(parents=True, exist_ok=True)
+    setup_telemetry("chatd-dev")
     postgres = PostgresProcess(options.data_dir / "postgres", port=options.postgres_port)
     temporal = TemporalDevServer(
         options.data_dir / "temporal", port=options.temporal_port, ui_port=options.temporal_ui_port

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from temporalio.client import Client
+from temporalio.contrib.opentelemetry import TracingInterceptor
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import TLSConfig
 
@@ -35,4 +36,7 @@ async def connect_temporal(settings: TemporalSettings) -> Client:
         tls=_tls(settings),
         api_key=settings.api_key,
         data_converter=pydantic_data_converter,
+        # Also applies to workers built on this client: spans flow gateway -> workflow ->
+        # activity, and are no-ops unless a tracer provider is configured.
+        interceptors=[TracingInterceptor()],
     )

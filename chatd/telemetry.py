@@ -1,0 +1,79 @@
+"""OpenTelemetry: traces and metrics, exported with OTLP when configured, else nowhere.
+
+Traces run from the HTTP request (FastAPI instrumentation) through the Temporal client,
+workflow and activities (the SDK's TracingInterceptor) to the provider call (a span of
+ours: the SDKs' HTTP client is not instrumented).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+
+from opentelemetry import metrics, trace
+from opentelemetry.metrics import Counter, Histogram, UpDownCounter
+
+__all__ = ["METRICS", "TRACER", "Metrics", "setup_telemetry"]
+
+log = logging.getLogger("chatd.telemetry")
+TRACER = trace.get_tracer("chatd")
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """The instruments chatd records."""
+
+    steps: Counter
+    time_to_first_token: Histogram
+    tokens: Counter
+    tool_calls: Counter
+    tool_errors: Counter
+    retries: Counter
+    compactions: Counter
+    active_turns: UpDownCounter
+
+    @classmethod
+    def create(cls) -> Metrics:
+        """Instruments on the global meter provider (no-op until one is configured)."""
+        meter = metrics.get_meter("chatd")
+        return cls(
+            steps=meter.create_counter("chatd.steps", description="model steps streamed"),
+            time_to_first_token=meter.create_histogram(
+                "chatd.time_to_first_token", unit="ms", description="request to first delta"
+            ),
+            tokens=meter.create_counter("chatd.tokens", description="tokens by kind"),
+            tool_calls=meter.create_counter("chatd.tool_calls", description="tool calls by tool"),
+            tool_errors=meter.create_counter(
+                "chatd.tool_errors", description="tool calls that produced an error result"
+            ),
+            retries=meter.create_counter("chatd.retries", description="model retries by kind"),
+            compactions=meter.create_counter("chatd.compactions", description="compactions"),
+            active_turns=meter.create_up_down_counter(
+                "chatd.active_turns", description="turns begun and not yet finished"
+            ),
+        )
+
+
+METRICS = Metrics.create()
+
+
+def setup_telemetry(service_name: str) -> None:
+    """Export traces and metrics with OTLP/HTTP when `OTEL_EXPORTER_OTLP_ENDPOINT` is set."""
+    if not os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
+        return
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", service_name)})
+    tracer_provider = TracerProvider(resource=resource)
+    tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    trace.set_tracer_provider(tracer_provider)
+    reader = PeriodicExportingMetricReader(OTLPMetricExporter())
+    metrics.set_meter_provider(MeterProvider(resource=resource, metric_readers=[reader]))
+    log.info("exporting traces and metrics to %s", os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"])

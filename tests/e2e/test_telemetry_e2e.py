@@ -1,0 +1,71 @@
+"""One turn produces one connected trace: HTTP request -> workflow -> activity -> provider."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from harness import Stack
+from opentelemetry import metrics, trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from chatd.fake_provider.script import FakeResponse, FakeText, FakeToolCall
+
+_spans = InMemorySpanExporter()
+_metrics = InMemoryMetricReader()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _in_memory_telemetry() -> Iterator[None]:
+    """Install in-memory exporters as the global providers (once per process)."""
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(_spans))
+    trace.set_tracer_provider(provider)
+    metrics.set_meter_provider(MeterProvider(metric_readers=[_metrics]))
+    yield
+
+
+def _ancestors(span: ReadableSpan, by_id: dict[int, ReadableSpan]) -> list[ReadableSpan]:
+    chain = [span]
+    while chain[-1].parent is not None and chain[-1].parent.span_id in by_id:
+        chain.append(by_id[chain[-1].parent.span_id])
+    return chain
+
+
+async def test_a_turn_is_one_trace_from_the_request_to_the_provider(stack: Stack) -> None:
+    name = f"m-{uuid.uuid4().hex[:10]}"
+    stack.fake.script(
+        name,
+        [
+            FakeResponse(parts=[FakeToolCall(name="current_time")]),
+            FakeResponse(parts=[FakeText(text="done")]),
+        ],
+    )
+    chat = await stack.create_chat(model={"provider": "anthropic", "name": name})
+    _spans.clear()
+    await stack.send(chat["id"], "hi")
+    await stack.wait_status(chat["id"], "waiting")
+
+    spans = _spans.get_finished_spans()
+    by_id = {s.context.span_id: s for s in spans}
+    provider_calls = [s for s in spans if s.name == "provider.stream_step"]
+    assert len(provider_calls) == 2
+    for call in provider_calls:
+        chain = [s.name for s in _ancestors(call, by_id)]
+        assert chain[0] == "provider.stream_step"
+        assert "RunActivity:stream_model_step" in chain
+        assert "StartActivity:stream_model_step" in chain
+        assert "StartUpdateWithStartWorkflow:ChatTurn" in chain
+        assert chain[-1].startswith("POST /api/v1/chats/{chat_id}/messages"), chain
+    assert len({s.context.trace_id for s in provider_calls}) == 1
+    assert any(s.name == "RunActivity:execute_tool_call" for s in spans)
+
+    data = _metrics.get_metrics_data()
+    assert data is not None
+    names = {m.name for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics}
+    assert {"chatd.steps", "chatd.time_to_first_token", "chatd.tokens", "chatd.tool_calls"} <= names
