@@ -9,6 +9,8 @@ import os
 import sys
 import uuid
 
+from chatd.client.options import add_client_commands
+
 __all__ = ["main"]
 
 
@@ -49,6 +51,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_dev(sub)
+    add_client_commands(sub)
     sub.add_parser("worker", help="run a worker (TEMPORAL_ADDRESS, DATABASE_URL, provider keys)")
     api = sub.add_parser("api", help="run the HTTP gateway (TEMPORAL_ADDRESS, DATABASE_URL)")
     api.add_argument("--host", default=_env("CHATD_API_HOST", "127.0.0.1"))
@@ -75,6 +78,10 @@ def _database_url() -> str:
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the `chatd` console script."""
     args = _parser().parse_args(argv)
+    if args.command in ("chat", "chats"):
+        from chatd.client.chat import run_client
+
+        sys.exit(run_client(args))
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

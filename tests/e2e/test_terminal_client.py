@@ -128,11 +128,12 @@ async def _terminal(url: str, key: str, *args: str) -> AsyncIterator[Terminal]:
         await term.close()
 
 
-async def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    """Run the CLI without a terminal and capture its output."""
+async def _cli(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    """Run the CLI without a terminal (lines from `stdin`) and capture its output."""
     return await asyncio.to_thread(
         subprocess.run,
         [sys.executable, "-m", "chatd.cli", *args],
+        input=stdin,
         capture_output=True,
         text=True,
         timeout=60,
@@ -248,6 +249,24 @@ async def test_a_dynamic_tool_call_is_answered_at_the_prompt_then_resumed_and_li
     assert row.split()[:4] == [chat["id"], "waiting", "quiz", f"anthropic/{name}"]
 
 
+async def test_resuming_a_chat_that_waits_for_a_tool_result_asks_for_it(stack: Stack) -> None:
+    name = _model()
+    call = FakeToolCall(name="ask_user", arguments={"question": "Why?"})
+    stack.fake.script(name, [FakeResponse(parts=[call]), FakeResponse.of_text("Understood.")])
+    chat = await stack.create_chat(
+        model={"provider": "anthropic", "name": name}, dynamic_tools=[ASK_USER]
+    )
+    await stack.send(chat["id"], "ask me")
+    await stack.wait_status(chat["id"], "requires_action")
+    async with _terminal(stack.base_url, stack.key, "chat", chat["id"]) as t:
+        await t.expect(r"requires_action\)\nyou> ask me\n→ ask_user")
+        await t.expect("a turn waits for tool results; following it")
+        await t.expect(re.escape('tool ask_user({"question": "Why?"}) result> '))
+        t.send("because\r")
+        await t.expect(r"← ask_user: because\nUnderstood\.\n")
+        await t.expect(PROMPT)
+
+
 async def test_a_dropped_stream_reconnects_without_repeating_text(stack: Stack) -> None:
     name = _model()
     words = " ".join(f"w{i:02d}" for i in range(60))
@@ -267,6 +286,20 @@ async def test_a_dropped_stream_reconnects_without_repeating_text(stack: Stack) 
     resumed = [r for r in proxy.requests if r.startswith(b"GET") and b"/stream" in r]
     assert len(resumed) == 2, "the stream was opened once, then reopened after the cut"
     assert re.search(rb"(?i)last-event-id: \d+", resumed[1])
+
+
+async def test_without_a_terminal_lines_are_read_from_stdin_and_a_turn_error_is_shown(
+    stack: Stack,
+) -> None:
+    name = _model()
+    bad = FakeError(status=400, type="invalid_request_error", message="bad things happened")
+    stack.fake.script(name, [FakeResponse(error=bad), FakeResponse.of_text("fine now")])
+    args = ("chat", "--model", f"anthropic/{name}", "--url", stack.base_url)
+    done = await _cli(*args, "--api-key", stack.key, stdin="first\nsecond\n")
+    assert done.returncode == 0, done.stderr
+    assert "\x1b" not in done.stdout, "no colour without a terminal"
+    assert re.search(r"✗ error \(invalid_request\): .*bad things happened\n", done.stdout)
+    assert done.stdout.endswith("you> second\nfine now\nyou> \n")
 
 
 async def test_errors_are_one_line(stack: Stack) -> None:

@@ -1,0 +1,1 @@
+"""The terminal client: `chatd chat` and `chatd chats` over the HTTP API."""
