@@ -41,6 +41,8 @@ async def run_worker(database_url: str, providers: ProviderSettings | None = Non
             providers=providers or ProviderSettings.from_env(),
             registry=with_extra_tools(default_registry()),
             workspace_root=workspace_root(),
+            generate_titles=os.environ.get("CHATD_GENERATE_TITLES", "1").lower()
+            not in ("0", "false", "no"),
         )
         await run_until_signalled(build_worker(client, pool, config))
     finally:
