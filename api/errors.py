@@ -100,6 +100,12 @@ def install_error_handlers(app: FastAPI) -> None:
         log.warning("temporal error: %s", err)
         return error_response(503, "temporal_unavailable", "Temporal is unreachable")
 
+    @app.exception_handler(asyncpg.DataError)
+    async def unstorable(_: Request, err: Exception) -> JSONResponse:
+        return error_response(
+            400, "invalid_request", f"the request holds a value the store can't keep: {err}"
+        )
+
     @app.exception_handler(asyncpg.PostgresConnectionError)
     async def postgres_down(_: Request, err: Exception) -> JSONResponse:
         log.warning("postgres error: %s", err)

@@ -21,7 +21,10 @@ async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz")
+@router.get(
+    "/readyz",
+    responses={503: {"description": "Temporal or Postgres unreachable"}},
+)
 async def readyz(request: Request) -> JSONResponse:
     """Temporal and Postgres are reachable."""
     state = state_of(request)

@@ -4,18 +4,37 @@ from __future__ import annotations
 
 import json
 from importlib import resources
+from typing import Any
 
 import asyncpg
 
-__all__ = ["connect_pool", "migrate"]
+__all__ = ["connect_pool", "encode_json", "migrate"]
 
 _MIGRATION_LOCK = 7_400_001
+
+
+def _without_nul(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, dict):
+        return {_without_nul(k): _without_nul(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_without_nul(v) for v in value]
+    return value
+
+
+def encode_json(value: Any) -> str:
+    """JSON for a json/jsonb column; NUL characters (which jsonb can't hold) become U+FFFD."""
+    text = json.dumps(value)
+    if "\\u0000" in text:  # rare: only then pay for the walk
+        text = json.dumps(_without_nul(value))
+    return text
 
 
 async def _init_connection(conn: asyncpg.Connection) -> None:
     for jtype in ("json", "jsonb"):
         await conn.set_type_codec(
-            jtype, encoder=json.dumps, decoder=json.loads, schema="pg_catalog"
+            jtype, encoder=encode_json, decoder=json.loads, schema="pg_catalog"
         )
 
 
