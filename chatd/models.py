@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-__all__ = ["ErrorKind", "ModelConfig", "ModelError", "ProviderName"]
+__all__ = ["ErrorKind", "ModelConfig", "ModelError", "ProviderName", "WebSearchConfig"]
 
 ProviderName = Literal["anthropic", "openai", "demo"]
 """`demo` is the built-in scripted model (the fake provider on the Anthropic wire format)."""
@@ -24,6 +24,16 @@ ErrorKind = Literal[
 ]
 
 
+class WebSearchConfig(BaseModel):
+    """Opt-in provider-executed web search (Anthropic `web_search`, OpenAI Responses)."""
+
+    allowed_domains: list[str] | None = Field(default=None, max_length=100)
+    blocked_domains: list[str] | None = Field(default=None, max_length=100)
+    """Anthropic only (OpenAI supports an allow list only)."""
+    max_uses: int | None = Field(default=None, ge=1, le=50)
+    """Anthropic only: searches per model step."""
+
+
 class ModelConfig(BaseModel):
     """Which model a chat uses and how it is called."""
 
@@ -39,6 +49,8 @@ class ModelConfig(BaseModel):
     reasoning_effort: Literal["minimal", "low", "medium", "high"] | None = None
     """OpenAI reasoning effort."""
     context_limit: int | None = Field(default=None, ge=1)
+    web_search: WebSearchConfig | None = None
+    """Let the provider search the web (off unless set)."""
 
     @property
     def label(self) -> str:

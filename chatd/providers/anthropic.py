@@ -71,6 +71,9 @@ class AnthropicProvider:
 # --- request mapping -------------------------------------------------------------------------
 
 
+WEB_SEARCH_TOOL_TYPE = "web_search_20250305"
+
+
 def build_anthropic_request(request: ModelRequest) -> dict[str, Any]:
     """The `messages.create` kwargs (without `stream`) for a request, with cache breakpoints."""
     kwargs: dict[str, Any] = {
@@ -82,11 +85,17 @@ def build_anthropic_request(request: ModelRequest) -> dict[str, Any]:
         kwargs["system"] = [
             {"type": "text", "text": request.system, "cache_control": dict(_EPHEMERAL)}
         ]
-    if request.tools:
-        kwargs["tools"] = [
-            {"name": t.name, "description": t.description, "input_schema": t.input_schema}
-            for t in request.tools
-        ]
+    tools: list[dict[str, Any]] = [
+        {"name": t.name, "description": t.description, "input_schema": t.input_schema}
+        for t in request.tools
+    ]
+    search = request.model.web_search
+    if search is not None:
+        server_tool = {"type": WEB_SEARCH_TOOL_TYPE, "name": "web_search"}
+        options = search.model_dump(exclude_none=True)
+        tools.append(server_tool | options)
+    if tools:
+        kwargs["tools"] = tools
     _mark_cache(kwargs["messages"])
     return kwargs
 

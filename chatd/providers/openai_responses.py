@@ -71,17 +71,24 @@ def build_responses_request(request: ModelRequest) -> dict[str, Any]:
     }
     if request.system:
         kwargs["instructions"] = request.system
-    if request.tools:
-        kwargs["tools"] = [
-            {
-                "type": "function",
-                "name": t.name,
-                "description": t.description,
-                "parameters": t.input_schema,
-                "strict": False,
-            }
-            for t in request.tools
-        ]
+    tools: list[dict[str, Any]] = [
+        {
+            "type": "function",
+            "name": t.name,
+            "description": t.description,
+            "parameters": t.input_schema,
+            "strict": False,
+        }
+        for t in request.tools
+    ]
+    search = request.model.web_search
+    if search is not None:
+        web: dict[str, Any] = {"type": "web_search"}
+        if search.allowed_domains:
+            web["filters"] = {"allowed_domains": search.allowed_domains}
+        tools.append(web)
+    if tools:
+        kwargs["tools"] = tools
     return kwargs
 
 
