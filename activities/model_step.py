@@ -122,6 +122,7 @@ class ModelStepActivities:
             role="assistant",
             parts=accumulator.parts(),
             usage=finish.usage,
+            response_id=finish.response_id,
         )
         return self._summary(chat, saved, interrupted=False, stop_reason=finish.stop_reason)
 

@@ -49,6 +49,9 @@ class ModelConfig(BaseModel):
     reasoning_effort: Literal["minimal", "low", "medium", "high"] | None = None
     """OpenAI reasoning effort."""
     context_limit: int | None = Field(default=None, ge=1)
+    openai_chain: bool = False
+    """OpenAI Responses chain mode: responses are stored (`store: true`) and a turn's first
+    step sends `previous_response_id` plus the new messages instead of the whole history."""
     web_search: WebSearchConfig | None = None
     """Let the provider search the web (off unless set)."""
 

@@ -150,3 +150,5 @@ class Message(BaseModel):
 
     role: Role
     parts: list[Part]
+    response_id: str | None = None
+    """The provider's stored response this assistant message came from, if any."""

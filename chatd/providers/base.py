@@ -59,6 +59,8 @@ class StepFinish(BaseModel):
     stop_reason: str
     """Provider-neutral: `end_turn`, `tool_use`, `max_tokens`, or the provider's own word."""
     usage: Usage = Usage()
+    response_id: str | None = None
+    """The provider's id for this response (OpenAI Responses chain mode)."""
 
 
 StreamEvent = PartDelta | StepFinish

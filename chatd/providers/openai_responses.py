@@ -64,11 +64,17 @@ class OpenAIResponsesProvider:
 
 def build_responses_request(request: ModelRequest) -> dict[str, Any]:
     """The `responses.create` kwargs (without `stream`) for a request."""
+    previous_id, messages = _chain_start(request)
     kwargs: dict[str, Any] = {
         "model": request.model.name,
-        "input": build_responses_input(request.messages),
+        "input": build_responses_input(messages),
         **_call_options(request.model),
     }
+    if request.model.openai_chain:
+        kwargs["store"] = True
+        kwargs.pop("include", None)
+    if previous_id is not None:
+        kwargs["previous_response_id"] = previous_id
     if request.system:
         kwargs["instructions"] = request.system
     tools: list[dict[str, Any]] = [
@@ -90,6 +96,25 @@ def build_responses_request(request: ModelRequest) -> dict[str, Any]:
     if tools:
         kwargs["tools"] = tools
     return kwargs
+
+
+def _chain_start(request: ModelRequest) -> tuple[str | None, list[Message]]:
+    """In chain mode, a turn's first step continues the stored response of the last step.
+
+    That holds while only user messages follow it; once tool results follow, the full
+    history is sent (as the seeds do).
+    """
+    messages = request.messages
+    if not request.model.openai_chain:
+        return None, messages
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if message.role == "assistant":
+            rest = messages[index + 1 :]
+            if message.response_id and rest and all(m.role == "user" for m in rest):
+                return message.response_id, rest
+            return None, messages
+    return None, messages
 
 
 def _call_options(config: ModelConfig) -> dict[str, Any]:
@@ -183,6 +208,7 @@ class _ResponsesStreamMapper:
         self._called_tools = False
         self._stop_reason: str | None = None
         self._usage = Usage()
+        self._response_id: str | None = None
         self._handlers: dict[str, Callable[[Any], list[PartDelta]]] = {
             "response.output_item.added": self._item_added,
             "response.output_item.done": self._item_done,
@@ -208,7 +234,9 @@ class _ResponsesStreamMapper:
         """The step's `StepFinish`; a stream without `response.completed` is an error."""
         if self._stop_reason is None:
             raise ProviderError(incomplete_stream_error(self._provider))
-        return StepFinish(stop_reason=self._stop_reason, usage=self._usage)
+        return StepFinish(
+            stop_reason=self._stop_reason, usage=self._usage, response_id=self._response_id
+        )
 
     def _allocate(self) -> int:
         self._next += 1
@@ -311,6 +339,7 @@ class _ResponsesStreamMapper:
 
     def _completed(self, event: Any) -> list[PartDelta]:
         response = event.response
+        self._response_id = response.id
         if response.usage is not None:
             self._usage = _usage(response.usage)
         details = response.incomplete_details

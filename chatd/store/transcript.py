@@ -158,12 +158,17 @@ class TranscriptStore:
         role: Role,
         parts: list[Part],
         usage: Usage | None = None,
+        response_id: str | None = None,
         extra_events: list[tuple[str, dict[str, Any]]] | None = None,
     ) -> StoredMessage:
         """Persist a message once; a retry with the same key returns the existing row."""
         async with self._pool.acquire() as conn, conn.transaction():
             return await _save(
-                conn, chat_id, turn_id, NewMessage(step_key, role, parts, usage), extra_events
+                conn,
+                chat_id,
+                turn_id,
+                NewMessage(step_key, role, parts, usage, response_id),
+                extra_events,
             )
 
     async def save_step(
@@ -242,11 +247,17 @@ class TranscriptStore:
     async def for_model(self, chat_id: uuid.UUID) -> list[Message]:
         """The messages the model sees: not compressed, in order."""
         rows = await self._pool.fetch(
-            "SELECT role, parts FROM messages WHERE chat_id = $1 AND NOT compressed ORDER BY id",
+            "SELECT role, parts, response_id FROM messages"
+            " WHERE chat_id = $1 AND NOT compressed ORDER BY id",
             chat_id,
         )
         return [
-            Message(role=r["role"], parts=_parts_adapter.validate_python(r["parts"])) for r in rows
+            Message(
+                role=r["role"],
+                parts=_parts_adapter.validate_python(r["parts"]),
+                response_id=r["response_id"],
+            )
+            for r in rows
         ]
 
     async def stage_tool_result(self, chat_id: uuid.UUID, part: ToolResultPart) -> ToolResultPart:
@@ -282,6 +293,7 @@ class NewMessage(NamedTuple):
     role: Role
     parts: list[Part]
     usage: Usage | None = None
+    response_id: str | None = None
 
 
 async def _save(
@@ -293,8 +305,8 @@ async def _save(
 ) -> StoredMessage:
     key = f"{turn_id}:{new.step_key}"
     row = await conn.fetchrow(
-        """INSERT INTO messages (chat_id, turn_id, step_key, role, parts, usage)
-           VALUES ($1, $2, $3, $4, $5, $6)
+        """INSERT INTO messages (chat_id, turn_id, step_key, role, parts, usage, response_id)
+           VALUES ($1, $2, $3, $4, $5, $6, $7)
            ON CONFLICT (chat_id, step_key) DO NOTHING RETURNING *""",
         chat_id,
         turn_id,
@@ -302,6 +314,7 @@ async def _save(
         new.role,
         [p.model_dump(exclude_none=True) for p in new.parts],
         new.usage.model_dump() if new.usage else None,
+        new.response_id,
     )
     if row is None:
         existing = await conn.fetchrow(

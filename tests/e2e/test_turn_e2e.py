@@ -125,3 +125,22 @@ async def test_a_message_sent_during_a_turn_is_queued_and_runs_next(stack: Stack
         ("assistant", "second answer"),
     ]
     assert (await stack.http.get(f"/chats/{chat['id']}")).json()["queued_messages"] == []
+
+
+async def test_responses_chain_mode_sends_only_the_new_message_with_the_previous_id(
+    stack: Stack,
+) -> None:
+    model = _model(provider="openai", openai_api="responses", openai_chain=True)
+    stack.fake.script(
+        model["name"],
+        [FakeResponse(parts=[FakeText(text="first")]), FakeResponse(parts=[FakeText(text="2nd")])],
+    )
+    chat = await stack.create_chat(model=model)
+    await stack.send(chat["id"], "one")
+    events = await stack.wait_status(chat["id"], "waiting")
+    await stack.send(chat["id"], "two")
+    await stack.wait_status(chat["id"], "waiting", after=events[-1].id or 0)
+    first, second = (r.body for r in stack.fake.requests(model["name"]))
+    assert first["store"] is True and "previous_response_id" not in first
+    assert second["previous_response_id"].startswith("resp")
+    assert second["input"] == [{"role": "user", "content": [{"type": "input_text", "text": "two"}]}]

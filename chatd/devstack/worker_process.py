@@ -1,0 +1,115 @@
+"""`chatd worker` as a child process, for tests and benchmarks that kill workers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from chatd.devstack.ports import pdeathsig_preexec, register_child, unregister_child
+from chatd.fake_provider.server import FakeProviderServer
+
+__all__ = ["CHAOS_TOOLS", "WorkerProcess"]
+
+ROOT = Path(__file__).resolve().parents[2]
+"""The source checkout (put on the child's PYTHONPATH so `tests.support` imports)."""
+CHAOS_TOOLS = "tests.support.chaos_tools:TOOLS"
+"""The slow marker tools of the chaos tests (needs a source checkout)."""
+
+
+class WorkerProcess:
+    """One `chatd worker` process on a task queue, pointed at the fake provider.
+
+    The child dies with its parent (PDEATHSIG, plus an atexit kill), so a crashed test or
+    benchmark leaves no worker polling behind.
+    """
+
+    def __init__(
+        self,
+        *,
+        database_url: str,
+        temporal_address: str,
+        task_queue: str,
+        fake: FakeProviderServer,
+        workspace: Path,
+        log: Path,
+        tools: str | None = CHAOS_TOOLS,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.env = {
+            **os.environ,
+            "DATABASE_URL": database_url,
+            "TEMPORAL_ADDRESS": temporal_address,
+            "CHATD_TASK_QUEUE": task_queue,
+            "ANTHROPIC_API_KEY": "test-anthropic-key",
+            "ANTHROPIC_BASE_URL": fake.base_url,
+            "CHATD_WORKSPACE_ROOT": str(workspace),
+            "PYTHONPATH": str(ROOT),
+            # Scripted fake models answer in order: a title request would take an answer.
+            "CHATD_GENERATE_TITLES": "0",
+            **({"CHATD_TOOLS": tools} if tools else {}),
+            **(env or {}),
+        }
+        self.log = log
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        """PID of the running worker, if any."""
+        proc = self.process
+        return proc.pid if proc is not None and proc.poll() is None else None
+
+    @property
+    def running(self) -> bool:
+        """Whether the worker process is alive."""
+        return self.pid is not None
+
+    def start(self) -> WorkerProcess:
+        """Start polling (a new process; the previous one, if any, must have exited)."""
+        if self.running:
+            raise RuntimeError("this worker process is already running")
+        with self.log.open("ab") as out:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "chatd.cli", "worker"],
+                env=self.env,
+                cwd=ROOT,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                preexec_fn=pdeathsig_preexec(signal.SIGKILL),
+            )
+        register_child(self.process)
+        return self
+
+    def signal(self, sig: signal.Signals) -> None:
+        """Send `sig` (SIGTERM: graceful shutdown; SIGKILL: a crash)."""
+        assert self.process is not None
+        self.process.send_signal(sig)
+
+    def kill(self, timeout: float = 10.0) -> None:
+        """SIGKILL the worker (a crash) and reap it."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+        self.wait(timeout)
+
+    def wait(self, timeout: float = 30.0) -> int:
+        """Wait for the process to exit; its exit code."""
+        assert self.process is not None
+        code = self.process.wait(timeout)
+        unregister_child(self.process)
+        return code
+
+    def stop(self) -> None:
+        """Stop it (gracefully, then by force) if it still runs."""
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        unregister_child(self.process)
