@@ -191,7 +191,7 @@ class ChatTurn:
         compactions = _Compactions(count=resume.compactions)
         error: ModelError | None = None
         while step < plan.max_steps:
-            self._continue_long_turn(resume, step, compactions.count)
+            await self._continue_long_turn(resume, step, compactions.count)
             self._step = step
             result, error = await self._generate(plan.turn_id, step)
             if result is None:
@@ -222,7 +222,7 @@ class ChatTurn:
             step += 1
         await self._finish(plan.turn_id, error)
 
-    def _continue_long_turn(self, resume: TurnResume, step: int, compactions: int) -> None:
+    async def _continue_long_turn(self, resume: TurnResume, step: int, compactions: int) -> None:
         """Keep history bounded: a long turn goes on in a new run (between two steps)."""
         if step == resume.next_step:
             return
@@ -230,6 +230,7 @@ class ChatTurn:
             workflow.info().is_continue_as_new_suggested()
         ):
             return
+        await workflow.wait_condition(workflow.all_handlers_finished)
         workflow.continue_as_new(
             ChatTurnInput(
                 chat_id=self._chat_id,
