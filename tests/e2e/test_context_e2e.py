@@ -196,10 +196,10 @@ async def test_editing_a_user_message_drops_what_followed_and_reruns(stack: Stac
         f"/chats/{chat_id}/messages/{first['id']}", json={"content": "about dogs, please"}
     )
     assert response.status_code == 202, response.text
-    await stack.wait_status(chat_id, "waiting", after=0)
-    await stack.events_until(
+    rerun = await stack.events_until(
         chat_id, lambda e: e.event == "message" and _texts(e.data) == "a poem about dogs"
     )
+    await stack.wait_status(chat_id, "waiting", after=rerun[-1].id or 0)
     messages = await stack.messages(chat_id)
     assert [(m["role"], _texts(m)) for m in messages] == [
         ("user", "about dogs, please"),

@@ -109,7 +109,7 @@ class Terminal:
         deadline = time.monotonic() + timeout_s
         while not self._eof and time.monotonic() < deadline:
             await asyncio.to_thread(self._read, 0.2)
-        return await asyncio.to_thread(self.process.wait, 5)
+        return await asyncio.to_thread(self.process.wait, 30)
 
     async def close(self) -> None:
         """Kill the child if it still runs and release the terminal."""
