@@ -38,7 +38,7 @@ _INCOMPLETE_REASONS = {"max_output_tokens": "max_tokens"}
 
 
 class OpenAIResponsesProvider:
-    """Streams one step from the OpenAI Responses API (stateless: the transcript is resent)."""
+    """Streams one step from the OpenAI Responses API (stateless unless `openai_chain`)."""
 
     def __init__(self, client: openai.AsyncOpenAI, provider_name: str = "openai") -> None:
         self._client = client
