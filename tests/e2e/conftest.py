@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
+from typing import Any
 
 import pytest
-from harness import Stack, running_stack
+from harness import Stack, StackFactory, running_stack
 
 from chatd.devstack.temporal import TemporalDevServer
 from chatd.fake_provider.server import FakeProviderServer
@@ -20,17 +22,28 @@ def fake_provider() -> Iterator[FakeProviderServer]:
 
 
 @pytest.fixture
-async def stack(
+def make_stack(
     database_url: str,
     temporal_server: TemporalDevServer,
     fake_provider: FakeProviderServer,
     tmp_path: Path,
-) -> AsyncIterator[Stack]:
+) -> StackFactory:
+    """Build a stack on this test's fresh database, with options of its own."""
+
+    def make(**options: Any) -> AbstractAsyncContextManager[Stack]:
+        return running_stack(
+            database_url=database_url,
+            temporal_address=temporal_server.address,
+            fake=fake_provider,
+            workspace=tmp_path / "workspaces",
+            **options,
+        )
+
+    return make
+
+
+@pytest.fixture
+async def stack(make_stack: StackFactory) -> AsyncIterator[Stack]:
     """A worker and a gateway on a fresh database and task queue."""
-    async with running_stack(
-        database_url=database_url,
-        temporal_address=temporal_server.address,
-        fake=fake_provider,
-        workspace=tmp_path / "workspaces",
-    ) as running:
+    async with make_stack() as running:
         yield running

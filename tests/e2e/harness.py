@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,7 @@ from chatd.tools.defaults import default_registry
 from workers.client import connect_temporal
 from workers.worker import WorkerConfig, build_worker
 
-__all__ = ["SseEvent", "Stack", "running_stack"]
+__all__ = ["SseEvent", "Stack", "StackFactory", "running_stack"]
 
 
 @dataclass
@@ -127,6 +127,10 @@ async def sse_events(
             elif not line.startswith(":") and ":" in line:
                 name, _, value = line.partition(":")
                 frame[name] = value.lstrip(" ")
+
+
+StackFactory = Callable[..., AbstractAsyncContextManager[Stack]]
+"""`make_stack(**options)` (a fixture): a stack with `running_stack` options."""
 
 
 def fake_provider_settings(fake: FakeProviderServer) -> ProviderSettings:

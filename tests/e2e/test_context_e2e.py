@@ -5,16 +5,13 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import Stack, running_stack
+from harness import Stack, StackFactory
 
 from activities.compaction import SUMMARY_PREAMBLE
-from chatd.devstack.temporal import TemporalDevServer
 from chatd.fake_provider.script import FakeError, FakeResponse, FakeText, FakeToolCall, FakeUsage
-from chatd.fake_provider.server import FakeProviderServer
 
 LIMIT = 1000  # threshold 0.7 -> compaction at 700 prompt tokens
 
@@ -218,19 +215,8 @@ def _asks_title(request: Any) -> bool:
 
 
 @pytest.fixture
-async def titled_stack(
-    database_url: str,
-    temporal_server: TemporalDevServer,
-    fake_provider: FakeProviderServer,
-    tmp_path: Path,
-) -> AsyncIterator[Stack]:
-    async with running_stack(
-        database_url=database_url,
-        temporal_address=temporal_server.address,
-        fake=fake_provider,
-        workspace=tmp_path / "workspaces",
-        generate_titles=True,
-    ) as stack:
+async def titled_stack(make_stack: StackFactory) -> AsyncIterator[Stack]:
+    async with make_stack(generate_titles=True) as stack:
         yield stack
 
 

@@ -4,35 +4,21 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import SseEvent, Stack, running_stack
+from harness import SseEvent, Stack, StackFactory
 
 from activities.model_step import StreamTimeouts
-from chatd.devstack.temporal import TemporalDevServer
 from chatd.fake_provider.script import FakeError, FakeResponse, FakeText
-from chatd.fake_provider.server import FakeProviderServer
 
 OK = FakeResponse(parts=[FakeText(text="recovered")])
 
 
 @pytest.fixture
-async def quick_stack(
-    database_url: str,
-    temporal_server: TemporalDevServer,
-    fake_provider: FakeProviderServer,
-    tmp_path: Path,
-) -> AsyncIterator[Stack]:
+async def quick_stack(make_stack: StackFactory) -> AsyncIterator[Stack]:
     """A stack whose streams time out after 1.5 s of silence."""
-    async with running_stack(
-        database_url=database_url,
-        temporal_address=temporal_server.address,
-        fake=fake_provider,
-        workspace=tmp_path / "workspaces",
-        stream_timeouts=StreamTimeouts(startup_s=1.5, stall_s=1.5),
-    ) as stack:
+    async with make_stack(stream_timeouts=StreamTimeouts(startup_s=1.5, stall_s=1.5)) as stack:
         yield stack
 
 

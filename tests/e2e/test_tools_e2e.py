@@ -6,16 +6,13 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import Stack, running_stack
+from harness import Stack, StackFactory
 from pydantic import BaseModel
 
-from chatd.devstack.temporal import TemporalDevServer
 from chatd.fake_provider.script import FakeResponse, FakeText, FakeToolCall
-from chatd.fake_provider.server import FakeProviderServer
 from chatd.tools.base import Tool, ToolContext, ToolOutput, ToolRegistry
 
 _b_started = asyncio.Event()
@@ -69,19 +66,8 @@ TEST_TOOLS = [
 
 
 @pytest.fixture
-async def tool_stack(
-    database_url: str,
-    temporal_server: TemporalDevServer,
-    fake_provider: FakeProviderServer,
-    tmp_path: Path,
-) -> AsyncIterator[Stack]:
-    async with running_stack(
-        database_url=database_url,
-        temporal_address=temporal_server.address,
-        fake=fake_provider,
-        workspace=tmp_path / "workspaces",
-        registry=ToolRegistry.of(TEST_TOOLS),
-    ) as stack:
+async def tool_stack(make_stack: StackFactory) -> AsyncIterator[Stack]:
+    async with make_stack(registry=ToolRegistry.of(TEST_TOOLS)) as stack:
         yield stack
 
 
