@@ -19,7 +19,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import heartbeating
-from activities.publishing import DeltaPublisher
+from activities.publishing import DeltaPublisher, EventBatcher
 from activities.tools import assistant_step_key, error_result
 from chatd.models import ModelError
 from chatd.parts import PartDelta, ToolCallPart
@@ -73,6 +73,7 @@ class ModelStepActivities:
         self._chats = ChatStore(pool)
         self._transcript = TranscriptStore(pool)
         self._events = EventLog(pool)
+        self._shared_batcher: EventBatcher | None = None
         self._registry = registry
         self._settings = settings
         self._timeouts = timeouts or StreamTimeouts()
@@ -87,7 +88,7 @@ class ModelStepActivities:
         done = await self._transcript.find(chat_id, input.turn_id, assistant_step_key(input.step))
         if done is not None:
             return self._summary(chat, done, interrupted=False)
-        publisher = DeltaPublisher(self._events, chat_id)
+        publisher = DeltaPublisher(self._batcher(), chat_id)
         if input.attempt > 1 or activity.info().attempt > 1:
             publisher.add("reset", {"turn_id": input.turn_id, "step": input.step})
         accumulator = StepAccumulator()
@@ -125,6 +126,12 @@ class ModelStepActivities:
             response_id=finish.response_id,
         )
         return self._summary(chat, saved, interrupted=False, stop_reason=finish.stop_reason)
+
+    def _batcher(self) -> EventBatcher:
+        """The worker's one delta writer (made on first use, inside the worker's loop)."""
+        if self._shared_batcher is None:
+            self._shared_batcher = EventBatcher(self._events)
+        return self._shared_batcher
 
     async def _request(self, chat: ChatRecord) -> ModelRequest:
         tools = [t.spec() for t in self._registry.active(chat.active_tools)]

@@ -1,8 +1,9 @@
-"""Coalescing publisher for stream deltas.
+"""Publishing stream deltas: one writer per worker process, batching across chats.
 
-Deltas are appended to the chat's event log as they arrive; while one write is in
-flight the next deltas gather, so a busy database gets fewer, larger writes and an
-idle one sees each delta at once.
+Deltas are written as they arrive; while one write is in flight, the deltas of every chat
+on this worker gather and go in the next write (one statement, one round trip). An idle
+database sees each delta at once; a busy one gets fewer, larger writes, however many chats
+stream at the same time.
 """
 
 from __future__ import annotations
@@ -13,36 +14,61 @@ from typing import Any
 
 from chatd.store.events import EventLog
 
-__all__ = ["DeltaPublisher"]
+__all__ = ["DeltaPublisher", "EventBatcher"]
+
+
+class EventBatcher:
+    """The worker's single event writer (create it inside the event loop that uses it)."""
+
+    def __init__(self, events: EventLog) -> None:
+        self._events = events
+        self._pending: list[tuple[uuid.UUID, str, dict[str, Any]]] = []
+        self._waiters: list[asyncio.Future[None]] = []
+        self._writer: asyncio.Task[None] | None = None
+
+    def add(self, chat_id: uuid.UUID, event: str, data: dict[str, Any]) -> None:
+        """Queue an event; a write starts now unless one is running."""
+        self._pending.append((chat_id, event, data))
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._write())
+
+    async def written(self) -> None:
+        """Wait until everything added so far is stored (raise if its write failed)."""
+        if not self._pending and (self._writer is None or self._writer.done()):
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._write())
+        await asyncio.shield(waiter)
+
+    async def _write(self) -> None:
+        while self._pending or self._waiters:
+            batch, self._pending = self._pending, []
+            waiters, self._waiters = self._waiters, []
+            try:
+                await self._events.publish_many(batch)
+            except Exception as err:  # every waiter of this batch learns it was lost
+                for waiter in waiters:
+                    if not waiter.done():
+                        waiter.set_exception(err)
+                continue
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
 
 
 class DeltaPublisher:
-    """Publishes events for one chat in order, batching while a write is in flight."""
+    """One model step's view of the batcher: its chat's events, in order."""
 
-    def __init__(self, events: EventLog, chat_id: uuid.UUID) -> None:
-        self._events = events
+    def __init__(self, batcher: EventBatcher, chat_id: uuid.UUID) -> None:
+        self._batcher = batcher
         self._chat_id = chat_id
-        self._pending: list[tuple[str, dict[str, Any]]] = []
-        self._writer: asyncio.Task[None] | None = None
 
     def add(self, event: str, data: dict[str, Any]) -> None:
-        """Queue an event; a write starts now unless one is running."""
-        self._pending.append((event, data))
-        if self._writer is None or self._writer.done():
-            if self._writer is not None:
-                self._writer.result()  # surface a failed write
-            self._writer = asyncio.create_task(self._write())
+        """Queue an event of this chat."""
+        self._batcher.add(self._chat_id, event, data)
 
     async def drain(self) -> None:
-        """Wait until everything added so far is stored."""
-        # A writer drains `_pending` before it ends, and `add` starts a new one after
-        # that, so waiting for whichever writer is current until it is done suffices.
-        while self._writer is not None and not self._writer.done():
-            await asyncio.shield(self._writer)
-        if self._writer is not None:
-            self._writer.result()
-
-    async def _write(self) -> None:
-        while self._pending:
-            batch, self._pending = self._pending, []
-            await self._events.publish(self._chat_id, batch)
+        """Wait until this step's events so far are stored."""
+        await self._batcher.written()

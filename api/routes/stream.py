@@ -34,10 +34,9 @@ async def _events(state: GatewayState, chat_id: uuid.UUID, cursor: int) -> Async
         while True:
             wake.clear()  # before reading, so a notify during the read is not missed
             events = await state.events.read_after(chat_id, cursor)
-            for event in events:
-                yield _frame(event)
-                cursor = event.seq
             if events:
+                yield "".join(_frame(e) for e in events)  # one socket write per read
+                cursor = events[-1].seq
                 continue
             try:
                 await asyncio.wait_for(wake.wait(), PING_INTERVAL_S)

@@ -38,10 +38,15 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
         )
 
 
+async def _keep_session(conn: asyncpg.Connection) -> None:
+    """Skip asyncpg's RESET ALL on release: pooled connections keep no session state (LISTEN
+    and the migration lock use connections of their own), and the reset is a round trip."""
+
+
 async def connect_pool(dsn: str, *, min_size: int = 2, max_size: int = 20) -> asyncpg.Pool:
     """A pool whose connections encode/decode JSON columns as Python values."""
     pool = await asyncpg.create_pool(
-        dsn, min_size=min_size, max_size=max_size, init=_init_connection
+        dsn, min_size=min_size, max_size=max_size, init=_init_connection, reset=_keep_session
     )
     assert pool is not None
     return pool

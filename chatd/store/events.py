@@ -32,31 +32,59 @@ Conn: TypeAlias = "asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyn
 """A plain or pooled connection."""
 
 
+# One statement (one round trip, atomic on its own): take the next sequence numbers,
+# insert the events under them, and notify the gateways when it commits.
+_APPEND = """
+WITH c AS (
+    UPDATE chats SET last_event_seq = last_event_seq + $2 WHERE id = $1
+    RETURNING last_event_seq
+), ins AS (
+    INSERT INTO chat_events (chat_id, seq, event, data)
+    SELECT $1, c.last_event_seq - $2 + t.n, t.e, t.d
+    FROM c, unnest($3::text[], $4::jsonb[]) WITH ORDINALITY AS t(e, d, n)
+)
+SELECT c.last_event_seq
+FROM c, LATERAL (SELECT pg_notify($5, $1::text || ':' || c.last_event_seq)) AS notified
+"""
+
+
 async def append_events(
-    conn: Conn, chat_id: uuid.UUID, events: list[tuple[str, dict[str, Any]]]
+    conn: Conn | asyncpg.Pool, chat_id: uuid.UUID, events: list[tuple[str, dict[str, Any]]]
 ) -> int:
-    """Append events inside the caller's transaction; return the last sequence number."""
+    """Append events (inside the caller's transaction, if any); return the last sequence."""
     if not events:
         return 0
     last = await conn.fetchval(
-        "UPDATE chats SET last_event_seq = last_event_seq + $2 WHERE id = $1"
-        " RETURNING last_event_seq",
+        _APPEND,
         chat_id,
         len(events),
+        [name for name, _ in events],
+        [data for _, data in events],
+        NOTIFY_CHANNEL,
     )
     if last is None:
         raise LookupError(f"chat {chat_id} does not exist")
-    first = last - len(events) + 1
-    await conn.execute(
-        """INSERT INTO chat_events (chat_id, seq, event, data)
-           SELECT $1, s, e, d FROM unnest($2::bigint[], $3::text[], $4::jsonb[]) AS t(s, e, d)""",
-        chat_id,
-        list(range(first, last + 1)),
-        [name for name, _ in events],
-        [data for _, data in events],
-    )
-    await conn.execute("SELECT pg_notify($1, $2)", NOTIFY_CHANNEL, f"{chat_id}:{last}")
     return int(last)
+
+
+# The same for events of many chats at once (the worker's delta batches).
+_APPEND_MANY = """
+WITH batch AS (
+    SELECT * FROM unnest($1::uuid[], $2::text[], $3::jsonb[]) WITH ORDINALITY AS t(chat, e, d, n)
+), counts AS (
+    SELECT chat, count(*) AS k FROM batch GROUP BY chat
+), c AS (
+    UPDATE chats SET last_event_seq = chats.last_event_seq + counts.k
+    FROM counts WHERE chats.id = counts.chat
+    RETURNING chats.id, chats.last_event_seq, counts.k
+), ins AS (
+    INSERT INTO chat_events (chat_id, seq, event, data)
+    SELECT b.chat, c.last_event_seq - c.k + row_number() OVER (PARTITION BY b.chat ORDER BY b.n),
+           b.e, b.d
+    FROM batch b JOIN c ON c.id = b.chat
+)
+SELECT count(*) FROM c, LATERAL (SELECT pg_notify($4, c.id::text || ':' || c.last_event_seq)) AS x
+"""
 
 
 class EventLog:
@@ -66,9 +94,19 @@ class EventLog:
         self._pool = pool
 
     async def publish(self, chat_id: uuid.UUID, events: list[tuple[str, dict[str, Any]]]) -> int:
-        """Append events in their own transaction; return the last sequence number."""
-        async with self._pool.acquire() as conn, conn.transaction():
-            return await append_events(conn, chat_id, events)
+        """Append events (one statement, one round trip); return the last sequence number."""
+        return await append_events(self._pool, chat_id, events)
+
+    async def publish_many(self, events: list[tuple[uuid.UUID, str, dict[str, Any]]]) -> None:
+        """Append events of several chats, each chat's in the given order, in one statement."""
+        if events:
+            await self._pool.fetchval(
+                _APPEND_MANY,
+                [chat for chat, _, _ in events],
+                [name for _, name, _ in events],
+                [data for _, _, data in events],
+                NOTIFY_CHANNEL,
+            )
 
     async def read_after(self, chat_id: uuid.UUID, seq: int, limit: int = 500) -> list[ChatEvent]:
         """Events with a sequence number above `seq`, in order."""
