@@ -6,6 +6,10 @@ a migrated database, a worker built by `workers.worker.build_worker`, the gatewa
 authenticated HTTP client, all in this process (like tests/e2e/harness.py). Everything is
 torn down, and the temp dir removed, when the context managers exit.
 
+For benchmarks with separate processes: `ChildProcess` / `gateway_process()` (`chatd api`),
+`serve_fake_provider()` (the fake provider in a child process), `ProcessMeter` (CPU and peak
+RSS per process, psutil) and `RawSseClient` (a lean SSE client for hundreds of streams).
+
 Benchmarks import it as `import _stack` (running `python bench/<name>.py` puts bench/ on
 sys.path).
 """
@@ -21,8 +25,12 @@ with workflow.unsafe.imports_passed_through():
     import contextlib
     import json
     import math
+    import os
     import shutil
+    import signal
     import statistics
+    import subprocess
+    import sys
     import tempfile
     import time
     import uuid
@@ -34,14 +42,25 @@ with workflow.unsafe.imports_passed_through():
 
     import asyncpg
     import httpx
+    import psutil  # type: ignore[import-untyped]
+    import uvicorn
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
     from temporalio.client import Client
     from temporalio.worker import Worker
 
     from api.app import GatewayConfig, create_app
-    from chatd.devstack.ports import free_port
+    from chatd.devstack.ports import (
+        free_port,
+        pdeathsig_preexec,
+        register_child,
+        unregister_child,
+    )
     from chatd.devstack.postgres import PostgresProcess
     from chatd.devstack.temporal import DEFAULT_DYNAMIC_CONFIG, TemporalDevServer
+    from chatd.fake_provider.script import FakeRequest, FakeResponse, ScriptBook
     from chatd.fake_provider.server import FakeProviderServer
+    from chatd.fake_provider.server import create_app as create_fake_app
     from chatd.providers import close_clients
     from chatd.serving import EmbeddedServer
     from chatd.settings import ProviderSettings, TemporalSettings
@@ -54,7 +73,10 @@ with workflow.unsafe.imports_passed_through():
 __all__ = [
     "BENCH_PG_SETTINGS",
     "BenchStack",
+    "ChildProcess",
     "NoopFloor",
+    "ProcessMeter",
+    "RawSseClient",
     "Services",
     "SseEvent",
     "SseListener",
@@ -64,6 +86,7 @@ __all__ = [
     "percentile",
     "running_stack",
     "say",
+    "serve_fake_provider",
     "services",
     "summary",
 ]
@@ -359,3 +382,332 @@ def summary(values: Sequence[float]) -> str:
         f"p50 {statistics.median(values):7.1f} ms  p99 {percentile(values, 99):7.1f} ms  "
         f"(min {min(values):.1f}, max {max(values):.1f}, n={len(values)})"
     )
+
+
+# --- child processes (gateway, worker, fake provider) and what they cost ---------------------
+
+
+class ChildProcess:
+    """A benchmark's child process (gateway, fake provider...), logging to a file.
+
+    It dies with its parent (PDEATHSIG and an atexit kill), like `WorkerProcess`.
+    """
+
+    def __init__(
+        self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, log: Path
+    ) -> None:
+        self.argv = list(argv)
+        self.env = {**os.environ, **(env or {})}
+        self.log = log
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        """PID of the running process, if any."""
+        proc = self.process
+        return proc.pid if proc is not None and proc.poll() is None else None
+
+    def start(self) -> ChildProcess:
+        """Start the process (from the repo root, bench/ and the root on PYTHONPATH)."""
+        root = Path(__file__).resolve().parents[1]
+        env = {**self.env, "PYTHONPATH": os.pathsep.join([str(root), str(root / "bench")])}
+        with self.log.open("ab") as out:
+            self.process = subprocess.Popen(
+                self.argv,
+                env=env,
+                cwd=root,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                preexec_fn=pdeathsig_preexec(signal.SIGKILL),
+            )
+        register_child(self.process)
+        return self
+
+    async def wait_http(self, url: str, within_s: float = 60.0) -> None:
+        """Wait until `GET url` answers 200 (raise if the process exits first)."""
+        async with httpx.AsyncClient(timeout=2) as http, asyncio.timeout(within_s):
+            while True:
+                if self.pid is None:
+                    raise RuntimeError(f"{self.argv} exited; see {self.log}")
+                with contextlib.suppress(httpx.HTTPError):
+                    if (await http.get(url)).status_code == 200:
+                        return
+                await asyncio.sleep(0.1)
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """SIGTERM, then SIGKILL after `timeout` seconds."""
+        proc = self.process
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        unregister_child(proc)
+
+
+def gateway_process(
+    *, database_url: str, temporal_address: str, task_queue: str, port: int, log: Path
+) -> ChildProcess:
+    """`chatd api` on 127.0.0.1:`port` (start it, then `wait_http(.../healthz)`)."""
+    return ChildProcess(
+        [sys.executable, "-m", "chatd.cli", "api", "--host", "127.0.0.1", "--port", str(port)],
+        env={
+            "DATABASE_URL": database_url,
+            "TEMPORAL_ADDRESS": temporal_address,
+            "CHATD_TASK_QUEUE": task_queue,
+        },
+        log=log,
+    )
+
+
+class _AnyModelBook(ScriptBook):
+    """A script book answering every model with one responder."""
+
+    def __init__(self, responder: Callable[[FakeRequest], FakeResponse]) -> None:
+        super().__init__()
+        self._responder = responder
+
+    def next_response(self, request: FakeRequest) -> FakeResponse:
+        return self._responder(request)
+
+    def record_request(self, request: FakeRequest) -> None:
+        """Not logged: the log would only grow."""
+
+
+def serve_fake_provider(responder: Callable[[FakeRequest], FakeResponse], port: int) -> None:
+    """Serve the fake provider in the foreground (in a child process), every model scripted
+    by `responder`.
+
+    `GET /bench/deltas` returns, and forgets, the text deltas streamed so far, as
+    `[[model, text, emitted_ns], ...]` (emitted_ns is `time.time_ns()` when it was written).
+    Requests are not logged (they would only grow).
+    """
+    book = _AnyModelBook(responder)
+    app = create_fake_app(book)
+
+    async def deltas(_request: Request) -> JSONResponse:
+        with book._lock:
+            logged, book._deltas = book._deltas, {}
+        rows = [[m, d.text, d.emitted_ns] for m, records in logged.items() for d in records]
+        return JSONResponse(rows)
+
+    app.add_route("/bench/deltas", deltas, methods=["GET"])
+    uvicorn.run(
+        app, host="127.0.0.1", port=port, log_level="warning", access_log=False, lifespan="off"
+    )
+
+
+@dataclass
+class _Usage:
+    cpu_s: float = 0.0
+    peak_rss: int = 0
+
+
+class ProcessMeter:
+    """CPU seconds and peak RSS of named process groups over a measured interval.
+
+    A group is a root PID and (with `children=True`) its descendants, e.g. the postmaster
+    and its backends. RSS of a group is the sum over its processes (shared memory, such as
+    Postgres shared buffers, is counted once per process that touched it). Sampled every
+    `every_s` seconds in the background between `start()` and `stop()`.
+    """
+
+    def __init__(self, every_s: float = 0.5) -> None:
+        self._groups: dict[str, tuple[int, bool]] = {}
+        self._every_s = every_s
+        self._first: dict[str, dict[int, float]] = {}
+        self._last: dict[str, dict[int, float]] = {}
+        self._usage: dict[str, _Usage] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._started = 0.0
+        self.wall_s = 0.0
+        self.system_cpu_pct = 0.0
+        """Whole machine, 100% = every core busy."""
+
+    def add(self, name: str, pid: int | None, *, children: bool = False) -> None:
+        """Measure process `pid` (and its descendants) as `name`."""
+        if pid is not None:
+            self._groups[name] = (pid, children)
+
+    @property
+    def names(self) -> list[str]:
+        """The groups, in the order they were added."""
+        return list(self._groups)
+
+    def _sample(self) -> dict[str, dict[int, float]]:
+        cpu: dict[str, dict[int, float]] = {}
+        for name, (pid, children) in self._groups.items():
+            found: dict[int, float] = {}
+            rss = 0
+            try:
+                root = psutil.Process(pid)
+                procs = [root, *(root.children(recursive=True) if children else [])]
+            except psutil.Error:
+                procs = []
+            for proc in procs:
+                try:
+                    with proc.oneshot():
+                        times = proc.cpu_times()
+                        found[proc.pid] = times.user + times.system
+                        rss += proc.memory_info().rss
+                except psutil.Error:
+                    continue
+            cpu[name] = found
+            usage = self._usage.setdefault(name, _Usage())
+            usage.peak_rss = max(usage.peak_rss, rss)
+        return cpu
+
+    def _fold(self, sample: dict[str, dict[int, float]]) -> None:
+        for name, found in sample.items():
+            self._last.setdefault(name, {}).update(found)
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._every_s)
+            self._fold(self._sample())
+
+    def start(self) -> None:
+        """Begin the interval."""
+        self._usage = {}
+        self._first = self._sample()
+        self._last = {name: dict(found) for name, found in self._first.items()}
+        psutil.cpu_percent(None)
+        self._started = time.monotonic()
+        self._task = asyncio.create_task(self._loop())
+
+    async def stop(self) -> None:
+        """End the interval."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        self._fold(self._sample())
+        self.wall_s = time.monotonic() - self._started
+        self.system_cpu_pct = psutil.cpu_percent(None)
+        for name, last in self._last.items():
+            first = self._first.get(name, {})
+            self._usage[name].cpu_s = sum(t - first.get(pid, 0.0) for pid, t in last.items())
+
+    def cpu_pct(self, name: str) -> float:
+        """CPU of the group over the interval, percent of one core."""
+        usage = self._usage.get(name)
+        return 100 * usage.cpu_s / self.wall_s if usage and self.wall_s else float("nan")
+
+    def peak_rss_mb(self, name: str) -> float:
+        """Largest RSS sum of the group seen during the interval, MiB."""
+        usage = self._usage.get(name)
+        return usage.peak_rss / 2**20 if usage else float("nan")
+
+
+# --- a lean SSE client (many at once) --------------------------------------------------------
+
+
+class RawSseClient(asyncio.Protocol):
+    """One SSE connection on a bare asyncio protocol: cheap enough for hundreds at once.
+
+    It stamps each `message_part` frame with `time.time_ns()` when the bytes that complete it
+    arrive and keeps the raw frame (parse later with `parts()`); it watches `status` frames
+    for `waiting`/`error`, which end the turn (`finished`). Chunked transfer encoding only
+    (what uvicorn sends for a streaming response).
+    """
+
+    def __init__(self, host: str, path: str, api_key: str) -> None:
+        self._request = (
+            f"GET {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {api_key}\r\n"
+            "Accept: text/event-stream\r\n\r\n"
+        ).encode()
+        self._buffer = bytearray()
+        self._body = bytearray()
+        self._headers_done = False
+        self._transport: asyncio.Transport | None = None
+        self.frames: list[tuple[int, bytes]] = []
+        """(time.time_ns(), raw frame) of every message_part."""
+        self.status: str | None = None
+        """The final status (`waiting` or `error`), once seen."""
+        self.finished_ns = 0
+        self.error: str | None = None
+        self.ready = asyncio.Event()
+        """Set when the server's first frame arrived: the stream is subscribed."""
+        self.finished = asyncio.Event()
+
+    @classmethod
+    async def connect(cls, host: str, port: int, path: str, api_key: str) -> RawSseClient:
+        """Open the connection and send the request (await `ready` before relying on it)."""
+        loop = asyncio.get_running_loop()
+        _, client = await loop.create_connection(
+            lambda: cls(f"{host}:{port}", path, api_key), host, port
+        )
+        return client
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        transport.write(self._request)
+
+    def data_received(self, data: bytes) -> None:
+        now = time.time_ns()
+        self._buffer += data
+        if not self._headers_done:
+            end = self._buffer.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            head = bytes(self._buffer[:end])
+            del self._buffer[: end + 4]
+            self._headers_done = True
+            if not head.startswith(b"HTTP/1.1 200"):
+                status_line = head.split(b"\r\n", 1)[0].decode()
+                self._fail(f"stream answered {status_line}")
+                return
+        self._dechunk()
+        body = self._body
+        while (end := body.find(b"\n\n")) >= 0:
+            frame = bytes(body[:end])
+            del body[: end + 2]
+            self._frame(frame, now)
+
+    def _dechunk(self) -> None:
+        buffer = self._buffer
+        while (eol := buffer.find(b"\r\n")) >= 0:
+            size = int(buffer[:eol].split(b";", 1)[0], 16)
+            end = eol + 2 + size + 2
+            if len(buffer) < end:
+                return
+            self._body += buffer[eol + 2 : eol + 2 + size]
+            del buffer[:end]
+            if size == 0:
+                self._fail("the stream ended")
+                return
+
+    def _frame(self, frame: bytes, now: int) -> None:
+        if frame.startswith(b"retry:"):
+            self.ready.set()
+        elif b"event: message_part" in frame:
+            self.frames.append((now, frame))
+        elif b"event: status" in frame:
+            data = json.loads(frame.split(b"\ndata: ", 1)[1])
+            if data.get("status") in ("waiting", "error"):
+                self.status = data["status"]
+                self.finished_ns = now
+                self.finished.set()
+
+    def _fail(self, error: str) -> None:
+        if self.status is None and self.error is None:
+            self.error = error
+        self.ready.set()
+        self.finished.set()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._fail(f"connection lost: {exc}")
+
+    def close(self) -> None:
+        """Close the connection."""
+        if self._transport is not None:
+            self._transport.close()
+
+    def parts(self) -> list[tuple[int, dict[str, Any]]]:
+        """(receive time ns, event data) of every message_part received."""
+        return [(ns, json.loads(f.split(b"\ndata: ", 1)[1])) for ns, f in self.frames]

@@ -1,0 +1,478 @@
+"""K concurrent chats on one worker and one gateway: does every delta still arrive in time?
+
+    python bench/concurrency.py [--ladder 25,50,100,200,300,500] [--deltas 100]
+                                [--spacing-ms 20] [--turn-timeout 300] [--keep-going]
+
+Processes: PostgreSQL and the Temporal dev server (as `_stack.services()` starts them), ONE
+`chatd worker` (`WorkerProcess`, CHATD_TOOLS unset), ONE `chatd api` gateway, and the fake
+provider in its own child process (this script with `--serve-fake PORT`), so that the SSE
+clients in this process don't share a GIL with it. Each process's CPU and peak RSS is
+measured with psutil over each level of the ladder.
+
+Per level K: K chats, each with an SSE client (a bare asyncio protocol, `_stack.RawSseClient`)
+connected before its message is sent; the K messages are sent at once. Each turn has 3 model
+steps: steps 1 and 2 call `current_time`, step 3 streams `--deltas` text deltas
+`--spacing-ms` apart. Every delta's text is unique (`K<k>C<chat>d<i>|`), stamped with
+`time.time_ns()` by the fake provider when written and by the SSE client when received;
+latency = receive - emit, matched by text.
+
+A level passes when every turn ends `waiting` and the p99 delta latency is under 250 ms.
+The ladder stops at the first level that fails (unless `--keep-going`). Exit status 1 when
+the largest passing K is below `--target-k` (500).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import _stack
+import httpx
+import psutil  # type: ignore[import-untyped]
+from _stack import ChildProcess, ProcessMeter, RawSseClient, percentile, say
+
+from chatd.devstack.ports import free_port
+from chatd.devstack.worker_process import WorkerProcess
+from chatd.fake_provider.script import FakeRequest, FakeResponse, FakeText
+from chatd.store.db import connect_pool, migrate
+from chatd.store.keys import KeyStore
+
+P99_LIMIT_MS = 250.0
+TARGET_K = 500
+MODEL = "bench-concurrency"
+NAN = float("nan")
+T = TypeVar("T")
+_TAG = re.compile(r"tag=(K\d+C\d+)")
+
+
+# --- the fake model (runs in the fake provider's child process) ------------------------------
+
+
+@dataclass(frozen=True)
+class Script:
+    """What the fake model streams in the final step."""
+
+    deltas: int = 100
+    spacing_s: float = 0.02
+
+    def __call__(self, request: FakeRequest) -> FakeResponse:
+        """Steps 1 and 2 call `current_time`; step 3 streams unique text deltas."""
+        messages = request.body.get("messages", [])
+        step = sum(1 for m in messages if m.get("role") == "assistant")
+        if step < 2:
+            return FakeResponse.of_tool_call("current_time")
+        found = _TAG.search(json.dumps(messages[0]) if messages else "")
+        tag = found.group(1) if found else "untagged"
+        tokens = [f"{tag}d{i:04d}|" for i in range(self.deltas)]
+        return FakeResponse(
+            parts=[FakeText(text="".join(tokens), chunk_size=len(tokens[0]))],
+            delta_delay_s=self.spacing_s,
+        )
+
+
+# --- one level of the ladder -----------------------------------------------------------------
+
+
+@dataclass
+class Level:
+    """What one level of the ladder measured."""
+
+    k: int
+    finished: int = 0
+    errors: list[str] = field(default_factory=list)
+    latencies: list[float] = field(default_factory=list)
+    """Emit -> SSE client, ms, every matched delta."""
+    unmatched: int = 0
+    durations: list[float] = field(default_factory=list)
+    """Send -> final status at the client, s."""
+    gaps: list[float] = field(default_factory=list)
+    """Time between consecutive deltas of a stream as the fake emitted them, ms."""
+    wall_s: float = 0.0
+    cpu: dict[str, float] = field(default_factory=dict)
+    rss: dict[str, float] = field(default_factory=dict)
+    system_cpu: float = 0.0
+
+    @property
+    def p50(self) -> float:
+        return statistics.median(self.latencies) if self.latencies else float("inf")
+
+    @property
+    def p99(self) -> float:
+        return percentile(self.latencies, 99) if self.latencies else float("inf")
+
+    @property
+    def passed(self) -> bool:
+        return self.finished == self.k and self.p99 < P99_LIMIT_MS
+
+
+@dataclass
+class Harness:
+    """The running processes and clients."""
+
+    base_url: str
+    host: str
+    port: int
+    api_key: str
+    http: httpx.AsyncClient
+    fake_url: str
+    meter: ProcessMeter
+    profiles: dict[str, int] = field(default_factory=dict)
+    """Processes to sample with py-spy during each level (name -> pid)."""
+    py_spy: str | None = None
+    logs: Path = Path(".")
+    quiet_below: float = 0.0
+
+
+async def _bounded(limit: int, coros: list[Coroutine[Any, Any, T]]) -> list[T]:
+    """Run the coroutines, at most `limit` at a time; their results in order."""
+    gate = asyncio.Semaphore(limit)
+
+    async def one(coro: Coroutine[Any, Any, T]) -> T:
+        async with gate:
+            return await coro
+
+    return list(await asyncio.gather(*(one(c) for c in coros)))
+
+
+async def _create_chat(h: Harness) -> str:
+    response = await h.http.post("/chats", json={"model": {"provider": "anthropic", "name": MODEL}})
+    response.raise_for_status()
+    return str(response.json()["id"])
+
+
+async def _send(h: Harness, chat_id: str, tag: str) -> float:
+    """POST the message; the time it was sent (perf_counter)."""
+    sent = time.perf_counter()
+    response = await h.http.post(
+        f"/chats/{chat_id}/messages", json={"content": f"What time is it? tag={tag}"}
+    )
+    if response.status_code != 202:
+        raise RuntimeError(f"send failed: {response.status_code} {response.text}")
+    return sent
+
+
+async def run_level(h: Harness, k: int, timeout_s: float) -> Level:
+    """K chats, K SSE clients, K messages at once; wait until every turn ends (or timeout)."""
+    level = Level(k)
+    await _wait_quiet(h.quiet_below)
+    say(f"K={k}: creating {k} chats and connecting {k} SSE clients")
+    chat_ids: list[str] = await _bounded(50, [_create_chat(h) for _ in range(k)])
+    clients: list[RawSseClient] = await _bounded(
+        50,
+        [
+            RawSseClient.connect(h.host, h.port, f"/api/v1/chats/{c}/stream", h.api_key)
+            for c in chat_ids
+        ],
+    )
+    try:
+        async with asyncio.timeout(60):
+            await asyncio.gather(*(c.ready.wait() for c in clients))
+        failed = [c.error for c in clients if c.error]
+        if failed:
+            raise RuntimeError(f"{len(failed)} SSE clients failed to connect: {failed[0]}")
+        async with httpx.AsyncClient(timeout=10) as fake:
+            await fake.get(f"{h.fake_url}/bench/deltas")  # forget older deltas
+        tags = [f"K{k:04d}C{i:04d}" for i in range(k)]
+        say(f"K={k}: sending {k} messages")
+        profilers = _start_profilers(h, k)
+        h.meter.start()
+        started = time.perf_counter()
+        sent_at: list[float] = await _bounded(
+            100, [_send(h, c, t) for c, t in zip(chat_ids, tags, strict=True)]
+        )
+        progress = asyncio.create_task(_progress(k, clients, started))
+        try:
+            async with asyncio.timeout(timeout_s):
+                await asyncio.gather(*(c.finished.wait() for c in clients))
+        except TimeoutError:
+            level.errors.append(f"timeout after {timeout_s:.0f}s")
+        finally:
+            progress.cancel()
+        level.wall_s = time.perf_counter() - started
+        await h.meter.stop()
+        _stop_profilers(profilers)
+        for name in h.meter.names:
+            level.cpu[name] = h.meter.cpu_pct(name)
+            level.rss[name] = h.meter.peak_rss_mb(name)
+        level.system_cpu = h.meter.system_cpu_pct
+    finally:
+        for client in clients:
+            client.close()
+    async with httpx.AsyncClient(timeout=60) as fake:
+        rows = (await fake.get(f"{h.fake_url}/bench/deltas")).json()
+    _analyse(level, clients, sent_at, rows)
+    return level
+
+
+def _analyse(
+    level: Level,
+    clients: list[RawSseClient],
+    sent_at: list[float],
+    rows: list[list[Any]],
+) -> None:
+    emitted: dict[str, int] = {text: ns for _model, text, ns in rows}
+    by_stream: dict[str, list[int]] = {}
+    for _model, text, ns in rows:
+        by_stream.setdefault(text.split("d", 1)[0], []).append(ns)
+    for stamps in by_stream.values():
+        stamps.sort()
+        level.gaps.extend((b - a) / 1e6 for a, b in itertools.pairwise(stamps))
+    wall_anchor_ns = time.time_ns() - int(time.perf_counter() * 1e9)
+    matched = 0
+    for client, sent in zip(clients, sent_at, strict=True):
+        if client.status == "waiting":
+            level.finished += 1
+            level.durations.append((client.finished_ns - wall_anchor_ns) / 1e9 - sent)
+        elif client.status is not None or client.error:
+            level.errors.append(client.status or client.error or "?")
+        for ns, data in client.parts():
+            text = data.get("part", {}).get("text")
+            if text in emitted:
+                level.latencies.append((ns - emitted[text]) / 1e6)
+                matched += 1
+    level.unmatched = len(emitted) - matched
+
+
+async def _progress(k: int, clients: list[RawSseClient], started: float) -> None:
+    while True:
+        await asyncio.sleep(5)
+        done = sum(1 for c in clients if c.finished.is_set())
+        deltas = sum(len(c.frames) for c in clients)
+        say(f"K={k}: {done}/{k} turns done, {deltas} deltas received, "
+            f"{time.perf_counter() - started:.0f}s")  # fmt: skip
+
+
+# --- report ----------------------------------------------------------------------------------
+
+
+def _fmt(value: float, width: int = 6, digits: int = 0) -> str:
+    return f"{value:{width}.{digits}f}"
+
+
+def report(levels: list[Level], names: list[str], args: argparse.Namespace) -> int | None:
+    """Print the table; the largest passing K."""
+    print(
+        f"\n=== {len(levels)} levels: 3-step turns (2 x current_time, then {args.deltas} deltas "
+        f"{args.spacing_ms:g} ms apart), one worker, one gateway ==="
+    )
+    print(
+        f"{'K':>5} {'done':>9} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'turn p50 s':>10} "
+        f"{'turn max s':>10} {'gap p50':>7} {'gap p99':>7} {'wall s':>7}  result"
+    )
+    for lv in levels:
+        extra = ""
+        if lv.unmatched or lv.errors:
+            extra = f" ({lv.unmatched} unmatched, {len(lv.errors)} errors: {lv.errors[:2]})"
+        print(
+            f"{lv.k:5d} {lv.finished:4d}/{lv.k:<4d} {_fmt(lv.p50, 8, 1)} {_fmt(lv.p99, 8, 1)} "
+            f"{_fmt(max(lv.latencies, default=NAN), 8, 1)} "
+            f"{_fmt(statistics.median(lv.durations) if lv.durations else NAN, 10, 2)} "
+            f"{_fmt(max(lv.durations, default=NAN), 10, 2)} "
+            f"{_fmt(statistics.median(lv.gaps) if lv.gaps else NAN, 7, 1)} "
+            f"{_fmt(percentile(lv.gaps, 99) if lv.gaps else NAN, 7, 1)} "
+            f"{lv.wall_s:7.1f}  {'PASS' if lv.passed else 'FAIL'}{extra}"
+        )
+    cores = os.cpu_count() or 1
+    print(f"\nCPU % of one core over each level ({cores} cores = {100 * cores}%) | peak RSS MiB")
+    print(f"{'K':>5} " + " ".join(f"{n:>17}" for n in names) + f" {'machine':>8} {'others':>7}")
+    for lv in levels:
+        cells = " ".join(f"{lv.cpu.get(n, NAN):6.0f}% {lv.rss.get(n, NAN):6.0f}M   " for n in names)
+        machine = lv.system_cpu * cores
+        others = machine - sum(v for v in lv.cpu.values() if v == v)
+        print(f"{lv.k:5d} {cells} {machine:7.0f}% {others:6.0f}%")
+    print(
+        "\ngap = time between consecutive deltas of one stream as the fake provider wrote them "
+        f"(scripted {args.spacing_ms:g} ms); postgres RSS sums its processes (shared buffers "
+        "counted per process); others = machine - the processes above (other work on the "
+        "machine, or short-lived processes)."
+    )
+    passing = [lv.k for lv in levels if lv.passed]
+    best = max(passing) if passing else None
+    print(
+        f"\nlargest K with every turn finished and p99 < {P99_LIMIT_MS:g} ms: {best} "
+        f"(target {args.target_k})"
+    )
+    return best
+
+
+# --- processes -------------------------------------------------------------------------------
+
+
+async def run(args: argparse.Namespace) -> int | None:
+    """Bring everything up, run the ladder, report."""
+    logs = Path(tempfile.mkdtemp(prefix="chatd-concurrency-"))
+    levels: list[Level] = []
+    async with _stack.services() as svc:
+        await migrate(svc.database_url)
+        pool = await connect_pool(svc.database_url, min_size=1, max_size=2)
+        api_key = await KeyStore(pool).create("bench")
+        await pool.close()
+        task_queue = f"bench-conc-{uuid.uuid4().hex[:8]}"
+        fake_port, api_port = free_port(), free_port()
+        fake = ChildProcess(
+            [sys.executable, __file__, "--serve-fake", str(fake_port),
+             "--deltas", str(args.deltas), "--spacing-ms", str(args.spacing_ms)],
+            log=logs / "fake.log",
+        )  # fmt: skip
+        fake_url = f"http://127.0.0.1:{fake_port}"
+        gateway = _stack.gateway_process(
+            database_url=svc.database_url,
+            temporal_address=svc.temporal.address,
+            task_queue=task_queue,
+            port=api_port,
+            log=logs / "gateway.log",
+        )
+        worker = WorkerProcess(
+            database_url=svc.database_url,
+            temporal_address=svc.temporal.address,
+            task_queue=task_queue,
+            fake=svc.fake,
+            workspace=logs / "workspaces",
+            log=logs / "worker.log",
+            tools=None,
+            env={"ANTHROPIC_BASE_URL": fake_url},
+        )
+        say(f"logs in {logs}")
+        try:
+            fake.start()
+            gateway.start()
+            worker.start()
+            await fake.wait_http(f"{fake_url}/health")
+            await gateway.wait_http(f"http://127.0.0.1:{api_port}/healthz")
+            await _polling(worker)
+            meter = ProcessMeter()
+            meter.add("worker", worker.pid)
+            meter.add("gateway", gateway.pid)
+            meter.add("postgres", svc.postgres.pid, children=True)
+            meter.add("temporal", svc.temporal.pid, children=True)
+            meter.add("fake provider", fake.pid)
+            meter.add("bench (SSE)", os.getpid())
+            base_url = f"http://127.0.0.1:{api_port}/api/v1"
+            limits = httpx.Limits(
+                max_connections=120, max_keepalive_connections=120, keepalive_expiry=2.0
+            )  # under uvicorn's 5 s keep-alive: never reuse a connection it is closing
+            async with httpx.AsyncClient(
+                base_url=base_url,
+                headers={"Authorization": f"Bearer {api_key}"},
+                timeout=120,
+                limits=limits,
+            ) as http:
+                h = Harness(base_url, "127.0.0.1", api_port, api_key, http, fake_url, meter)
+                h.py_spy, h.logs, h.quiet_below = args.py_spy, logs, args.quiet_below
+                if args.py_spy:
+                    h.profiles = {"worker": worker.pid or 0, "gateway": gateway.pid or 0}
+                    say(f"py-spy profiles (collapsed stacks) go to {logs}")
+                say("worker, gateway and fake provider up")
+                for k in args.ladder:
+                    level = await run_level(h, k, args.turn_timeout)
+                    levels.append(level)
+                    say(
+                        f"K={k}: {level.finished}/{k} finished, p50 {level.p50:.1f} ms, "
+                        f"p99 {level.p99:.1f} ms, wall {level.wall_s:.1f}s -> "
+                        f"{'PASS' if level.passed else 'FAIL'}"
+                    )
+                    if not level.passed and not args.keep_going:
+                        break
+                    await asyncio.sleep(2)  # let runs close and Temporal settle
+                names = meter.names
+        finally:
+            for proc in (worker, gateway, fake):
+                await asyncio.to_thread(proc.stop)
+    return report(levels, names, args) if levels else None
+
+
+async def _wait_quiet(below_pct: float, within_s: float = 120.0) -> None:
+    """Wait (up to `within_s`) until the machine is idle: other work skews the figures."""
+    if below_pct <= 0:
+        return
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        busy = await asyncio.to_thread(psutil.cpu_percent, 2.0)
+        if busy < below_pct:
+            return
+        say(f"machine busy ({busy:.0f}% of all cores) with other work; waiting")
+    say("machine still busy; measuring anyway (see the `others` column)")
+
+
+def _start_profilers(h: Harness, k: int) -> list[subprocess.Popen[bytes]]:
+    """`py-spy record` (raw collapsed stacks, until SIGINT) on each profiled process."""
+    if not h.py_spy:
+        return []
+    procs: list[subprocess.Popen[bytes]] = []
+    for name, pid in h.profiles.items():
+        out = h.logs / f"py-spy-{name}-K{k}.txt"
+        argv = [h.py_spy, "record", "-p", str(pid), "-f", "raw", "-r", "50", "--nonblocking"]
+        procs.append(
+            subprocess.Popen(
+                [*argv, "-o", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            )
+        )
+    return procs
+
+
+def _stop_profilers(profilers: list[subprocess.Popen[bytes]]) -> None:
+    for proc in profilers:
+        proc.send_signal(signal.SIGINT)
+    for proc in profilers:
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+async def _polling(worker: WorkerProcess, within_s: float = 60.0) -> None:
+    async with asyncio.timeout(within_s):
+        while "worker polling task queue" not in worker.log.read_text(errors="replace"):
+            if not worker.running:
+                raise RuntimeError(f"worker exited during startup; see {worker.log}")
+            await asyncio.sleep(0.1)
+
+
+def main() -> None:
+    """Parse options; run the ladder, or serve the fake provider (`--serve-fake`)."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--ladder",
+        type=lambda s: [int(x) for x in s.split(",")],
+        default=[25, 50, 100, 200, 300, 500],
+        help="comma-separated K values (default 25,50,100,200,300,500)",
+    )
+    parser.add_argument("--deltas", type=int, default=100, help="deltas in step 3")
+    parser.add_argument("--spacing-ms", type=float, default=20.0, help="between deltas")
+    parser.add_argument("--turn-timeout", type=float, default=300.0, help="per level, seconds")
+    parser.add_argument("--target-k", type=int, default=TARGET_K)
+    parser.add_argument("--keep-going", action="store_true", help="don't stop at a failure")
+    parser.add_argument(
+        "--quiet-below",
+        type=float,
+        default=25.0,
+        help="before each level, wait until the machine's CPU is below this %% (0: don't)",
+    )
+    parser.add_argument("--py-spy", metavar="BIN", help="profile worker and gateway with py-spy")
+    parser.add_argument("--serve-fake", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve_fake:
+        _stack.serve_fake_provider(Script(args.deltas, args.spacing_ms / 1000), args.serve_fake)
+        return
+    best = asyncio.run(run(args))
+    sys.exit(0 if best is not None and best >= args.target_k else 1)
+
+
+if __name__ == "__main__":
+    main()
