@@ -37,8 +37,10 @@ class WorkerProcess:
         workspace: Path,
         log: Path,
         tools: str | None = CHAOS_TOOLS,
+        titles: bool = False,
         env: Mapping[str, str] | None = None,
     ) -> None:
+        """`titles` off by default: a title request would eat a model's scripted response."""
         self.env = {
             **os.environ,
             "DATABASE_URL": database_url,
@@ -49,7 +51,7 @@ class WorkerProcess:
             "CHATD_WORKSPACE_ROOT": str(workspace),
             "PYTHONPATH": str(ROOT),
             # Scripted fake models answer in order: a title request would take an answer.
-            "CHATD_GENERATE_TITLES": "0",
+            "CHATD_GENERATE_TITLES": "1" if titles else "0",
             **({"CHATD_TOOLS": tools} if tools else {}),
             **(env or {}),
         }

@@ -1,0 +1,442 @@
+"""Do turns survive workers being SIGKILLed at random? Run from the repo root:
+
+    python bench/chaos.py [--turns 200] [--concurrency 10] [--seed 1] [--kill-every 3-8]
+
+N turns run through the in-process gateway, `--concurrency` at a time, on TWO `chatd worker`
+processes, while a chaos loop SIGKILLs one of them every 3-8 s (at random) and starts it
+again at once. Each turn: step 1 = a short text and a `current_time` call, step 2 = ~30
+text deltas 20 ms apart. An SSE client, connected before the message is sent, timestamps
+every event of its chat.
+
+At the end every turn must be `waiting` and every transcript must equal the scripted
+conversation (roles, texts, tool calls and results once). The report gives lost and
+duplicate messages (both must be 0) and the recovery time of each turn that was streaming
+on a killed worker: kill -> first delta of the retried attempt at the SSE client (the
+attempt announces itself with a `reset` event). Exit status 1 if anything was lost or
+duplicated, a turn did not finish, or the recovery p50 is 10 s or more.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import signal
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import _stack
+import httpx
+from _stack import SseEvent, SseListener, percentile, say
+from temporalio.api.enums.v1 import EventType, TimeoutType
+from temporalio.client import Client
+
+from activities.compaction import TITLE_INSTRUCTIONS
+from api.app import GatewayConfig, create_app
+from chatd.devstack.ports import free_port
+from chatd.devstack.worker_process import WorkerProcess
+from chatd.fake_provider.script import FakeRequest, FakeResponse, FakeText, FakeToolCall
+from chatd.serving import EmbeddedServer
+from chatd.settings import TemporalSettings
+from chatd.store.db import connect_pool, migrate
+from chatd.store.keys import KeyStore
+
+MODEL = "chaos-model"
+INTRO = "Let me check the time."
+ANSWER = "".join(f"w{i:04d} " for i in range(30))
+"""30 deltas of 6 characters."""
+DELTA_DELAY_S = 0.02
+TURN_TIMEOUT_S = 300.0
+STALL_S = 8.0
+"""A gap between two events of a turn this long is reported (a retry or a sticky timeout)."""
+Signature = tuple[str, str, tuple[str, ...]]
+"""(role, text, tool calls/results) of a message: what must match the script."""
+
+
+def respond(request: FakeRequest) -> FakeResponse:
+    """The fake model: titles get a title; step 1 calls a tool, step 2 streams the answer."""
+    if TITLE_INSTRUCTIONS in json.dumps(request.body.get("system", "")):
+        return FakeResponse.of_text("Chaos turn")
+    step = sum(1 for m in request.body.get("messages", []) if m.get("role") == "assistant")
+    if step == 0:
+        return FakeResponse(parts=[FakeText(text=INTRO), FakeToolCall(name="current_time")])
+    return FakeResponse(parts=[FakeText(text=ANSWER, chunk_size=6)], delta_delay_s=DELTA_DELAY_S)
+
+
+def expected(index: int) -> list[Signature]:
+    """The transcript of turn `index`, as signatures."""
+    return [
+        ("user", _content(index), ()),
+        ("assistant", INTRO, ("call:current_time",)),
+        ("tool", "", ("result:current_time",)),
+        ("assistant", ANSWER, ()),
+    ]
+
+
+def signature(message: dict[str, Any]) -> Signature:
+    """A stored message as a signature (a failed tool result shows as `error:`)."""
+    text = "".join(p.get("text", "") for p in message["parts"] if p["type"] == "text")
+    tools: list[str] = []
+    for part in message["parts"]:
+        if part["type"] == "tool_call":
+            tools.append(f"call:{part['name']}")
+        elif part["type"] == "tool_result":
+            tools.append(f"{'error' if part.get('is_error') else 'result'}:{part['name']}")
+    return (message["role"], text, tuple(tools))
+
+
+def _content(index: int) -> str:
+    return f"turn {index}: what time is it?"
+
+
+# --- turns -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Turn:
+    """One turn and what its SSE client saw."""
+
+    index: int
+    chat_id: str = ""
+    events: list[SseEvent] = field(default_factory=list)
+    sent_at: float = 0.0
+    status: str | None = None
+    transcript: list[Signature] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def duration(self) -> float:
+        """Send -> final status (seconds)."""
+        return self.events[-1].at - self.sent_at if self.events else float("nan")
+
+    @property
+    def exact(self) -> bool:
+        """Finished, and the transcript is the script."""
+        return self.status == "waiting" and self.transcript == expected(self.index)
+
+
+async def run_turn(http: httpx.AsyncClient, turn: Turn) -> None:
+    """Create a chat, listen, send the message, read events until the turn ends."""
+    response = await http.post("/chats", json={"model": {"provider": "anthropic", "name": MODEL}})
+    response.raise_for_status()
+    turn.chat_id = str(response.json()["id"])
+    async with SseListener(http, turn.chat_id) as listener:
+        turn.sent_at = time.perf_counter()
+        sent = await http.post(
+            f"/chats/{turn.chat_id}/messages", json={"content": _content(turn.index)}
+        )
+        if sent.status_code != 202:
+            turn.error = f"send: {sent.status_code} {sent.text}"
+            return
+        try:
+            async with asyncio.timeout(TURN_TIMEOUT_S):
+                while turn.status is None:
+                    event = await listener.events.get()
+                    turn.events.append(event)
+                    if event.event == "status" and event.data["status"] in ("waiting", "error"):
+                        turn.status = event.data["status"]
+        except TimeoutError:
+            turn.error = f"no final status within {TURN_TIMEOUT_S:.0f}s"
+    messages = await http.get(f"/chats/{turn.chat_id}/messages", params={"limit": 500})
+    messages.raise_for_status()
+    turn.transcript = [signature(m) for m in messages.json()["messages"]]
+
+
+# --- chaos -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Kill:
+    """A SIGKILL sent to worker `worker` at `at` (perf_counter)."""
+
+    at: float
+    worker: int
+    restarted_in: float = 0.0
+    """Kill -> the new process polls (seconds)."""
+
+
+async def polling(worker: WorkerProcess, previous: int, within_s: float = 60.0) -> int:
+    """Wait until the worker's log has more "polling" lines than `previous`; their count."""
+    async with asyncio.timeout(within_s):
+        while True:
+            count = worker.log.read_text(errors="replace").count("worker polling task queue")
+            if count > previous:
+                return count
+            if not worker.running:
+                raise RuntimeError(f"worker exited during startup; see {worker.log}")
+            await asyncio.sleep(0.05)
+
+
+async def chaos_loop(
+    workers: list[WorkerProcess],
+    stop: asyncio.Event,
+    rng: random.Random,
+    every: tuple[float, float],
+    kills: list[Kill],
+) -> None:
+    """SIGKILL a random worker every `every` seconds and start it again at once."""
+    polls = [await polling(w, 0) for w in workers]
+    while not stop.is_set():
+        try:
+            await asyncio.wait_for(stop.wait(), rng.uniform(*every))
+            return
+        except TimeoutError:
+            pass
+        victim = rng.randrange(len(workers))
+        kill = Kill(at=time.perf_counter(), worker=victim)
+        workers[victim].signal(signal.SIGKILL)
+        kills.append(kill)
+        await asyncio.to_thread(workers[victim].wait, 10.0)
+        workers[victim].start()
+        polls[victim] = await polling(workers[victim], polls[victim])
+        kill.restarted_in = time.perf_counter() - kill.at
+        say(f"kill #{len(kills)}: worker {victim} (back in {kill.restarted_in:.1f}s)")
+
+
+# --- analysis --------------------------------------------------------------------------------
+
+
+@dataclass
+class Recovery:
+    """A retried model step: which kill broke it, and when the new attempt's first delta came."""
+
+    turn: int
+    kill_at: float | None
+    mid_stream: bool
+    """Deltas of the broken attempt had reached the client before the kill."""
+    seconds: float | None
+    """Kill -> first delta after the reset (None if no kill explains the reset)."""
+
+
+def _is_delta(event: SseEvent) -> bool:
+    return event.event == "message_part" and event.data.get("role") == "assistant"
+
+
+def recoveries(turn: Turn, kills: list[Kill]) -> list[Recovery]:
+    """One entry per `reset` the turn's client saw."""
+    found: list[Recovery] = []
+    events = turn.events
+    for k, reset in enumerate(events):
+        if reset.event != "reset":
+            continue
+        step_start = max((j for j in range(k) if events[j].event == "message"), default=-1)
+        broken = [e for e in events[step_start + 1 : k] if _is_delta(e)]
+        resumed = next((e for e in events[k + 1 :] if _is_delta(e)), None)
+        # The kill that broke a stream came after its last delta was published (the client
+        # may see that delta a few ms after the kill): the first kill from then on.
+        since = broken[-1].at - 0.5 if broken else turn.sent_at
+        candidates = [x.at for x in kills if since <= x.at <= reset.at]
+        kill_at = min(candidates) if candidates else None
+        seconds = resumed.at - kill_at if resumed is not None and kill_at is not None else None
+        found.append(Recovery(turn.index, kill_at, bool(broken and candidates), seconds))
+    return found
+
+
+def stalls(turn: Turn) -> list[tuple[float, str, str]]:
+    """Silences of `STALL_S` or more in the turn: (seconds, event before, event after)."""
+    found: list[tuple[float, str, str]] = []
+    last, before = turn.sent_at, "send"
+    for event in turn.events:
+        if event.at - last >= STALL_S:
+            found.append((event.at - last, before, event.event))
+        last, before = event.at, event.event
+    return found
+
+
+async def history_findings(client: Client, turns: list[Turn]) -> dict[int, Counter[str]]:
+    """Per turn: workflow task timeouts and activity retries, read from its run's history."""
+    findings: dict[int, Counter[str]] = {}
+    for turn in turns:
+        if not turn.chat_id:
+            continue
+        history = await client.get_workflow_handle(f"chat-{turn.chat_id}").fetch_history()
+        found: Counter[str] = Counter()
+        activity_types: dict[int, str] = {}
+        for event in history.events:
+            if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
+                kind = event.workflow_task_timed_out_event_attributes.timeout_type
+                found[f"workflow task {TimeoutType.Name(kind)[13:].lower()}"] += 1
+            elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+                attrs = event.activity_task_scheduled_event_attributes
+                activity_types[event.event_id] = attrs.activity_type.name
+            elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+                started = event.activity_task_started_event_attributes
+                if started.attempt > 1:
+                    name = activity_types.get(started.scheduled_event_id, "?")
+                    found[f"{name} retries"] += started.attempt - 1
+        findings[turn.index] = found
+    return findings
+
+
+def _stats(values: list[float]) -> str:
+    if not values:
+        return "no samples"
+    return (
+        f"p50 {statistics.median(values):5.2f}s  p90 {percentile(values, 90):5.2f}s  "
+        f"max {max(values):5.2f}s  (min {min(values):.2f}s, n={len(values)})"
+    )
+
+
+def report(
+    turns: list[Turn], kills: list[Kill], wall_s: float, history: dict[int, Counter[str]]
+) -> bool:
+    """Print the figures; whether the run passed."""
+    lost = duplicated = 0
+    for turn in turns:
+        want, got = Counter(expected(turn.index)), Counter(turn.transcript)
+        lost += sum((want - got).values())
+        duplicated += sum((got - want).values())
+    unfinished = [t for t in turns if t.status != "waiting"]
+    inexact = [t for t in turns if not t.exact]
+    found = [r for t in turns for r in recoveries(t, kills)]
+    mid = [r.seconds for r in found if r.mid_stream and r.seconds is not None]
+    other = [r.seconds for r in found if not r.mid_stream and r.seconds is not None]
+    unexplained = [r for r in found if r.kill_at is None]
+    stalled = {t.index: stalls(t) for t in turns if stalls(t)}
+    in_history = sum((history.values()), Counter[str]())
+    durations = [t.duration for t in turns if t.status == "waiting"]
+
+    print()
+    print(f"turns              {len(turns)} in {wall_s:.1f}s ({len(turns) / wall_s:.1f}/s)")
+    print(f"kills              {len(kills)} (SIGKILL, restart -> polling: "
+          f"{_stats([k.restarted_in for k in kills])})")  # fmt: skip
+    print(f"finished (waiting) {len(turns) - len(unfinished)}/{len(turns)}")
+    print(f"exact transcripts  {len(turns) - len(inexact)}/{len(turns)}")
+    print(f"lost messages      {lost}")
+    print(f"duplicate messages {duplicated}")
+    print(f"resets seen        {len(found)} ({len(unexplained)} without a kill to blame)")
+    print(f"recovery mid-stream (kill -> first delta of the retried attempt): {_stats(mid)}")
+    print(f"recovery before the first delta:                                 {_stats(other)}")
+    print(f"turn duration      {_stats(durations)}")
+    print(f"temporal history   {dict(sorted(in_history.items())) or 'no timeouts or retries'}")
+    print(f"stalls >= {STALL_S:.0f}s      {len(stalled)} turns")
+    for index, gaps in list(stalled.items())[:12]:
+        where = ", ".join(f"{s:.1f}s {a} -> {b}" for s, a, b in gaps)
+        print(f"  turn {index:3d}: {where}; history {dict(history.get(index, {}))}")
+    for turn in inexact[:10]:
+        print(f"  turn {turn.index} ({turn.chat_id}): status {turn.status}, error {turn.error}")
+        for message in turn.transcript:
+            print(f"    {message}")
+    passed = not unfinished and not lost and not duplicated and not inexact
+    if mid and statistics.median(mid) >= 10.0:
+        passed = False
+    print(f"\n{'PASS' if passed else 'FAIL'}")
+    return passed
+
+
+# --- main ------------------------------------------------------------------------------------
+
+
+async def main(args: argparse.Namespace) -> bool:
+    """Run the benchmark; whether it passed."""
+    rng = random.Random(args.seed)
+    logs = Path(tempfile.mkdtemp(prefix="chatd-chaos-logs-"))
+    async with _stack.services() as svc:
+        svc.fake.script(MODEL, respond)
+        await migrate(svc.database_url)
+        task_queue = f"chaos-{uuid.uuid4().hex[:8]}"
+        pool = await connect_pool(svc.database_url)
+        key = await KeyStore(pool).create("chaos")
+        await pool.close()
+        settings = TemporalSettings(address=svc.temporal.address, task_queue=task_queue)
+        port = free_port()
+        gateway = EmbeddedServer(
+            create_app(GatewayConfig(database_url=svc.database_url, temporal=settings)),
+            "127.0.0.1",
+            port,
+        )
+        workers = [
+            WorkerProcess(
+                database_url=svc.database_url,
+                temporal_address=svc.temporal.address,
+                task_queue=task_queue,
+                fake=svc.fake,
+                workspace=logs / "workspaces",
+                log=logs / f"worker-{i}.log",
+                tools=None,
+                titles=True,  # as in production; `respond` answers title requests
+            )
+            for i in range(2)
+        ]
+        say(f"worker logs in {logs}")
+        await gateway.start()
+        try:
+            for worker in workers:
+                worker.start()
+            return await _run(args, rng, workers, f"http://127.0.0.1:{port}/api/v1", key)
+        finally:
+            for worker in workers:
+                await asyncio.to_thread(worker.stop)
+            await gateway.stop()
+
+
+async def _run(
+    args: argparse.Namespace,
+    rng: random.Random,
+    workers: list[WorkerProcess],
+    base_url: str,
+    key: str,
+) -> bool:
+    kills: list[Kill] = []
+    stop = asyncio.Event()
+    chaos = asyncio.create_task(chaos_loop(workers, stop, rng, args.kill_every, kills))
+    for worker in workers:
+        await polling(worker, 0)
+    say(f"2 workers polling; {args.turns} turns, {args.concurrency} at a time")
+    turns = [Turn(i) for i in range(args.turns)]
+    gate = asyncio.Semaphore(args.concurrency)
+    done = 0
+    started = time.perf_counter()
+    limits = httpx.Limits(max_connections=4 * args.concurrency + 10)
+    headers = {"Authorization": f"Bearer {key}"}
+    async with httpx.AsyncClient(
+        base_url=base_url, headers=headers, timeout=60, limits=limits
+    ) as http:
+
+        async def one(turn: Turn) -> None:
+            nonlocal done
+            async with gate:
+                try:
+                    await run_turn(http, turn)
+                except Exception as err:  # reported per turn; the run goes on
+                    turn.error = f"{type(err).__name__}: {err}"
+            done += 1
+            if done % 20 == 0 or done == len(turns):
+                resets = sum(1 for t in turns for e in t.events if e.event == "reset")
+                say(f"{done}/{len(turns)} turns done, {len(kills)} kills, {resets} resets")
+
+        await asyncio.gather(*(one(t) for t in turns))
+    wall = time.perf_counter() - started
+    stop.set()
+    await chaos
+    client = await Client.connect(workers[0].env["TEMPORAL_ADDRESS"])
+    return report(turns, kills, wall, await history_findings(client, turns))
+
+
+def _range(text: str) -> tuple[float, float]:
+    low, _, high = text.partition("-")
+    return float(low), float(high or low)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Command-line options."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--turns", type=int, default=200)
+    parser.add_argument("--concurrency", type=int, default=10)
+    parser.add_argument("--seed", type=int, default=None, help="random seed (kill timing)")
+    parser.add_argument(
+        "--kill-every", type=_range, default=(3.0, 8.0), help="seconds between kills, e.g. 3-8"
+    )
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(0 if asyncio.run(main(parse_args())) else 1)
