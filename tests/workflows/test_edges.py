@@ -168,3 +168,29 @@ async def test_a_message_accepted_as_the_idle_start_timer_fires_still_runs(
 
 async def _events(turn: Turn) -> list[HistoryEvent]:
     return list((await turn.handle().fetch_history()).events)
+
+
+async def test_a_500_step_turn_runs_across_several_runs_with_bounded_history(
+    turn: Turn,
+) -> None:
+    turn.fakes.plan = {"max_steps": 600}
+    turn.fakes.stream_script = [*_tool_steps(499), text_step()]
+    first_run = await _start(turn, "turn-1")
+    await turn.finished()
+    assert _steps(turn) == list(range(500)), "every step once, in order, across the runs"
+    assert [b.turn_id for b in turn.fakes.of("begin_turn", BeginTurnInput)] == ["turn-1"]
+    (finish,) = turn.fakes.of("finish_turn", FinishTurnInput)
+    assert (finish.status, finish.error) == ("waiting", None)
+    runs, run_id, longest = 0, first_run, 0
+    while run_id:
+        handle = turn.client.get_workflow_handle(turn.workflow_id, run_id=run_id)
+        events = [e async for e in handle.fetch_history_events()]
+        runs, longest = runs + 1, max(longest, len(events))
+        last = events[-1]
+        run_id = (
+            last.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
+            if last.HasField("workflow_execution_continued_as_new_event_attributes")
+            else ""
+        )
+    assert runs == 500 // STEPS_PER_RUN, "continued as new every STEPS_PER_RUN steps"
+    assert longest < STEPS_PER_RUN * 25, "each run's history stays bounded"
