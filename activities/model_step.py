@@ -93,13 +93,11 @@ class ModelStepActivities:
             publisher.add("reset", {"turn_id": input.turn_id, "step": input.step})
         accumulator = StepAccumulator()
         log.info(
-            "streaming step",
-            extra={
-                "chat_id": input.chat_id,
-                "turn_id": input.turn_id,
-                "step": input.step,
-                "attempt": input.attempt,
-            },
+            "streaming step: chat=%s turn=%s step=%d attempt=%d",
+            input.chat_id,
+            input.turn_id,
+            input.step,
+            input.attempt,
         )
         try:
             async with heartbeating():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import uuid
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from workflows.payloads import (
 
 __all__ = ["ToolActivities", "assistant_step_key", "error_result"]
 
+log = logging.getLogger("chatd.tools")
 CRASHED_NON_IDEMPOTENT = (
     "The worker failed while this tool was running; it may or may not have completed. "
     "It was not run again because it is not idempotent."
@@ -67,6 +69,14 @@ class ToolActivities:
         call = next((c for c in calls if c.id == input.call.id), None)
         if chat is None or call is None:
             raise RuntimeError(f"tool call {input.call.id} is not in the transcript")
+        log.info(
+            "tool call: chat=%s turn=%s step=%d tool=%s call=%s",
+            input.chat_id,
+            input.turn_id,
+            input.step,
+            call.name,
+            call.id,
+        )
         result = await self._run(chat, call)
         stored = await self._transcript.stage_tool_result(chat_id, result)
         METRICS.tool_calls.add(1, {"tool": call.name})

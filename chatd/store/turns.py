@@ -64,5 +64,10 @@ class TurnStore:
             events: list[tuple[str, dict[str, Any]]] = []
             if last_error is not None:
                 events.append(("error", last_error.model_dump()))
-            events.append(("status", {"status": status, "turn_id": turn_id}))
+            event: dict[str, Any] = {"status": status, "turn_id": turn_id}
+            if recount_usage:  # the turn is over: say what it cost
+                event["usage"] = await conn.fetchval(
+                    f"{_USAGE_SUM} AND turn_id = $2", chat_id, turn_id
+                )
+            events.append(("status", event))
             await append_events(conn, chat_id, events)

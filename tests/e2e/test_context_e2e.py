@@ -176,7 +176,9 @@ async def test_usage_is_recorded_per_step_and_summed_per_chat(stack: Stack) -> N
     )
     chat = await stack.create_chat(model={"provider": "anthropic", "name": name})
     await stack.send(chat["id"], "hi")
-    await stack.wait_status(chat["id"], "waiting")
+    events = await stack.wait_status(chat["id"], "waiting")
+    turn = events[-1].data["usage"]
+    assert (turn["input_tokens"], turn["cache_read_tokens"]) == (20, 6), "summed per turn"
     steps = [m["usage"] for m in await stack.messages(chat["id"]) if m["role"] == "assistant"]
     assert steps[0]["cache_read_tokens"] == 3 and steps[0]["cache_write_tokens"] == 2
     total = (await stack.http.get(f"/chats/{chat['id']}")).json()["usage"]

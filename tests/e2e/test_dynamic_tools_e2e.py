@@ -8,7 +8,7 @@ import subprocess
 import uuid
 from typing import Any
 
-from harness import Stack
+from harness import Stack, StackFactory
 
 from chatd.devstack.temporal import TemporalDevServer, temporal_binary
 from chatd.fake_provider.script import FakeResponse, FakeText, FakeToolCall
@@ -162,3 +162,35 @@ async def test_results_can_be_submitted_with_the_temporal_cli(
     await stack.wait_status(chat["id"], "waiting")
     results = (await stack.messages(chat["id"]))[-2]["parts"]
     assert results[0]["output"] == "from the CLI"
+
+
+async def test_the_wait_survives_a_worker_and_gateway_restart(make_stack: StackFactory) -> None:
+    name = _name()
+    async with make_stack() as first:
+        first.fake.script(
+            name,
+            [
+                FakeResponse(parts=[FakeToolCall(name="ask_user", arguments={"question": "?"})]),
+                FakeResponse(parts=[FakeText(text="Thanks!")]),
+            ],
+        )
+        chat = await first.create_chat(
+            model={"provider": "anthropic", "name": name}, dynamic_tools=[ASK_USER]
+        )
+        await first.send(chat["id"], "help me")
+        await first.wait_status(chat["id"], "requires_action")
+    # Nothing runs now; a new worker and gateway take over the same queue and database.
+    async with make_stack(task_queue=first.task_queue) as second:
+        second.http.headers["Authorization"] = f"Bearer {first.key}"
+        waiting = (await second.http.get(f"/chats/{chat['id']}")).json()
+        assert waiting["status"] == "requires_action"
+        call_id = waiting["pending_tool_calls"][0]["id"]
+        response = await second.http.post(
+            f"/chats/{chat['id']}/tool-results",
+            json={"results": [{"tool_call_id": call_id, "output": "after the restart"}]},
+        )
+        assert response.status_code == 202, response.text
+        await second.wait_status(chat["id"], "waiting")
+        messages = await second.messages(chat["id"])
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant"]
+    assert messages[2]["parts"][0]["output"] == "after the restart"
