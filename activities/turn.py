@@ -10,8 +10,9 @@ import asyncpg
 from temporalio import activity
 
 from activities.tools import assistant_step_key
-from chatd.context import context_limit
+from chatd.context import context_limit, reported_context_limit
 from chatd.parts import ToolCallPart
+from chatd.settings import ProviderSettings
 from chatd.store.chats import ChatStore
 from chatd.store.events import EventLog
 from chatd.store.transcript import TranscriptStore
@@ -32,8 +33,15 @@ __all__ = ["TurnActivities"]
 class TurnActivities:
     """Status transitions at a turn's edges; each write is idempotent."""
 
-    def __init__(self, pool: asyncpg.Pool, *, generate_titles: bool = True) -> None:
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        providers: ProviderSettings,
+        *,
+        generate_titles: bool = True,
+    ) -> None:
         self._titles = generate_titles
+        self._providers = providers
         self._chats = ChatStore(pool)
         self._transcript = TranscriptStore(pool)
         self._turns = TurnStore(pool)
@@ -51,7 +59,7 @@ class TurnActivities:
             return BeginTurnResult(started=False)
         await self._turns.set_status(chat_id, input.turn_id, "running", clear_error=True)
         METRICS.active_turns.add(1)
-        limit = context_limit(chat.model)
+        limit = context_limit(chat.model, await reported_context_limit(chat.model, self._providers))
         plan = TurnPlan(
             turn_id=input.turn_id,
             max_steps=chat.max_steps,

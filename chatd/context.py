@@ -4,9 +4,18 @@ from __future__ import annotations
 
 import os
 
-from chatd.models import ModelConfig
+import httpx
 
-__all__ = ["DEFAULT_CONTEXT_LIMIT", "KNOWN_CONTEXT_LIMITS", "context_limit", "estimate_tokens"]
+from chatd.models import ModelConfig
+from chatd.settings import ProviderSettings
+
+__all__ = [
+    "DEFAULT_CONTEXT_LIMIT",
+    "KNOWN_CONTEXT_LIMITS",
+    "context_limit",
+    "estimate_tokens",
+    "reported_context_limit",
+]
 
 DEFAULT_CONTEXT_LIMIT = 128_000
 """Used when neither the model config nor the built-in table knows the model."""
@@ -32,10 +41,13 @@ KNOWN_CONTEXT_LIMITS: dict[str, int] = {
 """Context windows of common models, matched by the longest prefix of the model name."""
 
 
-def context_limit(model: ModelConfig) -> int:
-    """The model config's limit, else the table's, else `CHATD_DEFAULT_CONTEXT_LIMIT`."""
+def context_limit(model: ModelConfig, reported: int | None = None) -> int:
+    """The model config's limit, else the provider's (`reported`), else the table's, else
+    `CHATD_DEFAULT_CONTEXT_LIMIT`."""
     if model.context_limit:
         return model.context_limit
+    if reported:
+        return reported
     matches = [prefix for prefix in KNOWN_CONTEXT_LIMITS if model.name.startswith(prefix)]
     if matches:
         return KNOWN_CONTEXT_LIMITS[max(matches, key=len)]
@@ -45,3 +57,36 @@ def context_limit(model: ModelConfig) -> int:
 def estimate_tokens(text_chars: int) -> int:
     """A rough token count for text of this many characters (about four per token)."""
     return (text_chars + 3) // 4
+
+
+_REPORTED_FIELDS = ("max_model_len", "context_length", "context_window", "max_context_length")
+"""Where OpenAI-compatible servers (vLLM, OpenRouter, LM Studio ...) put a model's window."""
+_reported: dict[tuple[str, str], int | None] = {}
+
+
+async def reported_context_limit(model: ModelConfig, settings: ProviderSettings) -> int | None:
+    """The window an OpenAI-compatible server reports at `GET /models/{name}` (cached).
+
+    Anthropic's and OpenAI's own APIs report none, so only a custom OpenAI base URL is asked.
+    """
+    base = settings.openai_base_url
+    if model.provider != "openai" or not base or model.context_limit:
+        return None
+    key = (base, model.name)
+    if key not in _reported:
+        _reported[key] = await _ask_for_limit(base, model.name, settings.openai_api_key)
+    return _reported[key]
+
+
+async def _ask_for_limit(base: str, name: str, api_key: str | None) -> int | None:
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        async with httpx.AsyncClient(timeout=2.0) as http:
+            response = await http.get(f"{base.rstrip('/')}/models/{name}", headers=headers)
+        data = response.json() if response.status_code == 200 else {}
+    except (httpx.HTTPError, ValueError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    values = [data.get(f) for f in _REPORTED_FIELDS]
+    return next((v for v in values if isinstance(v, int) and v > 0), None)

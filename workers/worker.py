@@ -45,7 +45,7 @@ def build_worker(client: Client, pool: asyncpg.Pool, config: WorkerConfig) -> Wo
     """A worker for ChatTurn and all its activities."""
     model = ModelStepActivities(pool, config.registry, config.providers, config.stream_timeouts)
     tools = ToolActivities(pool, config.registry, config.workspace_root)
-    turn = TurnActivities(pool, generate_titles=config.generate_titles)
+    turn = TurnActivities(pool, config.providers, generate_titles=config.generate_titles)
     compaction = CompactionActivities(pool, config.providers)
     return Worker(
         client,

@@ -247,6 +247,8 @@ class ScriptBook:
         self._responders: dict[str, Responder] = {}
         self._requests: dict[str, list[FakeRequest]] = {}
         self._deltas: dict[str, list[DeltaRecord]] = {}
+        self.model_info: dict[str, dict[str, Any]] = {}
+        """Extra fields `GET /v1/models/{model}` reports (e.g. vLLM's `max_model_len`)."""
 
     def set(self, model: str, script: Sequence[FakeResponse] | Responder) -> None:
         """Replace the script of `model` with a list (consumed in order) or a responder."""

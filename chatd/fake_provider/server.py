@@ -247,6 +247,13 @@ def create_app(book: ScriptBook, closing: threading.Event | None = None) -> Star
         for path, api in _ROUTES.items()
     ]
     routes.append(Route("/health", _health, methods=["GET"]))
+
+    async def model(request: Request) -> Response:
+        name = request.path_params["model"]
+        info = {"id": name, "object": "model", "created": 0, "owned_by": "fake"}
+        return JSONResponse({**info, **book.model_info.get(name, {})})
+
+    routes.append(Route("/v1/models/{model:path}", model, methods=["GET"]))
     return Starlette(routes=routes)
 
 

@@ -244,3 +244,16 @@ async def test_a_title_is_generated_after_the_first_message_but_never_over_the_u
     await stack.wait_status(named["id"], "waiting")
     assert (await stack.http.get(f"/chats/{named['id']}")).json()["title"] == "Mine"
     assert len([r for r in stack.fake.requests(name) if _asks_title(r)]) == 1
+
+
+async def test_an_openai_compatible_servers_reported_window_sets_the_threshold(
+    stack: Stack,
+) -> None:
+    name = f"m-{uuid.uuid4().hex[:10]}"
+    stack.fake.book.model_info[name] = {"max_model_len": 2000}  # as vLLM reports it
+    stack.fake.script(name, [_answer("long", 1400), _summary(), _answer("short", 100)])
+    chat = await stack.create_chat(model={"provider": "openai", "name": name})
+    await stack.send(chat["id"], "go")
+    await stack.wait_status(chat["id"], "waiting")
+    assert len(stack.fake.requests(name)) == 3, "70% of 2000 reached: compacted, went on"
+    assert any(SUMMARY_PREAMBLE in _texts(m) for m in await stack.messages(chat["id"]))

@@ -64,3 +64,14 @@ def test_only_retryable_errors_are_retried_and_only_up_to_the_limit() -> None:
     assert should_retry(retryable, attempt=1, max_attempts=25)
     assert not should_retry(retryable, attempt=25, max_attempts=25)
     assert not should_retry(fatal, attempt=1, max_attempts=25)
+
+
+def test_the_context_limit_comes_from_config_then_provider_then_table_then_fallback() -> None:
+    from chatd.context import DEFAULT_CONTEXT_LIMIT, context_limit
+    from chatd.models import ModelConfig
+
+    assert context_limit(ModelConfig(name="gpt-4o", context_limit=5000), reported=9000) == 5000
+    assert context_limit(ModelConfig(name="my-local-model"), reported=9000) == 9000
+    assert context_limit(ModelConfig(name="claude-sonnet-4-5")) == 200_000
+    assert context_limit(ModelConfig(name="gpt-4o-mini")) == 128_000
+    assert context_limit(ModelConfig(name="unheard-of")) == DEFAULT_CONTEXT_LIMIT
