@@ -25,6 +25,18 @@ class EventBatcher:
         self._pending: list[tuple[uuid.UUID, str, dict[str, Any]]] = []
         self._waiters: list[asyncio.Future[None]] = []
         self._writer: asyncio.Task[None] | None = None
+        self._failed: dict[uuid.UUID, Exception] = {}
+        """Chats whose events were lost in a failed write: their step must start over."""
+
+    def raise_if_lost(self, chat_id: uuid.UUID) -> None:
+        """Raise the write error that lost some of this chat's events, once."""
+        error = self._failed.pop(chat_id, None)
+        if error is not None:
+            raise error
+
+    def forget_losses(self, chat_id: uuid.UUID) -> None:
+        """Start a chat's new step with a clean slate."""
+        self._failed.pop(chat_id, None)
 
     def add(self, chat_id: uuid.UUID, event: str, data: dict[str, Any]) -> None:
         """Queue an event; a write starts now unless one is running."""
@@ -48,7 +60,9 @@ class EventBatcher:
             waiters, self._waiters = self._waiters, []
             try:
                 await self._events.publish_many(batch)
-            except Exception as err:  # every waiter of this batch learns it was lost
+            except Exception as err:  # every chat and waiter of this batch learns it was lost
+                for chat_id, _, _ in batch:
+                    self._failed[chat_id] = err
                 for waiter in waiters:
                     if not waiter.done():
                         waiter.set_exception(err)
@@ -64,11 +78,15 @@ class DeltaPublisher:
     def __init__(self, batcher: EventBatcher, chat_id: uuid.UUID) -> None:
         self._batcher = batcher
         self._chat_id = chat_id
+        batcher.forget_losses(chat_id)  # a loss in an earlier step is that step's concern
 
     def add(self, event: str, data: dict[str, Any]) -> None:
-        """Queue an event of this chat."""
+        """Queue an event of this chat; raise if earlier ones were lost (clients would miss
+        them, so the attempt fails and is retried from a `reset`)."""
+        self._batcher.raise_if_lost(self._chat_id)
         self._batcher.add(self._chat_id, event, data)
 
     async def drain(self) -> None:
-        """Wait until this step's events so far are stored."""
+        """Wait until this step's events so far are stored (raise if any were lost)."""
         await self._batcher.written()
+        self._batcher.raise_if_lost(self._chat_id)
