@@ -29,7 +29,7 @@ from chatd.tools.defaults import default_registry
 from workers.client import connect_temporal
 from workers.worker import WorkerConfig, build_worker
 
-__all__ = ["SseEvent", "Stack", "StackFactory", "running_stack"]
+__all__ = ["SseEvent", "Stack", "StackFactory", "parse_sse", "running_stack"]
 
 
 @dataclass
@@ -114,19 +114,25 @@ async def sse_events(
         "GET", f"/chats/{chat_id}/stream", params=params, headers=headers, timeout=None
     ) as response:
         assert response.status_code == 200, await response.aread()
-        frame: dict[str, str] = {}
-        async for line in response.aiter_lines():
-            if line == "":
-                if "event" in frame:
-                    yield SseEvent(
-                        id=int(frame["id"]) if "id" in frame else None,
-                        event=frame["event"],
-                        data=json.loads(frame.get("data", "{}")),
-                    )
-                frame = {}
-            elif not line.startswith(":") and ":" in line:
-                name, _, value = line.partition(":")
-                frame[name] = value.lstrip(" ")
+        async for event in parse_sse(response.aiter_lines()):
+            yield event
+
+
+async def parse_sse(lines: AsyncIterator[str]) -> AsyncIterator[SseEvent]:
+    """SSE frames from the lines of a stream (comments such as `: ping` skipped)."""
+    frame: dict[str, str] = {}
+    async for line in lines:
+        if line == "":
+            if "event" in frame:
+                yield SseEvent(
+                    id=int(frame["id"]) if "id" in frame else None,
+                    event=frame["event"],
+                    data=json.loads(frame.get("data", "{}")),
+                )
+            frame = {}
+        elif not line.startswith(":") and ":" in line:
+            name, _, value = line.partition(":")
+            frame[name] = value.lstrip(" ")
 
 
 StackFactory = Callable[..., AbstractAsyncContextManager[Stack]]

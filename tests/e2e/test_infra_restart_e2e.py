@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 import pytest
-from harness import SseEvent, Stack, running_stack
+from harness import SseEvent, Stack, parse_sse, running_stack
 from support.chaos_tools import TOOLS as CHAOS_TOOLS
 from temporalio.client import WorkflowExecutionStatus
 
@@ -116,19 +116,8 @@ class ResumingSse:
                 self.refused += 1
                 return
             self.connections += 1
-            frame: dict[str, str] = {}
-            async for line in response.aiter_lines():
-                if line == "":
-                    if "event" in frame:
-                        yield SseEvent(
-                            id=int(frame["id"]) if "id" in frame else None,
-                            event=frame["event"],
-                            data=json.loads(frame.get("data", "{}")),
-                        )
-                    frame = {}
-                elif not line.startswith(":") and ":" in line:
-                    name, _, value = line.partition(":")
-                    frame[name] = value.lstrip(" ")
+            async for event in parse_sse(response.aiter_lines()):
+                yield event
 
 
 def _registry() -> ToolRegistry:
