@@ -284,9 +284,11 @@ async def test_postgres_restarted_while_a_tool_runs(pg_cluster: PgCluster) -> No
 # --- Temporal --------------------------------------------------------------------------------
 
 
-async def test_temporal_restarted_mid_stream(
+@pytest.fixture
+async def own_temporal(
     database_url: str, fake_provider: FakeProviderServer, tmp_path: Path
-) -> None:
+) -> AsyncIterator[tuple[TemporalDevServer, Stack]]:
+    """A Temporal dev server of the test's own (persisted to a db file) and a stack on it."""
     temporal = TemporalDevServer(tmp_path / "temporal", headless=True)
     await asyncio.to_thread(temporal.start)
     try:
@@ -296,36 +298,43 @@ async def test_temporal_restarted_mid_stream(
             fake=fake_provider,
             workspace=tmp_path / "workspaces",
         ) as stack:
-            script = StepScript(first=[SLOW_STREAM], retry=[FAST_STREAM])
-            chat_id, model = await _start_turn(stack, script)
-            handle = stack.temporal.get_workflow_handle(f"chat-{chat_id}")
-            run_id = (await handle.describe()).run_id
-            sse = ResumingSse(stack.http, chat_id)
-            reading = asyncio.create_task(sse.until(_is_status("waiting"), within_s=120))
-            await sse.seen(lambda e: e.event == "message_part", within_s=60)
-
-            stopping_ns = time.time_ns()
-            await asyncio.to_thread(temporal.stop)  # SIGTERM
-            await asyncio.sleep(OUTAGE_S)
-            await asyncio.to_thread(temporal.start)  # same port, same db file
-            await reading
-
-            deltas = stack.fake.deltas(model)
-            assert deltas[-1].emitted_ns > stopping_ns, "the server went down mid-stream"
-
-            assert _statuses(sse.events) == ["running", "waiting"]
-            assert _after_last_reset(sse.events) == LONG_TEXT
-            _assert_ids_unique_and_ordered(sse.events)
-            messages = await stack.messages(chat_id)
-            assert [(m["role"], _text(m)) for m in messages] == [
-                ("user", "work"),
-                ("assistant", LONG_TEXT),
-            ]
-            description = await handle.describe()
-            assert description.run_id == run_id, "the run survived the restart (db file)"
-            assert description.status == WorkflowExecutionStatus.COMPLETED
+            yield temporal, stack
     finally:
         await asyncio.to_thread(temporal.cleanup)
+
+
+async def test_temporal_restarted_mid_stream(
+    own_temporal: tuple[TemporalDevServer, Stack],
+) -> None:
+    temporal, stack = own_temporal
+    script = StepScript(first=[SLOW_STREAM], retry=[FAST_STREAM])
+    chat_id, model = await _start_turn(stack, script)
+    handle = stack.temporal.get_workflow_handle(f"chat-{chat_id}")
+    run_id = (await handle.describe()).run_id
+    sse = ResumingSse(stack.http, chat_id)
+    reading = asyncio.create_task(sse.until(_is_status("waiting"), within_s=120))
+    await sse.seen(lambda e: e.event == "message_part", within_s=60)
+
+    stopping_ns = time.time_ns()
+    await asyncio.to_thread(temporal.stop)  # SIGTERM
+    await asyncio.sleep(OUTAGE_S)
+    await asyncio.to_thread(temporal.start)  # same port, same db file
+    await reading
+
+    deltas = stack.fake.deltas(model)
+    assert deltas[-1].emitted_ns > stopping_ns, "the server went down mid-stream"
+
+    assert _statuses(sse.events) == ["running", "waiting"]
+    assert _after_last_reset(sse.events) == LONG_TEXT
+    _assert_ids_unique_and_ordered(sse.events)
+    messages = await stack.messages(chat_id)
+    assert [(m["role"], _text(m)) for m in messages] == [
+        ("user", "work"),
+        ("assistant", LONG_TEXT),
+    ]
+    description = await handle.describe()
+    assert description.run_id == run_id, "the run survived the restart (db file)"
+    assert description.status == WorkflowExecutionStatus.COMPLETED
 
 
 VERY_LONG_TEXT = " ".join(f"word{i}" for i in range(200))
@@ -336,33 +345,23 @@ VERY_SLOW_STREAM = FakeResponse(
 
 
 async def test_temporal_outage_longer_than_the_heartbeat_timeout_keeps_the_whole_answer(
-    database_url: str, fake_provider: FakeProviderServer, tmp_path: Path
+    own_temporal: tuple[TemporalDevServer, Stack],
 ) -> None:
-    temporal = TemporalDevServer(tmp_path / "temporal", headless=True)
+    temporal, stack = own_temporal
+    script = StepScript(first=[VERY_SLOW_STREAM], retry=[VERY_SLOW_STREAM])
+    chat_id, _ = await _start_turn(stack, script)
+    sse = ResumingSse(stack.http, chat_id)
+    reading = asyncio.create_task(sse.until(_is_status("waiting"), within_s=180))
+    await sse.seen(lambda e: e.event == "message_part", within_s=60)
+
+    await asyncio.to_thread(temporal.stop)
+    await asyncio.sleep(7.0)  # longer than the model step's 5 s heartbeat timeout
     await asyncio.to_thread(temporal.start)
-    try:
-        async with running_stack(
-            database_url=database_url,
-            temporal_address=temporal.address,
-            fake=fake_provider,
-            workspace=tmp_path / "workspaces",
-        ) as stack:
-            script = StepScript(first=[VERY_SLOW_STREAM], retry=[VERY_SLOW_STREAM])
-            chat_id, _ = await _start_turn(stack, script)
-            sse = ResumingSse(stack.http, chat_id)
-            reading = asyncio.create_task(sse.until(_is_status("waiting"), within_s=180))
-            await sse.seen(lambda e: e.event == "message_part", within_s=60)
+    await reading
 
-            await asyncio.to_thread(temporal.stop)
-            await asyncio.sleep(7.0)  # longer than the model step's 5 s heartbeat timeout
-            await asyncio.to_thread(temporal.start)
-            await reading
-
-            messages = await stack.messages(chat_id)
-            assert [(m["role"], _text(m)) for m in messages] == [
-                ("user", "work"),
-                ("assistant", VERY_LONG_TEXT),
-            ]
-            assert _after_last_reset(sse.events) == VERY_LONG_TEXT
-    finally:
-        await asyncio.to_thread(temporal.cleanup)
+    messages = await stack.messages(chat_id)
+    assert [(m["role"], _text(m)) for m in messages] == [
+        ("user", "work"),
+        ("assistant", VERY_LONG_TEXT),
+    ]
+    assert _after_last_reset(sse.events) == VERY_LONG_TEXT
