@@ -12,7 +12,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import asyncpg
 from temporalio import activity
@@ -44,7 +44,6 @@ from workflows.payloads import StreamStepInput, StreamStepResult, ToolCallRef
 
 __all__ = ["ModelStepActivities", "StreamTimeouts"]
 
-T = TypeVar("T")
 log = logging.getLogger("chatd.model_step")
 _CLIENT_HIDDEN_FIELDS = {"signature"}
 """Provider metadata clients don't need while streaming (it stays in the persisted step)."""

@@ -34,9 +34,8 @@ with workflow.unsafe.imports_passed_through():
         ToolCallRef,
     )
 
-__all__ = ["ToolOutcome", "ToolStep"]
+__all__ = ["ToolStep"]
 
-ToolOutcome = StepOutcome
 LOCAL_TIMEOUT = timedelta(seconds=30)
 _TOOL_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=10)
@@ -55,7 +54,7 @@ class ToolStep:
         self._controls = controls
         self._action_timeout = timedelta(seconds=action_timeout_s)
 
-    async def run(self, calls: list[ToolCallRef]) -> ToolOutcome:
+    async def run(self, calls: list[ToolCallRef]) -> StepOutcome:
         """Built-in calls first (persisted), then the client's; say how the turn goes on."""
         policy_errors = exclusive_violation(calls)
         if policy_errors:
@@ -111,7 +110,7 @@ class ToolStep:
             summary=f"tool {call.name} (step {self._step})",
         )
 
-    async def _await_client(self, calls: list[ToolCallRef]) -> ToolOutcome:
+    async def _await_client(self, calls: list[ToolCallRef]) -> StepOutcome:
         """requires_action: wait durably for the client's results, an interrupt, or expiry."""
         controls = self._controls
         expires_at = workflow.now() + self._action_timeout
