@@ -131,7 +131,7 @@ class ModelStepActivities:
         return self._shared_batcher
 
     async def _request(self, chat: ChatRecord) -> ModelRequest:
-        tools = [t.spec() for t in self._registry.active(chat.active_tools)]
+        tools = [t.spec for t in self._registry.active(chat.active_tools)]
         tools += [ToolSpec.model_validate(t.model_dump()) for t in chat.dynamic_tools]
         return ModelRequest(
             model=chat.model,

@@ -11,6 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from temporalio.client import WorkflowUpdateRPCTimeoutOrCancelledError
 from temporalio.service import RPCError
 
 __all__ = ["ERROR_RESPONSES", "ApiError", "ErrorBody", "install_error_handlers"]
@@ -100,6 +101,11 @@ def install_error_handlers(app: FastAPI) -> None:
         log.warning("temporal error: %s", err)
         return error_response(503, "temporal_unavailable", "Temporal is unreachable")
 
+    @app.exception_handler(WorkflowUpdateRPCTimeoutOrCancelledError)
+    async def update_timed_out(_: Request, err: Exception) -> JSONResponse:
+        log.warning("temporal update timed out: %s", err)
+        return error_response(503, "worker_unavailable", "no worker answered in time; retry")
+
     @app.exception_handler(asyncpg.DataError)
     async def unstorable(_: Request, err: Exception) -> JSONResponse:
         return error_response(
@@ -107,6 +113,7 @@ def install_error_handlers(app: FastAPI) -> None:
         )
 
     @app.exception_handler(asyncpg.PostgresConnectionError)
+    @app.exception_handler(asyncpg.OperatorInterventionError)  # shutting down, starting up
     async def postgres_down(_: Request, err: Exception) -> JSONResponse:
         log.warning("postgres error: %s", err)
         return error_response(503, "database_unavailable", "the database is unreachable")

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import asyncio
 
-from temporalio.client import Client, WithStartWorkflowOperation, WorkflowUpdateFailedError
+from temporalio.client import (
+    Client,
+    WithStartWorkflowOperation,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+)
 from temporalio.common import (
     SearchAttributePair,
     TypedSearchAttributes,
@@ -66,7 +71,8 @@ async def submit_message(
             ),
             SUBMIT_TIMEOUT_S,
         )
-    except TimeoutError as err:
+    except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError) as err:
+        # Our deadline, or the server's (cancelling the call surfaces as the SDK's error).
         # The message is stored; a retry with the same Idempotency-Key resends this update.
         raise ApiError(
             503,

@@ -16,73 +16,65 @@ sys.path).
 
 from __future__ import annotations
 
-from temporalio import activity, workflow
+import asyncio
+import compileall
+import contextlib
+import json
+import math
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
-# The floor workflow below lives in this module, so the workflow sandbox re-imports it for
-# every run: everything else is passed through from the host (as workflows/chat_turn.py does).
-with workflow.unsafe.imports_passed_through():
-    import asyncio
-    import contextlib
-    import json
-    import math
-    import os
-    import shutil
-    import signal
-    import statistics
-    import subprocess
-    import sys
-    import tempfile
-    import time
-    import uuid
-    from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-    from dataclasses import dataclass, field
-    from datetime import timedelta
-    from pathlib import Path
-    from typing import Any
+import asyncpg
+import httpx
+import psutil  # type: ignore[import-untyped]
+import uvicorn
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from temporalio.client import Client
+from temporalio.worker import Worker
 
-    import asyncpg
-    import httpx
-    import psutil  # type: ignore[import-untyped]
-    import uvicorn
-    from starlette.requests import Request
-    from starlette.responses import JSONResponse
-    from temporalio.client import Client
-    from temporalio.worker import Worker
-
-    from api.app import GatewayConfig, create_app
-    from chatd.devstack.ports import (
-        free_port,
-        pdeathsig_preexec,
-        register_child,
-        unregister_child,
-    )
-    from chatd.devstack.postgres import PostgresProcess
-    from chatd.devstack.temporal import DEFAULT_DYNAMIC_CONFIG, TemporalDevServer
-    from chatd.fake_provider.script import FakeRequest, FakeResponse, ScriptBook
-    from chatd.fake_provider.server import FakeProviderServer
-    from chatd.fake_provider.server import create_app as create_fake_app
-    from chatd.providers import close_clients
-    from chatd.serving import EmbeddedServer
-    from chatd.settings import ProviderSettings, TemporalSettings
-    from chatd.store.db import connect_pool, migrate
-    from chatd.store.keys import KeyStore
-    from chatd.tools.defaults import default_registry
-    from workers.client import connect_temporal
-    from workers.worker import WorkerConfig, build_worker
+from api.app import GatewayConfig, create_app
+from chatd.devstack.ports import (
+    free_port,
+    pdeathsig_preexec,
+    register_child,
+    unregister_child,
+)
+from chatd.devstack.postgres import PostgresProcess
+from chatd.devstack.temporal import DEFAULT_DYNAMIC_CONFIG, TemporalDevServer
+from chatd.fake_provider.script import FakeRequest, FakeResponse, ScriptBook
+from chatd.fake_provider.server import FakeProviderServer
+from chatd.fake_provider.server import create_app as create_fake_app
+from chatd.providers import close_clients
+from chatd.serving import EmbeddedServer
+from chatd.settings import ProviderSettings, TemporalSettings
+from chatd.store.db import connect_pool, migrate
+from chatd.store.keys import KeyStore
+from chatd.tools.defaults import default_registry
+from workers.client import connect_temporal
+from workers.worker import WorkerConfig, build_worker
 
 __all__ = [
     "BENCH_PG_SETTINGS",
     "BenchStack",
     "ChildProcess",
-    "NoopFloor",
     "ProcessMeter",
     "RawSseClient",
     "Services",
     "SseEvent",
     "SseListener",
     "fake_provider_settings",
-    "floor_worker",
-    "noop_activity",
     "percentile",
     "running_stack",
     "say",
@@ -109,6 +101,18 @@ def say(message: str) -> None:
 # --- processes -------------------------------------------------------------------------------
 
 
+def compile_workflow_modules() -> None:
+    """Write the bytecode of the workflow packages, as `pip install` does for an installed copy.
+
+    The workflow sandbox re-imports a workflow's module for every run; in a source checkout
+    run with PYTHONDONTWRITEBYTECODE (as here) that is a compile of `chat_turn.py` per turn
+    (~2-4 ms), which no deployed worker pays.
+    """
+    repo = Path(__file__).resolve().parents[1]
+    for package in ("workflows", "bench"):
+        compileall.compile_dir(repo / package, quiet=1)
+
+
 @dataclass
 class Services:
     """The external processes of a stack (and the in-process fake provider)."""
@@ -127,6 +131,7 @@ async def services(
 
     `dynamic_config` entries are merged over chatd's `DEFAULT_DYNAMIC_CONFIG`.
     """
+    compile_workflow_modules()
     root = Path(tempfile.mkdtemp(prefix="chatd-bench-"))
     postgres = PostgresProcess(root / "postgres", settings=BENCH_PG_SETTINGS)
     temporal = TemporalDevServer(
@@ -333,35 +338,6 @@ class SseListener:
                 elif not line.startswith(":") and ":" in line:
                     name, _, value = line.partition(":")
                     frame[name] = value.lstrip(" ")
-
-
-# --- a Temporal floor ------------------------------------------------------------------------
-
-
-@activity.defn(name="bench_noop")
-async def noop_activity() -> None:
-    """Does nothing."""
-
-
-@workflow.defn(name="BenchNoopFloor")
-class NoopFloor:
-    """The smallest workflow with one activity: the floor under any turn."""
-
-    @workflow.run
-    async def run(self) -> None:
-        """Run one no-op activity."""
-        await workflow.execute_activity(noop_activity, start_to_close_timeout=timedelta(seconds=30))
-
-
-def floor_worker(template: Worker) -> Worker:
-    """A worker for `NoopFloor` with `template`'s settings (client included), own task queue."""
-    config: dict[str, Any] = {**template.config()}
-    config.update(
-        task_queue=f"{template.task_queue}-floor",
-        workflows=[NoopFloor],
-        activities=[noop_activity],
-    )
-    return Worker(**config)
 
 
 # --- statistics ------------------------------------------------------------------------------

@@ -32,6 +32,7 @@ from typing import Any
 
 import _stack
 from _stack import BenchStack, SseEvent, say, summary
+from noop_floor import NoopFloor, floor_worker
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import History, HistoryEvent
 from temporalio.client import WorkflowHistory
@@ -128,7 +129,7 @@ async def temporal_floor(stack: BenchStack, task_queue: str) -> float:
     """Floor (b): start a one-no-op-activity workflow and wait for its result; ms."""
     t0 = time.perf_counter()
     await stack.temporal.execute_workflow(
-        _stack.NoopFloor.run, id=f"floor-{uuid.uuid4().hex}", task_queue=task_queue
+        NoopFloor.run, id=f"floor-{uuid.uuid4().hex}", task_queue=task_queue
     )
     return _ms(t0, time.perf_counter())
 
@@ -243,7 +244,7 @@ async def measure(stack: BenchStack, args: argparse.Namespace, samples: Samples)
         fake.script(model, lambda _req: FakeResponse.of_text(REPLY))
     settings = _stack.fake_provider_settings(fake)
     chat_id = await stack.create_chat(model={"provider": "anthropic", "name": turn_model})
-    floor = _stack.floor_worker(stack.worker)
+    floor = floor_worker(stack.worker)
     async with floor, stack.listen(chat_id) as sse:
         total = args.warmup + args.turns
         for i in range(total):

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -57,8 +58,9 @@ class Tool(Generic[ArgsT]):
     stop_after: bool = False
     """A successful call ends the turn."""
 
+    @cached_property
     def spec(self) -> ToolSpec:
-        """The tool as the model sees it."""
+        """The tool as the model sees it (made once: deriving the JSON schema costs ~0.2 ms)."""
         return ToolSpec(
             name=self.name,
             description=self.description,
