@@ -68,10 +68,12 @@ class ModelStepActivities:
         registry: ToolRegistry,
         settings: ProviderSettings,
         timeouts: StreamTimeouts | None = None,
+        *,
+        delta_pool: asyncpg.Pool | None = None,
     ) -> None:
         self._chats = ChatStore(pool)
         self._transcript = TranscriptStore(pool)
-        self._events = EventLog(pool)
+        self._events = EventLog(delta_pool or pool)
         self._shared_batcher: EventBatcher | None = None
         self._registry = registry
         self._settings = settings
@@ -80,6 +82,12 @@ class ModelStepActivities:
     @activity.defn(name="stream_model_step")
     async def stream_model_step(self, input: StreamStepInput) -> StreamStepResult:
         """Generate step `input.step` from the persisted transcript (once: retries reuse it)."""
+        # From the first moment: waiting for a pooled connection under load must not look
+        # like a dead worker to the heartbeat timeout.
+        async with heartbeating():
+            return await self._stream_step(input)
+
+    async def _stream_step(self, input: StreamStepInput) -> StreamStepResult:
         chat_id = uuid.UUID(input.chat_id)
         chat = await self._chats.get(chat_id)
         if chat is None:
@@ -99,9 +107,8 @@ class ModelStepActivities:
             input.attempt,
         )
         try:
-            async with heartbeating():
-                request = await self._request(chat)
-                finish = await _unless_shutdown(self._stream(request, accumulator, publisher))
+            request = await self._request(chat)
+            finish = await _unless_shutdown(self._stream(request, accumulator, publisher))
         except ProviderError as err:
             await publisher.drain()
             raise _model_error(err.error) from None  # the classified error says it all

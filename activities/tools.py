@@ -59,6 +59,12 @@ class ToolActivities:
     @activity.defn(name="execute_tool_call")
     async def execute_tool_call(self, input: ExecuteToolInput) -> ExecuteToolResult:
         """Run one call once (the first staged result wins) and stage its result."""
+        # Heartbeats from the start: a wait for a pooled connection under load must not time
+        # out the attempt (a non-idempotent tool would then be reported as maybe-run).
+        async with heartbeating():
+            return await self._execute(input)
+
+    async def _execute(self, input: ExecuteToolInput) -> ExecuteToolResult:
         chat_id = uuid.UUID(input.chat_id)
         staged = await self._transcript.staged_tool_results(chat_id, [input.call.id])
         if input.call.id in staged:
@@ -145,10 +151,7 @@ class ToolActivities:
         await asyncio.to_thread(workspace.mkdir, parents=True, exist_ok=True)
         context = ToolContext(chat_id=str(chat.id), tool_call_id=call.id, workspace=workspace)
         try:
-            async with heartbeating():
-                output = await asyncio.wait_for(
-                    tool.run(args, context), tool.timeout.total_seconds()
-                )
+            output = await asyncio.wait_for(tool.run(args, context), tool.timeout.total_seconds())
         except TimeoutError:
             return error_result(call, f"{call.name} timed out after {tool.timeout}")
         except Exception as err:  # the model sees every tool failure as a result

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import _stack
+import asyncpg
 import httpx
 import psutil  # type: ignore[import-untyped]
 from _stack import ChildProcess, ProcessMeter, RawSseClient, percentile, say
@@ -97,6 +98,8 @@ class Level:
     errors: list[str] = field(default_factory=list)
     latencies: list[float] = field(default_factory=list)
     """Emit -> SSE client, ms, every matched delta."""
+    stored: list[float] = field(default_factory=list)
+    """Emit -> the delta's row written by the worker (`chat_events.created_at`), ms."""
     unmatched: int = 0
     durations: list[float] = field(default_factory=list)
     """Send -> final status at the client, s."""
@@ -134,6 +137,7 @@ class Harness:
     profiles: dict[str, int] = field(default_factory=dict)
     """Processes to sample with py-spy during each level (name -> pid)."""
     py_spy: str | None = None
+    database_url: str = ""
     logs: Path = Path(".")
     quiet_below: float = 0.0
 
@@ -216,7 +220,27 @@ async def run_level(h: Harness, k: int, timeout_s: float) -> Level:
     async with httpx.AsyncClient(timeout=60) as fake:
         rows = (await fake.get(f"{h.fake_url}/bench/deltas")).json()
     _analyse(level, clients, sent_at, rows)
+    level.stored = await _stored_latencies(h.database_url, rows)
     return level
+
+
+async def _stored_latencies(database_url: str, rows: list[list[Any]]) -> list[float]:
+    """Emit -> stored, per delta: the worker's share of the latency (the rest is the gateway's)."""
+    emitted: dict[str, int] = {text: ns for _model, text, ns in rows}
+    conn = await asyncpg.connect(database_url)
+    try:
+        stored = await conn.fetch(
+            "SELECT data->'part'->>'text' AS text, created_at FROM chat_events"
+            " WHERE event = 'message_part' AND data->'part'->>'text' = ANY($1::text[])",
+            list(emitted),
+        )
+    finally:
+        await conn.close()
+    return [
+        (r["created_at"].timestamp() * 1e9 - emitted[r["text"]]) / 1e6
+        for r in stored
+        if r["text"] in emitted
+    ]
 
 
 def _analyse(
@@ -286,6 +310,14 @@ def report(levels: list[Level], names: list[str], args: argparse.Namespace) -> i
             f"{_fmt(statistics.median(lv.gaps) if lv.gaps else NAN, 7, 1)} "
             f"{_fmt(percentile(lv.gaps, 99) if lv.gaps else NAN, 7, 1)} "
             f"{lv.wall_s:7.1f}  {'PASS' if lv.passed else 'FAIL'}{extra}"
+        )
+    print("\nwhere the delay is: emit -> stored by the worker | stored -> SSE client (the rest)")
+    for lv in levels:
+        stored_p50 = statistics.median(lv.stored) if lv.stored else NAN
+        stored_p99 = percentile(lv.stored, 99) if lv.stored else NAN
+        print(
+            f"{lv.k:5d}  emit -> stored p50 {stored_p50:6.1f} ms  p99 {stored_p99:6.1f} ms"
+            f"  ({len(lv.stored)} rows)"
         )
     cores = os.cpu_count() or 1
     print(f"\nCPU % of one core over each level ({cores} cores = {100 * cores}%) | peak RSS MiB")
@@ -374,6 +406,7 @@ async def run(args: argparse.Namespace) -> int | None:
             ) as http:
                 h = Harness(base_url, "127.0.0.1", api_port, api_key, http, fake_url, meter)
                 h.py_spy, h.logs, h.quiet_below = args.py_spy, logs, args.quiet_below
+                h.database_url = svc.database_url
                 if args.py_spy:
                     h.profiles = {"worker": worker.pid or 0, "gateway": gateway.pid or 0}
                     say(f"py-spy profiles (collapsed stacks) go to {logs}")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import uvicorn
 
+from chatd.heap import freeze_startup_objects
 from chatd.settings import ProviderSettings, TemporalSettings
 from chatd.store.db import connect_pool, migrate
 from chatd.store.keys import KeyStore
@@ -34,6 +35,7 @@ async def run_worker(database_url: str, providers: ProviderSettings | None = Non
     setup_telemetry("chatd-worker")
     temporal = TemporalSettings.from_env()
     pool = await connect_pool(database_url)
+    delta_pool = await connect_pool(database_url, min_size=1, max_size=1)
     try:
         client = await connect_temporal(temporal)
         config = WorkerConfig(
@@ -44,8 +46,11 @@ async def run_worker(database_url: str, providers: ProviderSettings | None = Non
             generate_titles=os.environ.get("CHATD_GENERATE_TITLES", "1").lower()
             not in ("0", "false", "no"),
         )
-        await run_until_signalled(build_worker(client, pool, config))
+        worker = build_worker(client, pool, config, delta_pool=delta_pool)
+        freeze_startup_objects()
+        await run_until_signalled(worker)
     finally:
+        await delta_pool.close()
         await pool.close()
 
 
@@ -57,6 +62,7 @@ async def run_api(database_url: str, host: str, port: int) -> None:
     app = create_app(GatewayConfig(database_url=database_url, temporal=TemporalSettings.from_env()))
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
     log.info("gateway listening on http://%s:%d", host, port)
+    freeze_startup_objects()
     await server.serve()
 
 

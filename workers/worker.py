@@ -41,9 +41,21 @@ class WorkerConfig:
     generate_titles: bool = True
 
 
-def build_worker(client: Client, pool: asyncpg.Pool, config: WorkerConfig) -> Worker:
-    """A worker for ChatTurn and all its activities."""
-    model = ModelStepActivities(pool, config.registry, config.providers, config.stream_timeouts)
+def build_worker(
+    client: Client,
+    pool: asyncpg.Pool,
+    config: WorkerConfig,
+    *,
+    delta_pool: asyncpg.Pool | None = None,
+) -> Worker:
+    """A worker for ChatTurn and all its activities.
+
+    `delta_pool` (one connection is enough: deltas are written one batch at a time) keeps
+    streamed deltas from queueing behind transcript queries when `pool` is busy.
+    """
+    model = ModelStepActivities(
+        pool, config.registry, config.providers, config.stream_timeouts, delta_pool=delta_pool
+    )
     tools = ToolActivities(pool, config.registry, config.workspace_root)
     turn = TurnActivities(pool, config.providers, generate_titles=config.generate_titles)
     compaction = CompactionActivities(pool, config.providers)
