@@ -10,6 +10,7 @@ from pathlib import Path
 import uvicorn
 
 from chatd.heap import freeze_startup_objects
+from chatd.providers import import_sdks
 from chatd.settings import ProviderSettings, TemporalSettings
 from chatd.store.db import connect_pool, migrate
 from chatd.store.keys import KeyStore
@@ -47,6 +48,7 @@ async def run_worker(database_url: str, providers: ProviderSettings | None = Non
             not in ("0", "false", "no"),
         )
         worker = build_worker(client, pool, config, delta_pool=delta_pool)
+        import_sdks()
         freeze_startup_objects()
         await run_until_signalled(worker)
     finally:

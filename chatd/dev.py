@@ -20,6 +20,8 @@ from pathlib import Path
 from chatd.devstack.postgres import PostgresProcess
 from chatd.devstack.temporal import TemporalDevServer
 from chatd.fake_provider.server import FakeProviderServer
+from chatd.heap import freeze_startup_objects
+from chatd.providers import import_sdks
 from chatd.serving import EmbeddedServer
 from chatd.settings import DEFAULT_TASK_QUEUE, ProviderSettings, TemporalSettings
 from chatd.store.db import connect_pool, migrate
@@ -148,6 +150,8 @@ async def _serve(
             await stack.enter_async_context(worker)
             _say(f"worker polling task queue {DEFAULT_TASK_QUEUE!r}")
         await server.start()
+        import_sdks()
+        freeze_startup_objects()
         _print_banner(options, postgres, temporal, demo, key)
         await stop.wait()
         await server.stop()

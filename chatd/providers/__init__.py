@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     import anthropic
     import openai
 
-__all__ = ["DEMO_API_KEY", "close_clients", "make_provider"]
+__all__ = ["DEMO_API_KEY", "close_clients", "import_sdks", "make_provider"]
 
 DEMO_API_KEY = "demo"
 """The placeholder key sent to the fake provider behind the `demo` model."""
@@ -39,6 +39,17 @@ def make_provider(config: ModelConfig, settings: ProviderSettings) -> ModelProvi
         url = _require(settings.demo_base_url, "CHATD_DEMO_BASE_URL is not set", config)
         return AnthropicProvider(_anthropic_client(url, DEMO_API_KEY), provider_name="demo")
     raise ProviderError(_config_error(f"unknown provider {config.provider!r}", config))
+
+
+def import_sdks() -> None:
+    """Import the SDKs and adapters now rather than on the first model call.
+
+    A worker does this at startup, so the SDKs' ~4,000 modules are among the objects it
+    freezes out of the garbage collector (see `chatd.heap`).
+    """
+    import chatd.providers.anthropic
+    import chatd.providers.openai_chat
+    import chatd.providers.openai_responses  # noqa: F401
 
 
 async def close_clients() -> None:
