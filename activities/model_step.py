@@ -84,8 +84,18 @@ class ModelStepActivities:
         """Generate step `input.step` from the persisted transcript (once: retries reuse it)."""
         # From the first moment: waiting for a pooled connection under load must not look
         # like a dead worker to the heartbeat timeout.
-        async with heartbeating():
-            return await self._stream_step(input)
+        try:
+            async with heartbeating():
+                return await self._stream_step(input)
+        except asyncio.CancelledError:
+            if not _interrupted():  # shutdown, or the server gave up on this attempt
+                log.warning(
+                    "step attempt abandoned: chat=%s step=%d reason=%s",
+                    input.chat_id,
+                    input.step,
+                    activity.cancellation_details(),
+                )
+            raise
 
     async def _stream_step(self, input: StreamStepInput) -> StreamStepResult:
         chat_id = uuid.UUID(input.chat_id)
