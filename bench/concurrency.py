@@ -1,6 +1,6 @@
 """K concurrent chats on one worker and one gateway: does every delta still arrive in time?
 
-    python bench/concurrency.py [--ladder 25,50,100,200,300,500] [--deltas 100]
+    python bench/concurrency.py [--ladder 25,50,100,200,300,500,700,1000] [--deltas 100]
                                 [--spacing-ms 20] [--turn-timeout 300] [--keep-going]
 
 Processes: PostgreSQL and the Temporal dev server (as `_stack.services()` starts them), ONE
@@ -497,8 +497,8 @@ def main() -> None:
     parser.add_argument(
         "--ladder",
         type=lambda s: [int(x) for x in s.split(",")],
-        default=[25, 50, 100, 200, 300, 500],
-        help="comma-separated K values (default 25,50,100,200,300,500)",
+        default=[25, 50, 100, 200, 300, 500, 700, 1000],
+        help="comma-separated K values (default 25,50,100,200,300,500,700,1000)",
     )
     parser.add_argument("--deltas", type=int, default=100, help="deltas in step 3")
     parser.add_argument("--spacing-ms", type=float, default=20.0, help="between deltas")
