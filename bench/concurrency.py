@@ -101,11 +101,14 @@ class Level:
     stored: list[float] = field(default_factory=list)
     """Emit -> the delta's row written by the worker (`chat_events.created_at`), ms."""
     unmatched: int = 0
+    """Emitted deltas no client received; negative when some were received twice."""
     durations: list[float] = field(default_factory=list)
     """Send -> final status at the client, s."""
     gaps: list[float] = field(default_factory=list)
     """Time between consecutive deltas of a stream as the fake emitted them, ms."""
     wall_s: float = 0.0
+    send_retries: int = 0
+    """Sends answered 503 (no worker took the message within 15 s) and retried."""
     cpu: dict[str, float] = field(default_factory=dict)
     rss: dict[str, float] = field(default_factory=dict)
     system_cpu: float = 0.0
@@ -139,7 +142,7 @@ class Harness:
     py_spy: str | None = None
     database_url: str = ""
     send_retries: int = 0
-    """Sends answered 503 and retried, over the whole run."""
+    """Sends answered 503 and retried, over the whole run (`_send`)."""
     logs: Path = Path(".")
     quiet_below: float = 0.0
 
@@ -209,9 +212,11 @@ async def run_level(h: Harness, k: int, timeout_s: float) -> Level:
         profilers = _start_profilers(h, k)
         h.meter.start()
         started = time.perf_counter()
+        retries_before = h.send_retries
         sent_at: list[float] = await _bounded(
             100, [_send(h, c, t) for c, t in zip(chat_ids, tags, strict=True)]
         )
+        level.send_retries = h.send_retries - retries_before
         progress = asyncio.create_task(_progress(k, clients, started))
         try:
             async with asyncio.timeout(timeout_s):
@@ -313,8 +318,12 @@ def report(levels: list[Level], names: list[str], args: argparse.Namespace) -> i
     )
     for lv in levels:
         extra = ""
-        if lv.unmatched or lv.errors:
-            extra = f" ({lv.unmatched} unmatched, {len(lv.errors)} errors: {lv.errors[:2]})"
+        if lv.send_retries:
+            extra += f" ({lv.send_retries} sends retried after a 503)"
+        if lv.unmatched < 0:  # a step whose attempt was lost streams again after a `reset`
+            extra += f" ({-lv.unmatched} deltas re-streamed after a step retry)"
+        if lv.unmatched > 0 or lv.errors:
+            extra += f" ({lv.unmatched} unmatched, {len(lv.errors)} errors: {lv.errors[:2]})"
         print(
             f"{lv.k:5d} {lv.finished:4d}/{lv.k:<4d} {_fmt(lv.p50, 8, 1)} {_fmt(lv.p99, 8, 1)} "
             f"{_fmt(max(lv.latencies, default=NAN), 8, 1)} "
@@ -430,7 +439,7 @@ async def run(args: argparse.Namespace) -> int | None:
                     say(
                         f"K={k}: {level.finished}/{k} finished, p50 {level.p50:.1f} ms, "
                         f"p99 {level.p99:.1f} ms, wall {level.wall_s:.1f}s, "
-                        f"{h.send_retries} sends retried after a 503 so far -> "
+                        f"{level.send_retries} sends retried after a 503 -> "
                         f"{'PASS' if level.passed else 'FAIL'}"
                     )
                     if not level.passed and not args.keep_going:
