@@ -75,7 +75,8 @@ class CompactionActivities:
             system=SUMMARY_INSTRUCTIONS,
             messages=[*messages, _user(SUMMARY_INSTRUCTIONS)],
         )
-        summary = await _complete(request, self._settings)
+        async with heartbeating():  # the summary may take a while; a dead worker must show
+            summary = await _complete(request, self._settings)
         saved = await self._transcript.replace_with_summary(
             chat_id,
             turn_id=input.turn_id,
@@ -88,7 +89,11 @@ class CompactionActivities:
 
     @activity.defn(name="generate_title")
     async def generate_title(self, input: TitleInput) -> None:
-        """Name the chat after its first message, unless someone already named it."""
+        """Name the chat after its first message, unless someone already named it.
+
+        It does not heartbeat: the turn's run may end before the title is back, and the
+        cancellation a heartbeat would then bring (the run is gone) must not drop the title.
+        """
         chat_id = uuid.UUID(input.chat_id)
         chat = await self._chats.get(chat_id)
         messages = await self._transcript.for_model(chat_id)
@@ -107,10 +112,9 @@ async def _complete(request: ModelRequest, settings: ProviderSettings) -> str:
     """The text of one non-tool model step (raising classified errors as retryable)."""
     text: list[str] = []
     try:
-        async with heartbeating():
-            async for event in make_provider(request.model, settings).stream_step(request):
-                if isinstance(event, PartDelta) and event.type == "text" and event.text:
-                    text.append(event.text)
+        async for event in make_provider(request.model, settings).stream_step(request):
+            if isinstance(event, PartDelta) and event.type == "text" and event.text:
+                text.append(event.text)
     except ProviderError as err:
         raise ApplicationError(
             err.error.message, type=err.error.kind, non_retryable=not err.error.retryable

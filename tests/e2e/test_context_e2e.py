@@ -246,6 +246,26 @@ async def test_a_title_is_generated_after_the_first_message_but_never_over_the_u
     assert len([r for r in stack.fake.requests(name) if _asks_title(r)]) == 1
 
 
+async def test_a_title_slower_than_its_turn_is_still_saved(titled_stack: Stack) -> None:
+    """The title call outlives the turn's run; closing the run must not cut it off."""
+    stack = titled_stack
+    name = f"m-{uuid.uuid4().hex[:10]}"
+
+    def respond(request: Any) -> FakeResponse:
+        if _asks_title(request):
+            title = FakeText(text="Slow Title Here", chunk_size=1)
+            return FakeResponse(parts=[title], delta_delay_s=0.15)  # ~2.3 s: over a heartbeat
+        return _answer("quick", 5)
+
+    stack.fake.script(name, respond)
+    chat = await stack.create_chat(model={"provider": "anthropic", "name": name})
+    await stack.send(chat["id"], "hi")
+    await stack.wait_status(chat["id"], "waiting")
+    await stack.temporal.get_workflow_handle(f"chat-{chat['id']}").result()  # the run is over
+    events = await stack.events_until(chat["id"], lambda e: e.event == "chat", within_s=30)
+    assert events[-1].data == {"title": "Slow Title Here"}
+
+
 async def test_an_openai_compatible_servers_reported_window_sets_the_threshold(
     stack: Stack,
 ) -> None:
