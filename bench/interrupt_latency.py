@@ -1,9 +1,10 @@
 """How fast does an interrupt stop a streaming turn? Run from the repo root:
 
-    python bench/interrupt_latency.py [--turns 30] [--warmup 2] [--after 10]
+    python bench/interrupt_latency.py [--turns 30] [--warmup 2] [--seed 1]
 
 Each turn streams 500 unique text deltas 20 ms apart (10 s) to an SSE client connected
-beforehand. When the client has received `--after` deltas, it POSTs `/interrupt` and measures,
+beforehand. When the client has received 5 to 40 deltas (drawn per turn, so the interrupt
+falls at every phase of the heartbeat interval), it POSTs `/interrupt` and measures,
 from that POST: the last delta the fake provider emitted (the stream's cancellation reached
 the provider connection), the last delta the client received, and `status: waiting` at the
 client (the partial step and its interrupted results persisted, the turn finished). It also
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import random
 import sys
 import time
 import uuid
@@ -31,6 +33,8 @@ from first_delta import UniqueDeltas
 
 DELTAS = 500
 SPACING_S = 0.02
+INTERRUPT_AFTER = (5, 40)
+"""The interrupt comes after this many deltas (inclusive range, drawn per turn)."""
 
 
 @dataclass
@@ -102,9 +106,11 @@ async def measure(stack: BenchStack, args: argparse.Namespace) -> Stops:
     stack.services.fake.script(model, UniqueDeltas("i", DELTAS, SPACING_S))
     chat_id = await stack.create_chat(model={"provider": "anthropic", "name": model})
     stops = Stops()
+    rng = random.Random(args.seed)
     async with stack.listen(chat_id) as sse:
         for i in range(args.warmup + args.turns):
-            provider, client, waiting, lost = await one_turn(stack, sse, chat_id, model, args.after)
+            after = rng.randint(*INTERRUPT_AFTER)
+            provider, client, waiting, lost = await one_turn(stack, sse, chat_id, model, after)
             tag = "warm-up" if i < args.warmup else f"turn {i - args.warmup + 1:3d}/{args.turns}"
             say(
                 f"{tag}: provider stopped {provider:6.1f} ms, last delta at client "
@@ -122,8 +128,9 @@ async def measure(stack: BenchStack, args: argparse.Namespace) -> Stops:
 def report(stops: Stops, args: argparse.Namespace) -> bool:
     """Print the table; whether nothing the client saw was lost."""
     print(
-        f"\n=== interrupt latency: {args.turns} turns, interrupted after {args.after} of "
-        f"{DELTAS} deltas ({SPACING_S * 1000:g} ms apart) ==="
+        f"\n=== interrupt latency: {args.turns} turns, interrupted after "
+        f"{INTERRUPT_AFTER[0]}-{INTERRUPT_AFTER[1]} of {DELTAS} deltas "
+        f"({SPACING_S * 1000:g} ms apart) ==="
     )
     print(f"POST /interrupt -> provider emits its last delta : {summary(stops.provider_stopped)}")
     print(f"POST /interrupt -> last delta at the SSE client  : {summary(stops.client_last_delta)}")
@@ -146,7 +153,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--turns", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--after", type=int, default=10, help="deltas before the interrupt")
+    parser.add_argument("--seed", type=int, default=1, help="for the interrupt points")
     args = parser.parse_args()
     sys.exit(0 if asyncio.run(run(args)) else 1)
 
