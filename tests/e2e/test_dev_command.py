@@ -127,3 +127,39 @@ def test_chatd_dev_runs_a_demo_chat_stops_cleanly_and_resumes(tmp_path: Path) ->
         with _chatd("worker", env=worker_env):
             _, joined = _chat_turn(base, key, "served by a joined worker")
         assert [m["role"] for m in joined] == ["user", "assistant"]
+
+
+def _dev_args(root: Path) -> tuple[list[str], int]:
+    api_port = free_port()
+    args = ["dev", "--data-dir", str(root), "--api-port", str(api_port)]
+    for option in ("--temporal-port", "--temporal-ui-port", "--postgres-port"):
+        args += [option, str(free_port())]
+    return args, api_port
+
+
+def test_two_instances_run_side_by_side_with_fixed_keys(tmp_path: Path) -> None:
+    env = {"ANTHROPIC_API_KEY": "", "OPENAI_API_KEY": ""}
+    one_args, one_port = _dev_args(tmp_path / "one")
+    two_args, two_port = _dev_args(tmp_path / "two")
+    one_key, two_key = "chatd-test-key-one", "chatd-test-key-two"
+    seen_one: list[str] = []
+    seen_two: list[str] = []
+    with (
+        _chatd(*one_args, "--api-key", one_key, env=env) as one,
+        _chatd(*two_args, env={**env, "CHATD_API_KEY": two_key}) as two,
+    ):
+        assert _read_until(one, r"api key\s+(\S+)", seen_one).group(1) == one_key
+        assert _read_until(two, r"api key\s+(\S+)", seen_two).group(1) == two_key
+        _read_until(one, r"Ctrl-C stops everything", seen_one)
+        _read_until(two, r"Ctrl-C stops everything", seen_two)
+        one_base = f"http://127.0.0.1:{one_port}/api/v1"
+        two_base = f"http://127.0.0.1:{two_port}/api/v1"
+        one_chat, one_messages = _chat_turn(one_base, one_key, "hello from one")
+        two_chat, two_messages = _chat_turn(two_base, two_key, "hello from two")
+        assert [m["role"] for m in one_messages] == ["user", "assistant"]
+        assert [m["role"] for m in two_messages] == ["user", "assistant"]
+        with httpx.Client(base_url=two_base, headers={"Authorization": f"Bearer {two_key}"}) as h:
+            assert h.get(f"/chats/{one_chat}").status_code == 404, "separate stacks, separate data"
+            assert h.get(f"/chats/{two_chat}").status_code == 200
+        with httpx.Client(base_url=two_base, headers={"Authorization": f"Bearer {one_key}"}) as h:
+            assert h.get("/chats").status_code == 401, "each instance has its own keys"
