@@ -12,6 +12,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
@@ -89,10 +90,13 @@ class ModelStepActivities:
                 return await self._stream_step(input)
         except asyncio.CancelledError:
             if not _interrupted():  # shutdown, or the server gave up on this attempt
+                info = activity.info()
                 log.warning(
-                    "step attempt abandoned: chat=%s step=%d reason=%s",
+                    "step attempt abandoned after %.1fs: chat=%s step=%d attempt=%d reason=%s",
+                    (datetime.now(UTC) - info.started_time).total_seconds(),
                     input.chat_id,
                     input.step,
+                    info.attempt,
                     activity.cancellation_details(),
                 )
             raise
