@@ -59,6 +59,12 @@ class CompactionActivities:
     @activity.defn(name="compact_context")
     async def compact_context(self, input: CompactInput) -> CompactResult:
         """Replace the prompt with a user-role summary; older messages become `compressed`."""
+        # Heartbeats throughout: reading a long transcript, the model call and the write may
+        # each take a while, and a dead worker must still show.
+        async with heartbeating():
+            return await self._compact(input)
+
+    async def _compact(self, input: CompactInput) -> CompactResult:
         chat_id = uuid.UUID(input.chat_id)
         step_key = f"{input.step}:summary:{input.index}"
         done = await self._transcript.find(chat_id, input.turn_id, step_key)
@@ -75,8 +81,7 @@ class CompactionActivities:
             system=SUMMARY_INSTRUCTIONS,
             messages=[*messages, _user(SUMMARY_INSTRUCTIONS)],
         )
-        async with heartbeating():  # the summary may take a while; a dead worker must show
-            summary = await _complete(request, self._settings)
+        summary = await _complete(request, self._settings)
         saved = await self._transcript.replace_with_summary(
             chat_id,
             turn_id=input.turn_id,

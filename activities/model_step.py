@@ -10,9 +10,8 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
@@ -83,59 +82,71 @@ class ModelStepActivities:
     @activity.defn(name="stream_model_step")
     async def stream_model_step(self, input: StreamStepInput) -> StreamStepResult:
         """Generate step `input.step` from the persisted transcript (once: retries reuse it)."""
-        # From the first moment: waiting for a pooled connection under load must not look
-        # like a dead worker to the heartbeat timeout.
+        started = time.monotonic()
         try:
-            async with heartbeating():
-                return await self._stream_step(input)
+            return await self._stream_step(input)
         except asyncio.CancelledError:
             if not _interrupted():  # shutdown, or the server gave up on this attempt
-                info = activity.info()
                 log.warning(
                     "step attempt abandoned after %.1fs: chat=%s step=%d attempt=%d reason=%s",
-                    (datetime.now(UTC) - info.started_time).total_seconds(),
+                    time.monotonic() - started,
                     input.chat_id,
                     input.step,
-                    info.attempt,
+                    activity.info().attempt,
                     activity.cancellation_details(),
                 )
             raise
 
     async def _stream_step(self, input: StreamStepInput) -> StreamStepResult:
         chat_id = uuid.UUID(input.chat_id)
-        chat = await self._chats.get(chat_id)
-        if chat is None:
-            raise ApplicationError(f"chat {chat_id} not found", non_retryable=True)
-        done = await self._transcript.find(chat_id, input.turn_id, assistant_step_key(input.step))
-        if done is not None:
-            return self._summary(chat, done, interrupted=False)
-        publisher = DeltaPublisher(self._batcher(), chat_id)
-        if input.attempt > 1 or activity.info().attempt > 1:
-            publisher.add("reset", {"turn_id": input.turn_id, "step": input.step})
-        accumulator = StepAccumulator()
-        log.info(
-            "streaming step: chat=%s turn=%s step=%d attempt=%d",
-            input.chat_id,
-            input.turn_id,
-            input.step,
-            input.attempt,
-        )
-        try:
-            request = await self._request(chat)
-            finish = await _unless_shutdown(self._stream(request, accumulator, publisher))
-        except ProviderError as err:
-            await publisher.drain()
-            raise _model_error(err.error) from None  # the classified error says it all
-        except asyncio.CancelledError:
-            if not _interrupted():
-                raise  # shutdown, or this attempt timed out: the retry streams the step anew
-            # An interrupt: keep what was produced. Shielded so the write can't be cut short.
-            return await asyncio.shield(
-                self._persist_interrupted(chat, input, accumulator, publisher)
+        # Heartbeats from the first moment (a wait for a pooled connection under load must not
+        # look like a dead worker) until the stream ends; their responses carry interrupts.
+        async with heartbeating():
+            chat = await self._chats.get(chat_id)
+            if chat is None:
+                raise ApplicationError(f"chat {chat_id} not found", non_retryable=True)
+            step_key = assistant_step_key(input.step)
+            done = await self._transcript.find(chat_id, input.turn_id, step_key)
+            if done is not None:
+                return self._summary(chat, done, interrupted=False)
+            publisher = DeltaPublisher(self._batcher(), chat_id)
+            if input.attempt > 1 or activity.info().attempt > 1:
+                publisher.add("reset", {"turn_id": input.turn_id, "step": input.step})
+            accumulator = StepAccumulator()
+            log.info(
+                "streaming step: chat=%s turn=%s step=%d attempt=%d",
+                input.chat_id,
+                input.turn_id,
+                input.step,
+                input.attempt,
             )
+            try:
+                request = await self._request(chat)
+                finish = await _unless_shutdown(self._stream(request, accumulator, publisher))
+            except ProviderError as err:
+                await publisher.drain()
+                raise _model_error(err.error) from None  # the classified error says it all
+            except asyncio.CancelledError:
+                if not _interrupted():
+                    raise  # shutdown, or this attempt timed out: the retry streams it anew
+                # An interrupt: keep what was produced, even if cancelled again meanwhile.
+                return await _to_completion(
+                    self._persist_interrupted(chat, input, accumulator, publisher)
+                )
+        # The stream is complete: an interrupt arriving now finds the whole step, kept as is.
+        return await _to_completion(self._save_step(chat, input, accumulator, finish, publisher))
+
+    async def _save_step(
+        self,
+        chat: ChatRecord,
+        input: StreamStepInput,
+        accumulator: StepAccumulator,
+        finish: StepFinish,
+        publisher: DeltaPublisher,
+    ) -> StreamStepResult:
         await publisher.drain()
         saved = await self._transcript.save(
-            chat_id,
+            chat.id,
             turn_id=input.turn_id,
             step_key=assistant_step_key(input.step),
             role="assistant",
@@ -152,7 +163,7 @@ class ModelStepActivities:
         return self._shared_batcher
 
     async def _request(self, chat: ChatRecord) -> ModelRequest:
-        tools = [t.spec for t in self._registry.active(chat.active_tools)]
+        tools = [t.spec() for t in self._registry.active(chat.active_tools)]
         tools += [ToolSpec.model_validate(t.model_dump()) for t in chat.dynamic_tools]
         return ModelRequest(
             model=chat.model,
@@ -282,6 +293,15 @@ async def _with_silence_limits(
             raise ProviderError(ModelError(message=message, kind=kind, retryable=True)) from err
         yield event
         limit, kind = timeouts.stall_s, "timeout"
+
+
+async def _to_completion(work: Awaitable[StreamStepResult]) -> StreamStepResult:
+    """Finish `work` even if the activity is cancelled meanwhile: its result stands."""
+    task = asyncio.ensure_future(work)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        return await task
 
 
 async def _unless_shutdown(work: Any) -> StepFinish:

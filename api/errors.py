@@ -113,7 +113,9 @@ def install_error_handlers(app: FastAPI) -> None:
         )
 
     @app.exception_handler(asyncpg.PostgresConnectionError)
-    @app.exception_handler(asyncpg.OperatorInterventionError)  # shutting down, starting up
+    @app.exception_handler(asyncpg.CannotConnectNowError)  # starting up
+    @app.exception_handler(asyncpg.AdminShutdownError)
+    @app.exception_handler(asyncpg.CrashShutdownError)
     async def postgres_down(_: Request, err: Exception) -> JSONResponse:
         log.warning("postgres error: %s", err)
         return error_response(503, "database_unavailable", "the database is unreachable")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 from pathlib import Path
@@ -35,9 +36,11 @@ async def run_worker(database_url: str, providers: ProviderSettings | None = Non
 
     setup_telemetry("chatd-worker")
     temporal = TemporalSettings.from_env()
-    pool = await connect_pool(database_url)
-    delta_pool = await connect_pool(database_url, min_size=1, max_size=1)
-    try:
+    async with contextlib.AsyncExitStack() as stack:
+        pool = await connect_pool(database_url)
+        stack.push_async_callback(pool.close)
+        delta_pool = await connect_pool(database_url, min_size=1, max_size=1)
+        stack.push_async_callback(delta_pool.close)
         client = await connect_temporal(temporal)
         config = WorkerConfig(
             task_queue=temporal.task_queue,
@@ -51,9 +54,6 @@ async def run_worker(database_url: str, providers: ProviderSettings | None = Non
         import_sdks()
         freeze_startup_objects()
         await run_until_signalled(worker)
-    finally:
-        await delta_pool.close()
-        await pool.close()
 
 
 async def run_api(database_url: str, host: str, port: int) -> None:

@@ -133,9 +133,14 @@ async def _serve(
     _on_signals(stop.set)
     app = create_app(GatewayConfig(database_url=postgres.dsn, temporal=temporal_settings))
     server = EmbeddedServer(app, "127.0.0.1", options.api_port)
-    pool = await connect_pool(postgres.dsn)
-    client = await connect_temporal(temporal_settings)
     async with contextlib.AsyncExitStack() as stack:
+        pool = await connect_pool(postgres.dsn)
+        stack.push_async_callback(pool.close)
+        delta_pool = await connect_pool(postgres.dsn, min_size=1, max_size=1)
+        stack.push_async_callback(delta_pool.close)
+        client = await connect_temporal(temporal_settings)
+        import_sdks()
+        freeze_startup_objects()  # before any chat is served: only startup objects qualify
         if options.worker:
             worker = build_worker(
                 client,
@@ -146,16 +151,14 @@ async def _serve(
                     registry=default_registry(),
                     workspace_root=options.data_dir / "workspaces",
                 ),
+                delta_pool=delta_pool,
             )
             await stack.enter_async_context(worker)
             _say(f"worker polling task queue {DEFAULT_TASK_QUEUE!r}")
         await server.start()
-        import_sdks()
-        freeze_startup_objects()
         _print_banner(options, postgres, temporal, demo, key)
         await stop.wait()
         await server.stop()
-    await pool.close()
 
 
 def _on_signals(callback: Callable[[], None]) -> None:

@@ -262,6 +262,8 @@ async def test_a_title_slower_than_its_turn_is_still_saved(titled_stack: Stack) 
     await stack.send(chat["id"], "hi")
     await stack.wait_status(chat["id"], "waiting")
     await stack.temporal.get_workflow_handle(f"chat-{chat['id']}").result()  # the run is over
+    untitled = (await stack.http.get(f"/chats/{chat['id']}")).json()
+    assert untitled["title"] is None, "the title call is still running when the run ends"
     events = await stack.events_until(chat["id"], lambda e: e.event == "chat", within_s=30)
     assert events[-1].data == {"title": "Slow Title Here"}
 

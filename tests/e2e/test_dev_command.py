@@ -124,7 +124,10 @@ def test_chatd_dev_runs_a_demo_chat_stops_cleanly_and_resumes(tmp_path: Path) ->
             "CHATD_DEMO_BASE_URL": demo_url,
             "CHATD_WORKSPACE_ROOT": str(tmp_path / "workspaces"),
         }
-        with _chatd("worker", env=worker_env):
+        with _chatd("worker", env=worker_env) as worker:
+            worker_log: list[str] = []
+            frozen = _read_until(worker, r"froze (\d+) startup objects", worker_log).group(1)
+            assert int(frozen) > 100_000, "the provider SDKs are imported before the freeze"
             _, joined = _chat_turn(base, key, "served by a joined worker")
         assert [m["role"] for m in joined] == ["user", "assistant"]
 

@@ -19,6 +19,7 @@ FAILURES: dict[str, tuple[BaseException, str]] = {
     "update-timed-out": (WorkflowUpdateRPCTimeoutOrCancelledError(), "worker_unavailable"),
     "postgres-gone": (asyncpg.ConnectionDoesNotExistError("closed"), "database_unavailable"),
     "postgres-starting": (asyncpg.CannotConnectNowError("starting up"), "database_unavailable"),
+    "postgres-stopping": (asyncpg.AdminShutdownError("shutting down"), "database_unavailable"),
     "socket-down": (ConnectionRefusedError("refused"), "unavailable"),
 }
 

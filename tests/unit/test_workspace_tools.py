@@ -473,7 +473,7 @@ def test_execute_enabled_by_argument(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_json_schemas(name: str, properties: set[str], required: list[str]) -> None:
     tool = default_registry(enable_execute=True).get(name)
     assert tool is not None
-    spec = tool.spec
+    spec = tool.spec()
     assert spec.name == name and len(spec.description) > 20
     schema = spec.input_schema
     assert schema["type"] == "object"
