@@ -58,7 +58,7 @@ from chatd.fake_provider.server import FakeProviderServer
 from chatd.fake_provider.server import create_app as create_fake_app
 from chatd.providers import close_clients
 from chatd.serving import EmbeddedServer
-from chatd.settings import ProviderSettings, TemporalSettings
+from chatd.settings import TemporalSettings
 from chatd.store.db import connect_pool, migrate
 from chatd.store.keys import KeyStore
 from chatd.tools.defaults import default_registry
@@ -74,7 +74,6 @@ __all__ = [
     "Services",
     "SseEvent",
     "SseListener",
-    "fake_provider_settings",
     "percentile",
     "running_stack",
     "say",
@@ -159,17 +158,6 @@ async def services(
 # --- the chatd stack -------------------------------------------------------------------------
 
 
-def fake_provider_settings(fake: FakeProviderServer) -> ProviderSettings:
-    """Every provider pointed at the fake server."""
-    return ProviderSettings(
-        anthropic_api_key="bench-anthropic-key",
-        anthropic_base_url=fake.base_url,
-        openai_api_key="bench-openai-key",
-        openai_base_url=fake.base_url + "/v1",
-        demo_base_url=fake.base_url,
-    )
-
-
 @dataclass
 class BenchStack:
     """A migrated database, a worker, the gateway, and an HTTP client for one owner."""
@@ -250,7 +238,7 @@ def _worker(
     """`build_worker`'s worker; with overrides, a copy of its settings with them applied."""
     config = WorkerConfig(
         task_queue=task_queue,
-        providers=fake_provider_settings(svc.fake),
+        providers=svc.fake.provider_settings(),
         registry=default_registry(),
         workspace_root=Path(tempfile.gettempdir()) / f"chatd-bench-ws-{task_queue}",
     )

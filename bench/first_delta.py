@@ -132,7 +132,7 @@ async def measure(stack: BenchStack, args: argparse.Namespace) -> Latencies:
     spacing = args.spacing_ms / 1000
     fake.script(turn_model, UniqueDeltas("t", args.deltas, spacing))
     fake.script(direct_model, UniqueDeltas("f", args.deltas, spacing))
-    settings = _stack.fake_provider_settings(fake)
+    settings = fake.provider_settings()
     chat_id = await stack.create_chat(model={"provider": "anthropic", "name": turn_model})
     result = Latencies()
     async with stack.listen(chat_id) as sse:

@@ -242,7 +242,7 @@ async def measure(stack: BenchStack, args: argparse.Namespace, samples: Samples)
     )
     for model in (turn_model, direct_model):
         fake.script(model, lambda _req: FakeResponse.of_text(REPLY))
-    settings = _stack.fake_provider_settings(fake)
+    settings = fake.provider_settings()
     chat_id = await stack.create_chat(model={"provider": "anthropic", "name": turn_model})
     floor = floor_worker(stack.worker)
     async with floor, stack.listen(chat_id) as sse:

@@ -36,6 +36,7 @@ from chatd.fake_provider.script import (
 )
 from chatd.fake_provider.sse import SseEvent, WireEncoder, new_id
 from chatd.fake_provider.validation import InvalidRequest, validate
+from chatd.settings import ProviderSettings
 
 __all__ = ["FakeProviderServer", "ProviderEndpoint", "create_app", "main"]
 
@@ -284,6 +285,16 @@ class FakeProviderServer:
         if self._server is None:
             raise RuntimeError("FakeProviderServer is not started")
         return f"http://{self.host}:{self.port}"
+
+    def provider_settings(self) -> ProviderSettings:
+        """Every provider pointed at this server, with placeholder keys."""
+        return ProviderSettings(
+            anthropic_api_key="test-anthropic-key",
+            anthropic_base_url=self.base_url,
+            openai_api_key="test-openai-key",
+            openai_base_url=self.base_url + "/v1",
+            demo_base_url=self.base_url,
+        )
 
     def start(self, timeout_s: float = 10.0) -> FakeProviderServer:
         """Start serving; returns once the port is bound."""

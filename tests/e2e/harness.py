@@ -21,7 +21,7 @@ from api.app import GatewayConfig, create_app
 from chatd.devstack.ports import free_port
 from chatd.fake_provider.server import FakeProviderServer
 from chatd.serving import EmbeddedServer
-from chatd.settings import ProviderSettings, TemporalSettings
+from chatd.settings import TemporalSettings
 from chatd.store.db import connect_pool, migrate
 from chatd.store.keys import KeyStore
 from chatd.tools.base import ToolRegistry
@@ -139,17 +139,6 @@ StackFactory = Callable[..., AbstractAsyncContextManager[Stack]]
 """`make_stack(**options)` (a fixture): a stack with `running_stack` options."""
 
 
-def fake_provider_settings(fake: FakeProviderServer) -> ProviderSettings:
-    """Every provider pointed at the fake server."""
-    return ProviderSettings(
-        anthropic_api_key="test-anthropic-key",
-        anthropic_base_url=fake.base_url,
-        openai_api_key="test-openai-key",
-        openai_base_url=fake.base_url + "/v1",
-        demo_base_url=fake.base_url,
-    )
-
-
 @asynccontextmanager
 async def running_stack(
     *,
@@ -183,7 +172,7 @@ async def running_stack(
             pool,
             WorkerConfig(
                 task_queue=task_queue,
-                providers=fake_provider_settings(fake),
+                providers=fake.provider_settings(),
                 registry=registry or default_registry(),
                 workspace_root=workspace,
                 stream_timeouts=stream_timeouts or StreamTimeouts(),
