@@ -30,7 +30,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -79,6 +79,7 @@ __all__ = [
     "say",
     "serve_fake_provider",
     "services",
+    "stored_delta_times",
     "summary",
 ]
 
@@ -329,6 +330,20 @@ class SseListener:
 
 
 # --- statistics ------------------------------------------------------------------------------
+
+
+async def stored_delta_times(
+    db: asyncpg.Pool | asyncpg.Connection, texts: Iterable[str]
+) -> dict[str, int]:
+    """Delta text -> `created_at` (ns) of its event row: when its publishing transaction began."""
+    rows = await db.fetch(
+        "SELECT data->'part'->>'text' AS text,"
+        " (extract(epoch FROM created_at) * 1e6)::bigint AS us"
+        " FROM chat_events WHERE event = 'message_part'"
+        " AND data->'part'->>'text' = ANY($1::text[])",
+        list(texts),
+    )
+    return {r["text"]: int(r["us"]) * 1000 for r in rows}
 
 
 def percentile(values: Sequence[float], p: float) -> float:

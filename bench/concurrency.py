@@ -247,18 +247,10 @@ async def _stored_latencies(database_url: str, rows: list[list[Any]]) -> list[fl
     emitted: dict[str, int] = {text: ns for _model, text, ns in rows}
     conn = await asyncpg.connect(database_url)
     try:
-        stored = await conn.fetch(
-            "SELECT data->'part'->>'text' AS text, created_at FROM chat_events"
-            " WHERE event = 'message_part' AND data->'part'->>'text' = ANY($1::text[])",
-            list(emitted),
-        )
+        stored = await _stack.stored_delta_times(conn, emitted)
     finally:
         await conn.close()
-    return [
-        (r["created_at"].timestamp() * 1e9 - emitted[r["text"]]) / 1e6
-        for r in stored
-        if r["text"] in emitted
-    ]
+    return [(ns - emitted[text]) / 1e6 for text, ns in stored.items()]
 
 
 def _analyse(

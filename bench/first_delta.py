@@ -100,17 +100,6 @@ async def one_turn(
     return parts, since
 
 
-async def publish_times(stack: BenchStack, chat_id: str) -> dict[str, int]:
-    """Delta text -> `created_at` (ns) of its event row: when its publishing transaction began."""
-    rows = await stack.pool.fetch(
-        "SELECT data->'part'->>'text' AS text,"
-        " (extract(epoch FROM created_at) * 1e6)::bigint AS us"
-        " FROM chat_events WHERE chat_id = $1 AND event = 'message_part'",
-        uuid.UUID(chat_id),
-    )
-    return {r["text"]: int(r["us"]) * 1000 for r in rows if r["text"]}
-
-
 async def direct_stream(settings: ProviderSettings, model: str) -> dict[str, int]:
     """Floor: stream from the fake with the provider adapter; text -> receive time (ns)."""
     config = ModelConfig(provider="anthropic", name=model)
@@ -139,7 +128,7 @@ async def measure(stack: BenchStack, args: argparse.Namespace) -> Latencies:
         for i in range(args.warmup + args.turns):
             parts, since = await one_turn(stack, sse, chat_id, turn_model)
             emitted = _emitted(stack, turn_model, since)
-            published = await publish_times(stack, chat_id)
+            published = await _stack.stored_delta_times(stack.pool, emitted)
             d_since = len(fake.deltas(direct_model))
             received = await direct_stream(settings, direct_model)
             d_emitted = _emitted(stack, direct_model, d_since)
