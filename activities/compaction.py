@@ -50,7 +50,10 @@ TITLE_INSTRUCTIONS = (
 class CompactionActivities:
     """Summarises long chats and names new ones with the chat's model."""
 
-    def __init__(self, pool: asyncpg.Pool, settings: ProviderSettings) -> None:
+    def __init__(
+        self, pool: asyncpg.Pool, settings: ProviderSettings, *, generate_titles: bool = True
+    ) -> None:
+        self._titles = generate_titles
         self._chats = ChatStore(pool)
         self._transcript = TranscriptStore(pool)
         self._events = EventLog(pool)
@@ -101,16 +104,27 @@ class CompactionActivities:
         """
         chat_id = uuid.UUID(input.chat_id)
         chat = await self._chats.get(chat_id)
-        messages = await self._transcript.for_model(chat_id)
-        if chat is None or chat.title is not None or not messages:
+        if not self._titles or chat is None or chat.title is not None:
             return
-        first = " ".join(p.text for p in messages[0].parts if isinstance(p, TextPart))
+        parts = await self._first_message(chat_id, input.turn_id)
+        first = " ".join(p.text for p in parts if isinstance(p, TextPart))
+        if not first.strip():
+            return
         request = ModelRequest(
             model=_title_model(chat.model), system=TITLE_INSTRUCTIONS, messages=[_user(first)]
         )
         title = _clean_title(await _complete(request, self._settings)) or _clean_title(first)
         if title:
             await self._chats.set_generated_title(chat_id, title)
+
+    async def _first_message(self, chat_id: uuid.UUID, turn_id: str | None) -> Sequence[Part]:
+        """The turn's message (which its first step may not have promoted yet), or else
+        the transcript's first."""
+        if turn_id is not None:
+            queued = await self._transcript.queued_message(chat_id, uuid.UUID(turn_id))
+            return queued.parts if queued else []
+        messages = await self._transcript.for_model(chat_id)
+        return messages[0].parts if messages else []
 
 
 async def _complete(request: ModelRequest, settings: ProviderSettings) -> str:

@@ -21,6 +21,7 @@ from temporalio.exceptions import ApplicationError
 from activities.heartbeat import heartbeating
 from activities.publishing import DeltaPublisher, EventBatcher
 from activities.tools import assistant_step_key, error_result
+from activities.turn import TurnEdges
 from chatd.models import ModelError
 from chatd.parts import PartDelta, ToolCallPart
 from chatd.providers import make_provider
@@ -39,8 +40,8 @@ from chatd.store.transcript import NewMessage, StoredMessage, TranscriptStore
 from chatd.telemetry import METRICS, TRACER
 from chatd.tools.base import ToolRegistry
 from workflows.constants import MODEL_ERROR_TYPE
-from workflows.decide import INTERRUPTED_RESULT
-from workflows.payloads import StreamStepInput, StreamStepResult, ToolCallRef
+from workflows.decide import INTERRUPTED_RESULT, ends_turn
+from workflows.payloads import BeginTurnResult, StreamStepInput, StreamStepResult, ToolCallRef
 
 __all__ = ["ModelStepActivities", "StreamTimeouts"]
 
@@ -67,10 +68,12 @@ class ModelStepActivities:
         pool: asyncpg.Pool,
         registry: ToolRegistry,
         settings: ProviderSettings,
+        edges: TurnEdges,
         timeouts: StreamTimeouts | None = None,
         *,
         delta_pool: asyncpg.Pool | None = None,
     ) -> None:
+        self._edges = edges
         self._chats = ChatStore(pool)
         self._transcript = TranscriptStore(pool)
         self._events = EventLog(delta_pool or pool)
@@ -103,12 +106,16 @@ class ModelStepActivities:
         # look like a dead worker) until the stream ends; their responses carry interrupts.
         async with heartbeating():
             chat = await self._chats.get(chat_id)
+            began = await self._edges.begin(chat, input.turn_id) if input.begin else None
+            if began is not None and not began.started:
+                return StreamStepResult(message_id=None, began=began)
             if chat is None:
                 raise ApplicationError(f"chat {chat_id} not found", non_retryable=True)
             step_key = assistant_step_key(input.step)
             done = await self._transcript.find(chat_id, input.turn_id, step_key)
             if done is not None:
-                return self._summary(chat, done, interrupted=False)
+                summary = self._summary(chat, done, interrupted=False)
+                return await _to_completion(self._close(chat, input, began, summary))
             publisher = DeltaPublisher(self._batcher(), chat_id)
             if input.attempt > 1 or activity.info().attempt > 1:
                 publisher.add("reset", {"turn_id": input.turn_id, "step": input.step})
@@ -131,15 +138,37 @@ class ModelStepActivities:
                     raise  # shutdown, or this attempt timed out: the retry streams it anew
                 # An interrupt: keep what was produced, even if cancelled again meanwhile.
                 return await _to_completion(
-                    self._persist_interrupted(chat, input, accumulator, publisher)
+                    self._persist_interrupted(chat, input, began, accumulator, publisher)
                 )
         # The stream is complete: an interrupt arriving now finds the whole step, kept as is.
-        return await _to_completion(self._save_step(chat, input, accumulator, finish, publisher))
+        return await _to_completion(
+            self._save_step(chat, input, began, accumulator, finish, publisher)
+        )
+
+    async def _close(
+        self,
+        chat: ChatRecord,
+        input: StreamStepInput,
+        began: BeginTurnResult | None,
+        result: StreamStepResult,
+    ) -> StreamStepResult:
+        """Tell the turn's beginning, and finish the turn here if this step ends it."""
+        plan = began.plan if began else None
+        finished = input.may_finish and ends_turn(
+            tool_calls=len(result.tool_calls),
+            interrupted=result.interrupted,
+            input_tokens=result.input_tokens,
+            compact_at_tokens=plan.compact_at_tokens if plan else input.compact_at_tokens,
+        )
+        if finished:
+            await self._edges.finish(chat.id, input.turn_id, "waiting")
+        return result.model_copy(update={"began": began, "finished_turn": finished})
 
     async def _save_step(
         self,
         chat: ChatRecord,
         input: StreamStepInput,
+        began: BeginTurnResult | None,
         accumulator: StepAccumulator,
         finish: StepFinish,
         publisher: DeltaPublisher,
@@ -154,7 +183,8 @@ class ModelStepActivities:
             usage=finish.usage,
             response_id=finish.response_id,
         )
-        return self._summary(chat, saved, interrupted=False, stop_reason=finish.stop_reason)
+        summary = self._summary(chat, saved, interrupted=False, stop_reason=finish.stop_reason)
+        return await self._close(chat, input, began, summary)
 
     def _batcher(self) -> EventBatcher:
         """The worker's one delta writer (made on first use, inside the worker's loop)."""
@@ -205,6 +235,7 @@ class ModelStepActivities:
         self,
         chat: ChatRecord,
         input: StreamStepInput,
+        began: BeginTurnResult | None,
         accumulator: StepAccumulator,
         publisher: DeltaPublisher,
     ) -> StreamStepResult:
@@ -212,14 +243,14 @@ class ModelStepActivities:
         await publisher.drain()
         parts = accumulator.parts()
         if not parts:
-            return StreamStepResult(message_id=None, interrupted=True)
+            return StreamStepResult(message_id=None, interrupted=True, began=began)
         calls = [p for p in parts if isinstance(p, ToolCallPart) and not p.provider_executed]
         messages = [NewMessage(assistant_step_key(input.step), "assistant", parts)]
         if calls:
             results = [error_result(c, INTERRUPTED_RESULT) for c in calls]
             messages.append(NewMessage(f"{input.step}:tools", "tool", list(results)))
         saved = await self._transcript.save_step(chat.id, turn_id=input.turn_id, messages=messages)
-        return self._summary(chat, saved[0], interrupted=True)
+        return self._summary(chat, saved[0], interrupted=True).model_copy(update={"began": began})
 
     def _summary(
         self,

@@ -11,9 +11,10 @@ from temporalio import activity
 
 from activities.tools import assistant_step_key
 from chatd.context import context_limit, reported_context_limit
+from chatd.models import ModelError
 from chatd.parts import ToolCallPart
 from chatd.settings import ProviderSettings
-from chatd.store.chats import ChatStore
+from chatd.store.chats import ChatRecord, ChatStatus, ChatStore
 from chatd.store.events import EventLog
 from chatd.store.transcript import TranscriptStore
 from chatd.store.turns import TurnStore
@@ -27,41 +28,37 @@ from workflows.payloads import (
     TurnPlan,
 )
 
-__all__ = ["TurnActivities"]
+__all__ = ["TurnActivities", "TurnEdges"]
+
+_IN_A_TURN = ("running", "requires_action")
 
 
-class TurnActivities:
-    """Status transitions at a turn's edges; each write is idempotent."""
+class TurnEdges:
+    """Beginning and finishing a turn: as local activities, or inside its first and last step.
+
+    A one-step turn whose step begins and finishes it needs no local activity at all (each
+    costs a workflow-task round trip on the turn's critical path); the writes are the same.
+    """
 
     def __init__(
-        self,
-        pool: asyncpg.Pool,
-        providers: ProviderSettings,
-        *,
-        generate_titles: bool = True,
+        self, pool: asyncpg.Pool, providers: ProviderSettings, *, generate_titles: bool = True
     ) -> None:
         self._titles = generate_titles
         self._providers = providers
-        self._chats = ChatStore(pool)
-        self._transcript = TranscriptStore(pool)
         self._turns = TurnStore(pool)
-        self._events = EventLog(pool)
 
-    @activity.defn(name="begin_turn")
-    async def begin_turn(self, input: BeginTurnInput) -> BeginTurnResult:
+    async def begin(self, chat: ChatRecord | None, turn_id: str) -> BeginTurnResult:
         """Move the turn's queued message into the transcript and mark the chat running."""
-        chat_id = uuid.UUID(input.chat_id)
-        chat = await self._chats.get(chat_id)
         if chat is None:
             return BeginTurnResult(started=False)
-        message = await self._transcript.promote(chat_id, uuid.UUID(input.turn_id))
-        if message is None:
+        began = await self._turns.begin(chat.id, turn_id)
+        if began is None:
             return BeginTurnResult(started=False)
-        await self._turns.set_status(chat_id, input.turn_id, "running", clear_error=True)
-        METRICS.active_turns.add(1)
+        if began:  # not again when a retried attempt (or the gateway) began it before
+            METRICS.active_turns.add(1)
         limit = context_limit(chat.model, await reported_context_limit(chat.model, self._providers))
         plan = TurnPlan(
-            turn_id=input.turn_id,
+            turn_id=turn_id,
             max_steps=chat.max_steps,
             model_label=chat.model.label,
             action_timeout_s=chat.action_timeout_s,
@@ -71,17 +68,41 @@ class TurnActivities:
             started=True, plan=plan, needs_title=self._titles and chat.title is None
         )
 
+    async def finish(
+        self,
+        chat_id: uuid.UUID,
+        turn_id: str,
+        status: ChatStatus,
+        error: ModelError | None = None,
+    ) -> None:
+        """Record the turn's final status, usage and error."""
+        before = await self._turns.set_status(
+            chat_id, turn_id, status, last_error=error, recount_usage=True
+        )
+        if before in _IN_A_TURN:
+            METRICS.active_turns.add(-1)
+
+
+class TurnActivities:
+    """Status transitions at a turn's edges; each write is idempotent."""
+
+    def __init__(self, pool: asyncpg.Pool, edges: TurnEdges) -> None:
+        self._edges = edges
+        self._chats = ChatStore(pool)
+        self._transcript = TranscriptStore(pool)
+        self._turns = TurnStore(pool)
+        self._events = EventLog(pool)
+
+    @activity.defn(name="begin_turn")
+    async def begin_turn(self, input: BeginTurnInput) -> BeginTurnResult:
+        """Begin a turn whose first step did not (an interrupt came first, or old code)."""
+        chat = await self._chats.get(uuid.UUID(input.chat_id))
+        return await self._edges.begin(chat, input.turn_id)
+
     @activity.defn(name="finish_turn")
     async def finish_turn(self, input: FinishTurnInput) -> None:
         """Record the turn's final status, usage and error."""
-        METRICS.active_turns.add(-1)
-        await self._turns.set_status(
-            uuid.UUID(input.chat_id),
-            input.turn_id,
-            input.status,
-            last_error=input.error,
-            recount_usage=True,
-        )
+        await self._edges.finish(uuid.UUID(input.chat_id), input.turn_id, input.status, input.error)
 
     @activity.defn(name="set_status")
     async def set_status(self, input: SetStatusInput) -> None:

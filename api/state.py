@@ -13,6 +13,7 @@ from chatd.store.chats import ChatStore
 from chatd.store.events import EventLog
 from chatd.store.keys import KeyStore
 from chatd.store.transcript import TranscriptStore
+from chatd.store.turns import TurnStore
 
 __all__ = ["GatewayState", "state_of"]
 
@@ -29,6 +30,7 @@ class GatewayState:
     def __post_init__(self) -> None:
         self.chats = ChatStore(self.pool)
         self.transcript = TranscriptStore(self.pool)
+        self.turns = TurnStore(self.pool)
         self.events = EventLog(self.pool)
         self.keys = KeyStore(self.pool)
 

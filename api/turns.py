@@ -65,7 +65,7 @@ async def submit_message(
         result: SubmitMessageResult = await asyncio.wait_for(
             client.execute_update_with_start_workflow(
                 ChatTurn.submit_message,
-                SubmitMessageInput(queued_id=queued_id),
+                SubmitMessageInput(queued_id=queued_id, untitled=chat.title is None),
                 start_workflow_operation=start,
                 id=update_id,
             ),

@@ -50,7 +50,11 @@ class Metrics:
             retries=meter.create_counter("chatd.retries", description="model retries by kind"),
             compactions=meter.create_counter("chatd.compactions", description="compactions"),
             active_turns=meter.create_up_down_counter(
-                "chatd.active_turns", description="turns begun and not yet finished"
+                "chatd.active_turns",
+                description=(
+                    "turns begun and not yet finished; sum it over gateways and workers "
+                    "(the one that begins a turn counts it, a worker counts its end)"
+                ),
             ),
         )
 

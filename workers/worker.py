@@ -16,7 +16,7 @@ from temporalio.worker import Worker
 from activities.compaction import CompactionActivities
 from activities.model_step import ModelStepActivities, StreamTimeouts
 from activities.tools import ToolActivities
-from activities.turn import TurnActivities
+from activities.turn import TurnActivities, TurnEdges
 from chatd.settings import ProviderSettings
 from chatd.tools.base import ToolRegistry
 from workflows.chat_turn import ChatTurn
@@ -53,12 +53,20 @@ def build_worker(
     `delta_pool` (one connection is enough: deltas are written one batch at a time) keeps
     streamed deltas from queueing behind transcript queries when `pool` is busy.
     """
+    edges = TurnEdges(pool, config.providers, generate_titles=config.generate_titles)
     model = ModelStepActivities(
-        pool, config.registry, config.providers, config.stream_timeouts, delta_pool=delta_pool
+        pool,
+        config.registry,
+        config.providers,
+        edges,
+        config.stream_timeouts,
+        delta_pool=delta_pool,
     )
     tools = ToolActivities(pool, config.registry, config.workspace_root)
-    turn = TurnActivities(pool, config.providers, generate_titles=config.generate_titles)
-    compaction = CompactionActivities(pool, config.providers)
+    turn = TurnActivities(pool, edges)
+    compaction = CompactionActivities(
+        pool, config.providers, generate_titles=config.generate_titles
+    )
     return Worker(
         client,
         task_queue=config.task_queue,

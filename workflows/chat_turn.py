@@ -20,7 +20,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.tools import ToolActivities
     from activities.turn import TurnActivities
     from chatd.models import ModelError
-    from workflows.constants import MODEL_ERROR_TYPE
+    from workflows.constants import EDGES_IN_STEPS_PATCH, MODEL_ERROR_TYPE
     from workflows.controls import TurnControls
     from workflows.decide import (
         DEFAULT_MAX_MODEL_ATTEMPTS,
@@ -29,10 +29,12 @@ with workflow.unsafe.imports_passed_through():
         StepOutcome,
         after_step,
         backoff_delay,
+        over_threshold,
         should_retry,
     )
     from workflows.payloads import (
         BeginTurnInput,
+        BeginTurnResult,
         ChatTurnInput,
         CompactInput,
         FinishTurnInput,
@@ -92,6 +94,9 @@ class ChatTurn:
         self._step = 0
         self._retry: RetryState | None = None
         self._model_label = ""
+        self._edges_in_steps = False
+        self._untitled = False
+        """The message that started this run found the chat without a title."""
 
     @workflow.update(name="submit_message")
     def submit_message(self, input: SubmitMessageInput) -> SubmitMessageResult:
@@ -100,6 +105,7 @@ class ChatTurn:
             return SubmitMessageResult(queued=False, turn_id=input.queued_id)
         if self._turn_id is None:
             self._turn_id = input.queued_id
+            self._untitled = input.untitled
             return SubmitMessageResult(queued=False, turn_id=input.queued_id)
         if input.queued_id not in self._queue:
             self._queue.append(input.queued_id)
@@ -146,6 +152,8 @@ class ChatTurn:
     @workflow.run
     async def run(self, input: ChatTurnInput) -> None:
         """Run this turn, then hand queued messages to the next run."""
+        # Runs recorded before this patch began and finished every turn with local activities.
+        self._edges_in_steps = workflow.patched(EDGES_IN_STEPS_PATCH)
         resume = input.resume
         if resume is None:
             try:
@@ -154,79 +162,124 @@ class ChatTurn:
                 )
             except TimeoutError:
                 return  # started without a message (by hand): nothing to do
-            assert self._turn_id is not None
-            resume = await self._begin(self._turn_id)
-        if resume is not None:
-            await self._run_steps(resume)
+        assert self._turn_id is not None
+        if resume is not None or self._edges_in_steps:
+            await self._run_steps(self._turn_id, resume)
+        elif (resume := await self._begin(self._turn_id)) is not None:
+            await self._run_steps(self._turn_id, resume)
         # Rule 6: a message accepted while we were finishing must not be lost.
         await workflow.wait_condition(workflow.all_handlers_finished)
         if self._queue:
             workflow.continue_as_new(ChatTurnInput(chat_id=self._chat_id, queued=self._queue))
 
     async def _begin(self, turn_id: str) -> TurnResume | None:
-        begin = await workflow.execute_local_activity_method(
-            TurnActivities.begin_turn,
-            BeginTurnInput(chat_id=self._chat_id, turn_id=turn_id),
-            start_to_close_timeout=LOCAL_TIMEOUT,
-        )
+        """Begin the turn with a local activity, before its first step (runs before the patch)."""
+        begin = await self._begin_turn(turn_id)
         if not begin.started or begin.plan is None:
             return None
         self._controls.set_status("running")
         if begin.needs_title:
-            # Best effort, in the background: never awaited, so it can't delay the turn.
-            workflow.start_activity_method(
-                CompactionActivities.generate_title,
-                TitleInput(chat_id=self._chat_id),
-                start_to_close_timeout=timedelta(minutes=1),
-                retry_policy=RetryPolicy(maximum_attempts=3),
-                cancellation_type=ActivityCancellationType.ABANDON,
-                summary="generate title",
-            )
+            self._start_title(TitleInput(chat_id=self._chat_id))
         return TurnResume(plan=begin.plan, next_step=0)
 
-    async def _run_steps(self, resume: TurnResume) -> None:
-        """generate -> tools -> maybe compact, until the model is done or a limit is hit."""
-        plan, step = resume.plan, resume.next_step
-        self._model_label = plan.model_label
-        compactions = _Compactions(count=resume.compactions)
+    async def _begin_turn(self, turn_id: str) -> BeginTurnResult:
+        return await workflow.execute_local_activity_method(
+            TurnActivities.begin_turn,
+            BeginTurnInput(chat_id=self._chat_id, turn_id=turn_id),
+            start_to_close_timeout=LOCAL_TIMEOUT,
+        )
+
+    def _start_title(self, input: TitleInput) -> None:
+        """Best effort, in the background: never awaited, so it can't delay the turn."""
+        workflow.start_activity_method(
+            CompactionActivities.generate_title,
+            input,
+            start_to_close_timeout=timedelta(minutes=1),
+            retry_policy=RetryPolicy(maximum_attempts=3),
+            cancellation_type=ActivityCancellationType.ABANDON,
+            summary="generate title",
+        )
+
+    async def _began(
+        self, turn_id: str, first: StreamStepResult | None, status_before: str | None
+    ) -> TurnPlan | None:
+        """The plan of a turn its first step began; begun here if that step did not run."""
+        began = first.began if first is not None else None
+        if began is None:  # interrupted before the step ran, or the step failed
+            began = await self._begin_turn(turn_id)
+        if not began.started or began.plan is None:
+            if status_before not in (None, "running"):
+                self._controls.set_status(status_before)  # no turn after all
+            return None
+        self._model_label = began.plan.model_label
+        return began.plan
+
+    async def _run_steps(self, turn_id: str, resume: TurnResume | None) -> None:
+        """generate -> tools -> maybe compact, until the model is done or a limit is hit.
+
+        A new turn (no `resume`) is begun by its first step, which brings the plan; a step
+        that ends the turn finishes it too (`finished_turn`), or `_finish` does.
+        """
+        plan = resume.plan if resume is not None else None
+        first_step = step = resume.next_step if resume is not None else 0
+        compactions = _Compactions(count=resume.compactions if resume is not None else 0)
+        status_before = None
+        if plan is None:  # a new turn; its title is made alongside its first step
+            status_before = self._controls.enter_turn()
+            if self._untitled:
+                self._start_title(TitleInput(chat_id=self._chat_id, turn_id=turn_id))
+        self._model_label = plan.model_label if plan is not None else ""
         error: ModelError | None = None
-        while step < plan.max_steps:
-            await self._continue_long_turn(resume, step, compactions.count)
+        finished = False
+        while plan is None or step < plan.max_steps:
+            await self._continue_long_turn(plan, first_step, step, compactions.count)
             self._step = step
-            result, error = await self._generate(plan.turn_id, step)
+            result, error = await self._generate(turn_id, step, plan)
+            if plan is None and (plan := await self._began(turn_id, result, status_before)) is None:
+                return  # its message (or the chat) was deleted before the turn began
             if result is None:
-                if not self._compacts_overflow(error, compactions):
-                    break
-                error = await self._compact(plan, step, compactions)
-                if error is None:
-                    continue  # the same step again, on the summarised context
+                if self._compacts_overflow(error, compactions):
+                    error = await self._compact(plan, step, compactions)
+                    if error is None:
+                        continue  # the same step again, on the summarised context
                 break
-            outcome = await self._tools(plan, step, result)
-            error = _EXPIRED if outcome == "expired" else None
-            move = after_step(
-                outcome,
-                over_threshold=result.input_tokens >= plan.compact_at_tokens > 0,
-                just_compacted=compactions.just_compacted,
-                compactions=compactions.count,
-            )
-            compactions.just_compacted = False
-            if move == "context_exceeded":
-                error = _too_long(result.input_tokens, plan)
-            elif move in ("compact_then_next", "compact_then_end"):
-                error = await self._compact(plan, step, compactions) or error
-                if error is None and move == "compact_then_next":
-                    step += 1
-                    continue
-            if move != "next":
+            finished = result.finished_turn
+            another, error = await self._after_model_step(plan, step, result, compactions)
+            if not another:
                 break
             step += 1
-        await self._finish(plan.turn_id, error)
+        if finished:
+            self._controls.set_status("waiting")  # the last step recorded the turn's end
+        else:
+            await self._finish(turn_id, error)
 
-    async def _continue_long_turn(self, resume: TurnResume, step: int, compactions: int) -> None:
+    async def _after_model_step(
+        self, plan: TurnPlan, step: int, result: StreamStepResult, compactions: _Compactions
+    ) -> tuple[bool, ModelError | None]:
+        """Tools, then maybe a compaction: whether another step follows, and any turn error."""
+        outcome = await self._tools(plan, step, result)
+        error = _EXPIRED if outcome == "expired" else None
+        move = after_step(
+            outcome,
+            over_threshold=over_threshold(result.input_tokens, plan.compact_at_tokens),
+            just_compacted=compactions.just_compacted,
+            compactions=compactions.count,
+        )
+        compactions.just_compacted = False
+        if move == "context_exceeded":
+            return False, _too_long(result.input_tokens, plan)
+        if move in ("compact_then_next", "compact_then_end"):
+            error = await self._compact(plan, step, compactions) or error
+            return error is None and move == "compact_then_next", error
+        return move == "next", error
+
+    async def _continue_long_turn(
+        self, plan: TurnPlan | None, first_step: int, step: int, compactions: int
+    ) -> None:
         """Keep history bounded: a long turn goes on in a new run (between two steps)."""
-        if step == resume.next_step or self._controls.interrupted:
+        if plan is None or step == first_step or self._controls.interrupted:
             return  # an interrupt ends the turn in this run (a new run would not know of it)
-        if step - resume.next_step < STEPS_PER_RUN and not (
+        if step - first_step < STEPS_PER_RUN and not (
             workflow.info().is_continue_as_new_suggested()
         ):
             return
@@ -235,7 +288,7 @@ class ChatTurn:
             ChatTurnInput(
                 chat_id=self._chat_id,
                 queued=self._queue,
-                resume=TurnResume(plan=resume.plan, next_step=step, compactions=compactions),
+                resume=TurnResume(plan=plan, next_step=step, compactions=compactions),
             )
         )
 
@@ -287,13 +340,26 @@ class ChatTurn:
         self._controls.set_status(status)
 
     async def _generate(
-        self, turn_id: str, step: int
+        self, turn_id: str, step: int, plan: TurnPlan | None
     ) -> tuple[StreamStepResult | None, ModelError | None]:
-        """One model step, retried with workflow-timer backoff on retryable model errors."""
+        """One model step, retried with workflow-timer backoff on retryable model errors.
+
+        Without a `plan` yet, the step begins the turn (each attempt: beginning is idempotent).
+        """
         attempt = 1
         while not self._controls.interrupted:
             try:
-                result = await self._stream(turn_id, step, attempt)
+                result = await self._stream(
+                    StreamStepInput(
+                        chat_id=self._chat_id,
+                        turn_id=turn_id,
+                        step=step,
+                        attempt=attempt,
+                        begin=plan is None,
+                        may_finish=self._edges_in_steps,
+                        compact_at_tokens=plan.compact_at_tokens if plan is not None else 0,
+                    )
+                )
                 self._retry = None
                 return result, None
             except ActivityError as err:
@@ -308,16 +374,16 @@ class ChatTurn:
             attempt += 1
         return None, None
 
-    async def _stream(self, turn_id: str, step: int, attempt: int) -> StreamStepResult:
+    async def _stream(self, input: StreamStepInput) -> StreamStepResult:
         """The model-step activity; an interrupt cancels it and it returns its partial step."""
         handle = workflow.start_activity_method(
             ModelStepActivities.stream_model_step,
-            StreamStepInput(chat_id=self._chat_id, turn_id=turn_id, step=step, attempt=attempt),
+            input,
             start_to_close_timeout=timedelta(minutes=15),
             heartbeat_timeout=timedelta(seconds=5),
             retry_policy=_MODEL_RETRY,
             cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-            summary=f"{self._model_label} step {step}",
+            summary=f"{self._model_label or 'model'} step {input.step}",
         )
         await workflow.wait_condition(lambda: handle.done() or self._controls.interrupted)
         if not handle.done():

@@ -7,6 +7,7 @@ __all__ = [
     "CHAT_MODEL",
     "CHAT_OWNER",
     "CHAT_STATUS",
+    "EDGES_IN_STEPS_PATCH",
     "MODEL_ERROR_TYPE",
     "WORKFLOW_ID_PREFIX",
     "workflow_id",
@@ -16,6 +17,12 @@ WORKFLOW_ID_PREFIX = "chat-"
 
 MODEL_ERROR_TYPE = "ModelError"
 """ApplicationError type of classified provider errors; the workflow owns their retries."""
+
+EDGES_IN_STEPS_PATCH = "turn-edges-in-steps"
+"""`workflow.patched` id: a turn's first step begins it and a step that ends it finishes it.
+
+Runs recorded before it began and finished every turn with a local activity each.
+"""
 
 CHAT_ID = SearchAttributeKey.for_keyword("ChatId")
 CHAT_STATUS = SearchAttributeKey.for_keyword("ChatStatus")

@@ -38,6 +38,13 @@ class TurnControls:
         self.status = status
         workflow.upsert_search_attributes([CHAT_STATUS.value_set(status)])
 
+    def enter_turn(self) -> str | None:
+        """ChatStatus `running` for a new turn, unless the start set it; the status before."""
+        before = workflow.info().typed_search_attributes.get(CHAT_STATUS)
+        if before != "running":
+            self.set_status("running")
+        return before
+
     def await_results(self, calls: list[ToolCallRef], expires_at: datetime) -> None:
         """Enter requires_action for these calls."""
         self.pending = list(calls)

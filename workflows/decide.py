@@ -21,8 +21,10 @@ __all__ = [
     "StepOutcome",
     "after_step",
     "backoff_delay",
+    "ends_turn",
     "exclusive_violation",
     "expired_result",
+    "over_threshold",
     "should_retry",
     "split_calls",
     "stops_turn",
@@ -57,6 +59,24 @@ def after_step(
     if over_threshold and compactions < MAX_COMPACTIONS_PER_TURN:
         return "compact_then_end" if outcome in ("stop", "expired") else "compact_then_next"
     return "next" if outcome == "continue" else "end"
+
+
+def over_threshold(input_tokens: int, compact_at_tokens: int) -> bool:
+    """Whether a step's prompt reached the compaction threshold (0: never compact)."""
+    return input_tokens >= compact_at_tokens > 0
+
+
+def ends_turn(
+    *, tool_calls: int, interrupted: bool, input_tokens: int, compact_at_tokens: int
+) -> bool:
+    """Whether a step ends its turn with nothing left to do: no calls, no compaction.
+
+    The model-step activity asks this to finish the turn itself (one local activity fewer);
+    `after_step` says "end" for every such step, so the two cannot disagree.
+    """
+    return (
+        tool_calls == 0 and not interrupted and not over_threshold(input_tokens, compact_at_tokens)
+    )
 
 
 def backoff_delay(attempt: int, retry_after_ms: int | None = None) -> timedelta:

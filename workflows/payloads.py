@@ -79,6 +79,8 @@ class SubmitMessageInput(_Payload):
     """A user message (already stored in `queued_messages`) for this chat."""
 
     queued_id: str
+    untitled: bool = False
+    """The chat had no title when the message was sent: a turn it starts also names the chat."""
 
 
 class SubmitMessageResult(_Payload):
@@ -112,6 +114,12 @@ class StreamStepInput(_Payload):
     step: int
     attempt: int = 1
     """Workflow-level attempt (model retries); >1 means clients must drop the shown partial."""
+    begin: bool = False
+    """The turn's first step begins the turn too (see `StreamStepResult.began`)."""
+    may_finish: bool = False
+    """The step finishes the turn too if it ends it (`decide.ends_turn`): no local activity."""
+    compact_at_tokens: int = 0
+    """The turn's compaction threshold, for `decide.ends_turn` (with `begin`, the new plan's)."""
 
 
 class ToolCallRef(_Payload):
@@ -138,6 +146,10 @@ class StreamStepResult(_Payload):
     output_tokens: int = 0
     interrupted: bool = False
     """The step was cut short by an interrupt; its partial parts are persisted."""
+    began: BeginTurnResult | None = None
+    """With `begin`: the turn's beginning, as the `begin_turn` activity would have answered."""
+    finished_turn: bool = False
+    """With `may_finish`: the step ended the turn and recorded it (status `waiting`)."""
 
 
 class ExecuteToolInput(_Payload):
@@ -266,3 +278,6 @@ class TitleInput(_Payload):
     """Name a new chat."""
 
     chat_id: str
+    turn_id: str | None = None
+    """Name it after this turn's message (queued: the title runs as the turn begins); without
+    it, after the transcript's first message."""

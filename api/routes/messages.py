@@ -13,6 +13,7 @@ from api.schemas import EditMessage, MessageList, SendMessage, SendMessageResult
 from api.state import state_of
 from api.turns import interrupt_turn, submit_message
 from chatd.store.chats import ChatRecord
+from chatd.telemetry import METRICS
 
 __all__ = ["accept_message", "router"]
 
@@ -36,6 +37,10 @@ async def accept_message(
     result = await submit_message(
         state.temporal, state.task_queue, chat, str(queued.id), update_id=f"msg-{queued.id}"
     )
+    if not result.queued and await state.turns.begin(chat.id, result.turn_id):
+        # The turn's first step begins it too; whoever is first, the chat is `running` by
+        # the time the client reads the 202.
+        METRICS.active_turns.add(1)
     return SendMessageResult(queued=result.queued, message_id=queued.id, turn_id=result.turn_id)
 
 

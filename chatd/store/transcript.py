@@ -16,7 +16,13 @@ from pydantic import BaseModel, TypeAdapter
 from chatd.parts import Message, Part, Role, ToolResultPart, Usage, without_provider_metadata
 from chatd.store.events import Conn, append_events
 
-__all__ = ["NewMessage", "QueuedMessage", "StoredMessage", "TranscriptStore"]
+__all__ = [
+    "NewMessage",
+    "QueuedMessage",
+    "StoredMessage",
+    "TranscriptStore",
+    "promote_queued",
+]
 
 _parts_adapter: TypeAdapter[list[Part]] = TypeAdapter(list[Part])
 
@@ -94,6 +100,18 @@ class TranscriptStore:
         )
         return [QueuedMessage.model_validate(dict(r)) for r in rows]
 
+    async def queued_message(
+        self, chat_id: uuid.UUID, queued_id: uuid.UUID
+    ) -> QueuedMessage | None:
+        """A message sent to the chat, whether its turn has taken it yet or not."""
+        row = await self._pool.fetchrow(
+            "SELECT id, parts, client_message_id, created_at FROM queued_messages"
+            " WHERE id = $1 AND chat_id = $2",
+            queued_id,
+            chat_id,
+        )
+        return QueuedMessage.model_validate(dict(row)) if row else None
+
     async def drop_queued(self, chat_id: uuid.UUID, queued_id: uuid.UUID) -> bool:
         """Delete a queued message that no turn has taken yet; False if there is none."""
         async with self._pool.acquire() as conn, conn.transaction():
@@ -114,40 +132,6 @@ class TranscriptStore:
             "SELECT promoted_at IS NOT NULL FROM queued_messages WHERE id = $1", queued_id
         )
         return bool(value)
-
-    async def promote(self, chat_id: uuid.UUID, queued_id: uuid.UUID) -> StoredMessage | None:
-        """Move a queued message into the transcript as the user message of turn `queued_id`.
-
-        Returns None if the queued message was deleted before its turn began.
-        The message's `turn_id` is the queued id, so the step key is stable across retries.
-        """
-        step_key = f"{queued_id}:user"
-        async with self._pool.acquire() as conn, conn.transaction():
-            existing = await conn.fetchrow(
-                "SELECT * FROM messages WHERE chat_id = $1 AND step_key = $2", chat_id, step_key
-            )
-            if existing is not None:
-                return _stored(existing)
-            queued = await conn.fetchrow(
-                "UPDATE queued_messages SET promoted_at = now()"
-                " WHERE id = $1 AND chat_id = $2 AND promoted_at IS NULL RETURNING parts",
-                queued_id,
-                chat_id,
-            )
-            if queued is None:
-                return None
-            row = await conn.fetchrow(
-                """INSERT INTO messages (chat_id, turn_id, step_key, role, parts)
-                   VALUES ($1, $2, $3, 'user', $4) RETURNING *""",
-                chat_id,
-                str(queued_id),
-                step_key,
-                queued["parts"],
-            )
-            assert row is not None
-            message = _stored(row)
-            await append_events(conn, chat_id, [message_event(message), _queue_event()])
-            return message
 
     async def save(
         self,
@@ -294,6 +278,38 @@ class NewMessage(NamedTuple):
     parts: list[Part]
     usage: Usage | None = None
     response_id: str | None = None
+
+
+async def promote_queued(conn: Conn, chat_id: uuid.UUID, queued_id: uuid.UUID) -> bool | None:
+    """Move a queued message into the transcript as the user message of turn `queued_id`.
+
+    True if this call moved it, False if it was moved already (also by a concurrent call:
+    the row lock serialises them), None if it was deleted before its turn began. The
+    message's `turn_id` is the queued id, so its step key is stable across retries.
+    """
+    step_key = f"{queued_id}:user"
+    queued = await conn.fetchrow(
+        "UPDATE queued_messages SET promoted_at = now()"
+        " WHERE id = $1 AND chat_id = $2 AND promoted_at IS NULL RETURNING parts",
+        queued_id,
+        chat_id,
+    )
+    if queued is None:
+        moved = await conn.fetchval(
+            "SELECT 1 FROM messages WHERE chat_id = $1 AND step_key = $2", chat_id, step_key
+        )
+        return False if moved else None
+    row = await conn.fetchrow(
+        """INSERT INTO messages (chat_id, turn_id, step_key, role, parts)
+           VALUES ($1, $2, $3, 'user', $4) RETURNING *""",
+        chat_id,
+        str(queued_id),
+        step_key,
+        queued["parts"],
+    )
+    assert row is not None
+    await append_events(conn, chat_id, [message_event(_stored(row)), _queue_event()])
+    return True
 
 
 async def _save(

@@ -11,7 +11,8 @@ import asyncpg
 from chatd.models import ModelError
 from chatd.parts import Usage
 from chatd.store.chats import ChatStatus
-from chatd.store.events import append_events
+from chatd.store.events import Conn, append_events
+from chatd.store.transcript import promote_queued
 
 __all__ = ["TurnStore"]
 
@@ -28,6 +29,19 @@ class TurnStore:
     def __init__(self, pool: asyncpg.Pool) -> None:
         self._pool = pool
 
+    async def begin(self, chat_id: uuid.UUID, turn_id: str) -> bool | None:
+        """Promote the turn's queued message and mark the chat running, in one transaction.
+
+        Idempotent and safe to race (the gateway that started the turn and the turn's first
+        step both call it): only the call that promotes the message writes the status. True
+        if this call began the turn, False if it had begun, None if its message was deleted.
+        """
+        async with self._pool.acquire() as conn, conn.transaction():
+            began = await promote_queued(conn, chat_id, uuid.UUID(turn_id))
+            if began:
+                await _write_status(conn, chat_id, turn_id, "running", clear_error=True)
+            return began
+
     async def set_status(
         self,
         chat_id: uuid.UUID,
@@ -39,35 +53,64 @@ class TurnStore:
         pending_tool_calls: list[dict[str, Any]] | None = None,
         action_expires_at: datetime | None = None,
         recount_usage: bool = False,
-    ) -> None:
-        """Move the chat to `status`; publish `status` (and `error` when one is given)."""
+    ) -> ChatStatus | None:
+        """Move the chat to `status`; publish `status` (and `error` when one is given).
+
+        Returns the status it had (None if the chat is gone), so a repeated write can tell.
+        """
         async with self._pool.acquire() as conn, conn.transaction():
-            await conn.execute(
-                f"""UPDATE chats SET
-                     status = $2,
-                     last_error = CASE WHEN $3::jsonb IS NOT NULL THEN $3::jsonb
-                                       WHEN $4 THEN NULL ELSE last_error END,
-                     pending_tool_calls = $5,
-                     action_expires_at = $6,
-                     usage = CASE WHEN $7 THEN ({_USAGE_SUM}) ELSE usage END,
-                     updated_at = now()
-                   WHERE id = $1""",
+            return await _write_status(
+                conn,
                 chat_id,
+                turn_id,
                 status,
-                last_error.model_dump() if last_error else None,
-                clear_error,
-                pending_tool_calls,
-                action_expires_at,
-                recount_usage,
+                last_error=last_error,
+                clear_error=clear_error,
+                pending_tool_calls=pending_tool_calls,
+                action_expires_at=action_expires_at,
+                recount_usage=recount_usage,
             )
-            # The error comes first so a client that stops at the status has seen it.
-            events: list[tuple[str, dict[str, Any]]] = []
-            if last_error is not None:
-                events.append(("error", last_error.model_dump()))
-            event: dict[str, Any] = {"status": status, "turn_id": turn_id}
-            if recount_usage:  # the turn is over: say what it cost
-                event["usage"] = await conn.fetchval(
-                    f"{_USAGE_SUM} AND turn_id = $2", chat_id, turn_id
-                )
-            events.append(("status", event))
-            await append_events(conn, chat_id, events)
+
+
+async def _write_status(
+    conn: Conn,
+    chat_id: uuid.UUID,
+    turn_id: str,
+    status: ChatStatus,
+    *,
+    last_error: ModelError | None = None,
+    clear_error: bool = False,
+    pending_tool_calls: list[dict[str, Any]] | None = None,
+    action_expires_at: datetime | None = None,
+    recount_usage: bool = False,
+) -> ChatStatus | None:
+    previous: ChatStatus | None = await conn.fetchval(
+        f"""UPDATE chats SET
+             status = $2,
+             last_error = CASE WHEN $3::jsonb IS NOT NULL THEN $3::jsonb
+                               WHEN $4 THEN NULL ELSE last_error END,
+             pending_tool_calls = $5,
+             action_expires_at = $6,
+             usage = CASE WHEN $7 THEN ({_USAGE_SUM}) ELSE usage END,
+             updated_at = now()
+           FROM (SELECT status AS status FROM chats WHERE id = $1 FOR UPDATE) AS before
+           WHERE id = $1
+           RETURNING before.status""",
+        chat_id,
+        status,
+        last_error.model_dump() if last_error else None,
+        clear_error,
+        pending_tool_calls,
+        action_expires_at,
+        recount_usage,
+    )
+    # The error comes first so a client that stops at the status has seen it.
+    events: list[tuple[str, dict[str, Any]]] = []
+    if last_error is not None:
+        events.append(("error", last_error.model_dump()))
+    event: dict[str, Any] = {"status": status, "turn_id": turn_id}
+    if recount_usage:  # the turn is over: say what it cost
+        event["usage"] = await conn.fetchval(f"{_USAGE_SUM} AND turn_id = $2", chat_id, turn_id)
+    events.append(("status", event))
+    await append_events(conn, chat_id, events)
+    return previous

@@ -332,6 +332,7 @@ async def test_temporal_restarted_mid_stream(
         ("user", "work"),
         ("assistant", LONG_TEXT),
     ]
+    await asyncio.wait_for(handle.result(), 30)  # the run closes just after `waiting`
     description = await handle.describe()
     assert description.run_id == run_id, "the run survived the restart (db file)"
     assert description.status == WorkflowExecutionStatus.COMPLETED

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import Stack
+from harness import Stack, StackFactory
+from temporalio.worker import Worker
 
 from chatd.fake_provider.script import FakeResponse, FakeText, FakeToolCall, FakeUsage
+from chatd.parts import TextPart
+from chatd.store.transcript import TranscriptStore
+from chatd.store.turns import TurnStore
+from chatd.tools.defaults import default_registry
+from workers.worker import WorkerConfig, build_worker
+from workflows.chat_turn import ChatTurn
 
 MODES: list[dict[str, Any]] = [
     {"provider": "anthropic"},
@@ -144,3 +153,54 @@ async def test_responses_chain_mode_sends_only_the_new_message_with_the_previous
     assert first["store"] is True and "previous_response_id" not in first
     assert second["previous_response_id"].startswith("resp")
     assert second["input"] == [{"role": "user", "content": [{"type": "input_text", "text": "two"}]}]
+
+
+async def test_a_send_that_starts_a_turn_answers_202_with_the_chat_running(
+    make_stack: StackFactory, tmp_path: Path
+) -> None:
+    """The turn's first step begins it, but the 202 doesn't wait for that step: the gateway
+    begins it too (whoever is first), so a client reading the chat after the 202 sees it run.
+    """
+    model = _model()
+    async with make_stack(with_worker=False) as stack:
+        stack.fake.script(model["name"], [FakeResponse(parts=[FakeText(text="Done.")])])
+        chat = await stack.create_chat(model=model)
+        # Workflow tasks run, activities don't: the turn's first step can't begin it.
+        async with Worker(stack.temporal, task_queue=stack.task_queue, workflows=[ChatTurn]):
+            sent = await stack.send(chat["id"], "hi")
+            assert sent["queued"] is False
+            detail = (await stack.http.get(f"/chats/{chat['id']}")).json()
+            assert detail["status"] == "running"
+            assert [m["role"] for m in await stack.messages(chat["id"])] == ["user"]
+        config = WorkerConfig(
+            task_queue=stack.task_queue,
+            providers=stack.fake.provider_settings(),
+            registry=default_registry(),
+            workspace_root=tmp_path,
+            generate_titles=False,
+        )
+        async with build_worker(stack.temporal, stack.pool, config):
+            events = await stack.wait_status(chat["id"], "waiting")
+        statuses = [e.data["status"] for e in events if e.event == "status"]
+        assert statuses == ["running", "waiting"], "begun once, by the gateway"
+        assert [m["role"] for m in await stack.messages(chat["id"])] == ["user", "assistant"]
+
+
+async def test_a_turn_begun_by_several_callers_at_once_is_begun_once(stack: Stack) -> None:
+    """The gateway and the turn's first step (and its retries) race to begin a turn."""
+    chat = await stack.create_chat(model=_model())
+    chat_id = uuid.UUID(chat["id"])
+    transcript, turns = TranscriptStore(stack.pool), TurnStore(stack.pool)
+    queued, _ = await transcript.enqueue(chat_id, [TextPart(text="hi")], None)
+    began = await asyncio.gather(*(turns.begin(chat_id, str(queued.id)) for _ in range(4)))
+    assert sorted(began) == [False, False, False, True]
+    assert [m["role"] for m in await stack.messages(chat["id"])] == ["user"]
+    events = await stack.pool.fetch(
+        "SELECT event, data FROM chat_events WHERE chat_id = $1 ORDER BY seq", chat_id
+    )
+    statuses = [e["data"]["status"] for e in events if e["event"] == "status"]
+    assert statuses == ["running"]
+    # A message deleted before its turn began: nothing to begin.
+    dropped, _ = await transcript.enqueue(chat_id, [TextPart(text="never mind")], None)
+    assert await transcript.drop_queued(chat_id, dropped.id)
+    assert await turns.begin(chat_id, str(dropped.id)) is None

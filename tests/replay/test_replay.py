@@ -24,8 +24,14 @@ from workflows.chat_turn import ChatTurn
 from workflows.payloads import ChatTurnInput
 
 HISTORIES = Path(__file__).parent / "histories"
-RECORDED = {path.stem: path.read_text() for path in sorted(HISTORIES.glob("*.json"))}
-"""Scenario name -> `WorkflowHistory.to_json()` of one recorded run."""
+RECORDED = {
+    f"{path.parent.name}/{path.stem}": path.read_text()
+    for path in sorted(HISTORIES.glob("*/*.json"))
+}
+""""<generation>/<scenario>" -> `WorkflowHistory.to_json()` of one recorded run.
+
+v1 was recorded before the `turn-edges-in-steps` patch, v2 after it."""
+GENERATIONS = ("v1", "v2")
 SCENARIOS = {
     "text_turn",
     "tool_turn",
@@ -43,7 +49,7 @@ CLOSING_EVENTS = {
 
 
 def _history(name: str) -> WorkflowHistory:
-    return WorkflowHistory.from_json(f"chat-replay-{name}", RECORDED[name])
+    return WorkflowHistory.from_json(f"chat-replay-{name.replace('/', '-')}", RECORDED[name])
 
 
 def _replayer() -> Replayer:
@@ -51,7 +57,8 @@ def _replayer() -> Replayer:
 
 
 def test_every_scenario_has_a_whole_recorded_run() -> None:
-    assert set(RECORDED) == SCENARIOS, "record with `python tests/replay/record_histories.py`"
+    expected = {f"{generation}/{name}" for generation in GENERATIONS for name in SCENARIOS}
+    assert set(RECORDED) == expected, "record with `python tests/replay/record_histories.py`"
     for name, text in RECORDED.items():
         events = json.loads(text)["events"]
         assert events[0]["eventType"] == "EVENT_TYPE_WORKFLOW_EXECUTION_STARTED", name
@@ -91,7 +98,7 @@ async def test_an_incompatible_change_is_caught() -> None:
     replayer = Replayer(
         workflows=[_ChatTurnThatSleepsBeforeFinishing], data_converter=pydantic_data_converter
     )
-    result = await replayer.replay_workflow(_history("text_turn"), raise_on_replay_failure=False)
+    result = await replayer.replay_workflow(_history("v1/text_turn"), raise_on_replay_failure=False)
     assert isinstance(result.replay_failure, NondeterminismError)
 
 

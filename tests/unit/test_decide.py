@@ -5,7 +5,14 @@ from datetime import timedelta
 import pytest
 
 from chatd.models import ModelError
-from workflows.decide import StepOutcome, after_step, backoff_delay, should_retry
+from workflows.decide import (
+    StepOutcome,
+    after_step,
+    backoff_delay,
+    ends_turn,
+    over_threshold,
+    should_retry,
+)
 
 
 def _next(outcome: StepOutcome, *, over: bool = False, just: bool = False, count: int = 0) -> str:
@@ -75,3 +82,22 @@ def test_the_context_limit_comes_from_config_then_provider_then_table_then_fallb
     assert context_limit(ModelConfig(name="claude-sonnet-4-5")) == 200_000
     assert context_limit(ModelConfig(name="gpt-4o-mini")) == 128_000
     assert context_limit(ModelConfig(name="unheard-of")) == DEFAULT_CONTEXT_LIMIT
+
+
+@pytest.mark.parametrize("tokens", [0, 99, 100, 101])
+@pytest.mark.parametrize("threshold", [0, 100])
+@pytest.mark.parametrize("calls", [0, 1])
+@pytest.mark.parametrize("interrupted", [False, True])
+def test_a_step_finishes_its_turn_only_where_the_workflow_would_end_it(
+    tokens: int, threshold: int, calls: int, interrupted: bool
+) -> None:
+    """The step activity finishes the turn itself only when the workflow would just end it."""
+    ends = ends_turn(
+        tool_calls=calls, interrupted=interrupted, input_tokens=tokens, compact_at_tokens=threshold
+    )
+    assert ends == (calls == 0 and not interrupted and not (threshold and tokens >= threshold))
+    if ends:
+        over = over_threshold(tokens, threshold)
+        for just in (False, True):
+            for count in range(4):
+                assert _next("finished", over=over, just=just, count=count) == "end"

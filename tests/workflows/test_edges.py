@@ -17,9 +17,7 @@ from turn_fakes import Block, FakeActivities, Turn, calls_step, text_step
 from workflows.chat_turn import ChatTurn
 from workflows.decide import STEPS_PER_RUN
 from workflows.payloads import (
-    BeginTurnInput,
     ChatTurnInput,
-    FinishTurnInput,
     SetStatusInput,
     StreamStepInput,
     StreamStepResult,
@@ -59,7 +57,7 @@ async def test_a_long_turn_continues_as_new_between_steps_and_keeps_counting(
     first_run = await _start(turn, "turn-1")
     await turn.finished()
     assert _steps(turn) == list(range(STEPS_PER_RUN + 1))
-    assert [b.turn_id for b in turn.fakes.of("begin_turn", BeginTurnInput)] == ["turn-1"]
+    assert turn.fakes.begun() == ["turn-1"]
     assert (await turn.handle().describe()).run_id != first_run, "the turn went on in a new run"
     state = await turn.handle().query(ChatTurn.state)
     assert (state.turn_id, state.step, state.status) == ("turn-1", STEPS_PER_RUN, "waiting")
@@ -96,7 +94,7 @@ async def test_an_interrupt_as_client_results_are_recorded_ends_the_turn(turn: T
     await _interrupt_while_results_are_recorded(turn, at_step=3, next_step=next_step)
     assert _steps(turn) in ([0, 1, 2, 3], [0, 1, 2, 3, 4]), "nothing after a scheduled step"
     assert not next_step.release.is_set()
-    (finish,) = turn.fakes.of("finish_turn", FinishTurnInput)
+    (finish,) = turn.fakes.finishes()
     assert (finish.status, finish.error) == ("waiting", None)
 
 
@@ -158,7 +156,7 @@ async def test_a_message_accepted_as_the_idle_start_timer_fires_still_runs(
             "workflow_task_completed",
             "workflow_execution_update_accepted",
         ], "the race was set up: one workflow task saw both"
-        assert [b.turn_id for b in turn.fakes.of("begin_turn", BeginTurnInput)] == ["turn-1"]
+        assert turn.fakes.begun() == ["turn-1"]
         assert [s.turn_id for s in turn.fakes.of("stream_model_step", StreamStepInput)] == [
             "turn-1"
         ]
@@ -178,8 +176,8 @@ async def test_a_500_step_turn_runs_across_several_runs_with_bounded_history(
     first_run = await _start(turn, "turn-1")
     await turn.finished()
     assert _steps(turn) == list(range(500)), "every step once, in order, across the runs"
-    assert [b.turn_id for b in turn.fakes.of("begin_turn", BeginTurnInput)] == ["turn-1"]
-    (finish,) = turn.fakes.of("finish_turn", FinishTurnInput)
+    assert turn.fakes.begun() == ["turn-1"]
+    (finish,) = turn.fakes.finishes()
     assert (finish.status, finish.error) == ("waiting", None)
     runs, run_id, longest = 0, first_run, 0
     while run_id:

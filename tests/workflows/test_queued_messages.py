@@ -6,16 +6,14 @@ from turn_fakes import Block, Turn, text_step
 
 from workflows.chat_turn import ChatTurn
 from workflows.payloads import (
-    BeginTurnInput,
     ChatTurnInput,
-    FinishTurnInput,
     StreamStepInput,
     SubmitMessageResult,
 )
 
 
 def _begun(turn: Turn) -> list[str]:
-    return [b.turn_id for b in turn.fakes.of("begin_turn", BeginTurnInput)]
+    return turn.fakes.begun()
 
 
 async def test_a_message_sent_while_a_turn_runs_is_queued_and_runs_next(turn: Turn) -> None:
@@ -34,7 +32,7 @@ async def test_a_message_sent_while_a_turn_runs_is_queued_and_runs_next(turn: Tu
     assert _begun(turn) == ["turn-1", "turn-2"]
     streams = turn.fakes.of("stream_model_step", StreamStepInput)
     assert [(s.turn_id, s.step) for s in streams] == [("turn-1", 0), ("turn-2", 0)]
-    finishes = turn.fakes.of("finish_turn", FinishTurnInput)
+    finishes = turn.fakes.finishes()
     assert [(f.turn_id, f.status) for f in finishes] == [
         ("turn-1", "waiting"),
         ("turn-2", "waiting"),
@@ -92,8 +90,8 @@ async def test_a_queued_message_deleted_before_its_turn_is_skipped(turn: Turn) -
     turn.fakes.started = False
     await turn.run("turn-1")
     assert _begun(turn) == ["turn-1"]
-    assert turn.fakes.calls["stream_model_step"] == []
-    assert turn.fakes.calls["finish_turn"] == []
+    assert turn.fakes.stream_attempts == []  # the step found no turn to begin: no model call
+    assert turn.fakes.finishes() == []
 
 
 async def test_a_run_started_without_a_message_ends_after_the_idle_timeout(turn: Turn) -> None:
@@ -104,7 +102,7 @@ async def test_a_run_started_without_a_message_ends_after_the_idle_timeout(turn:
         task_queue=turn.task_queue,
     )
     await turn.finished()  # the idle minute passes at once
-    assert turn.fakes.calls["begin_turn"] == []
+    assert turn.fakes.begun() == []
     assert (await turn.handle().query(ChatTurn.state)).turn_id is None
 
 

@@ -53,7 +53,7 @@ async def _rejection(turn: Turn, *ids: str) -> ApplicationError:
 
 
 def _finish(turn: Turn) -> FinishTurnInput:
-    (finish,) = turn.fakes.of("finish_turn", FinishTurnInput)
+    (finish,) = turn.fakes.finishes()
     return finish
 
 
@@ -66,7 +66,7 @@ async def test_a_dynamic_call_enters_requires_action_and_waits(turn: Turn) -> No
     assert state.status == "requires_action"
     assert state.pending_tool_calls == [ASK]
     assert turn.fakes.calls["execute_tool_call"] == [], "the worker never runs a dynamic call"
-    assert turn.fakes.calls["finish_turn"] == []
+    assert turn.fakes.finishes() == []
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,6 @@ from turn_fakes import Block, Turn, model_error, text_step
 from workflows.chat_turn import ChatTurn
 from workflows.decide import DEFAULT_MAX_MODEL_ATTEMPTS
 from workflows.payloads import (
-    BeginTurnInput,
     FinishTurnInput,
     PublishRetryInput,
     StreamStepInput,
@@ -23,21 +22,23 @@ def _retries(turn: Turn) -> list[tuple[int, int]]:
 
 
 def _finish(turn: Turn) -> FinishTurnInput:
-    (finish,) = turn.fakes.of("finish_turn", FinishTurnInput)
+    (finish,) = turn.fakes.finishes()
     return finish
 
 
 async def test_a_text_turn_begins_streams_one_step_and_finishes_waiting(turn: Turn) -> None:
     await turn.run("turn-1")
-    assert turn.fakes.of("begin_turn", BeginTurnInput) == [
-        BeginTurnInput(chat_id=turn.chat_id, turn_id="turn-1")
-    ]
+    assert turn.fakes.begun() == ["turn-1"]
     assert turn.fakes.of("stream_model_step", StreamStepInput) == [
-        StreamStepInput(chat_id=turn.chat_id, turn_id="turn-1", step=0, attempt=1)
+        StreamStepInput(
+            chat_id=turn.chat_id, turn_id="turn-1", step=0, attempt=1, begin=True, may_finish=True
+        )
     ]
     assert _finish(turn) == FinishTurnInput(
         chat_id=turn.chat_id, turn_id="turn-1", status="waiting", error=None
     )
+    # The one step began and finished the turn: no local activity on its critical path.
+    assert turn.fakes.calls["begin_turn"] == [] and turn.fakes.calls["finish_turn"] == []
     assert turn.fakes.calls["publish_retry"] == []
     state = await turn.handle().query(ChatTurn.state)
     assert (state.status, state.turn_id, state.retry) == ("waiting", "turn-1", None)

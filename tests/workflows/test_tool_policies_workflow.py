@@ -24,7 +24,7 @@ def _steps(turn: Turn) -> list[int]:
 
 
 def _finish(turn: Turn) -> FinishTurnInput:
-    (finish,) = turn.fakes.of("finish_turn", FinishTurnInput)
+    (finish,) = turn.fakes.finishes()
     return finish
 
 

@@ -40,6 +40,7 @@ from temporalio.worker import Worker
 from chatd.models import ModelError
 from workflows.chat_turn import ChatTurn
 from workflows.constants import MODEL_ERROR_TYPE, workflow_id
+from workflows.decide import ends_turn
 from workflows.payloads import (
     BeginTurnInput,
     BeginTurnResult,
@@ -148,6 +149,8 @@ class FakeActivities:
         self.plan: dict[str, Any] = {}
         """Overrides of the TurnPlan begin_turn returns (max_steps, action_timeout_s ...)."""
         self.started = True
+        self.edges: list[BeginTurnInput | FinishTurnInput] = []
+        """Every turn begun and finished, by a local activity or by a model step."""
         self.on_set_status: Callable[[SetStatusInput], Awaitable[None]] | None = None
         self._called = asyncio.Condition()
 
@@ -189,9 +192,18 @@ class FakeActivities:
             self.generate_title,
         ]
 
-    @activity.defn(name="begin_turn")
-    async def begin_turn(self, input: BeginTurnInput) -> BeginTurnResult:
-        await self._record("begin_turn", input)
+    def begun(self) -> list[str]:
+        """The turns begun (by either way), each once, in order."""
+        turns = [e.turn_id for e in self.edges if isinstance(e, BeginTurnInput)]
+        return list(dict.fromkeys(turns))
+
+    def finishes(self) -> list[FinishTurnInput]:
+        """How the turns were finished (by either way), each finish once, in order."""
+        finishes = [e for e in self.edges if isinstance(e, FinishTurnInput)]
+        return [f for n, f in enumerate(finishes) if f not in finishes[:n]]
+
+    def _begin(self, input: BeginTurnInput) -> BeginTurnResult:
+        self.edges.append(input)
         if not self.started:
             return BeginTurnResult(started=False)
         plan = TurnPlan.model_validate(
@@ -199,9 +211,15 @@ class FakeActivities:
         )
         return BeginTurnResult(started=True, plan=plan)
 
+    @activity.defn(name="begin_turn")
+    async def begin_turn(self, input: BeginTurnInput) -> BeginTurnResult:
+        await self._record("begin_turn", input)
+        return self._begin(input)
+
     @activity.defn(name="finish_turn")
     async def finish_turn(self, input: FinishTurnInput) -> None:
         await self._record("finish_turn", input)
+        self.edges.append(input)
 
     @activity.defn(name="set_status")
     async def set_status(self, input: SetStatusInput) -> None:
@@ -215,7 +233,28 @@ class FakeActivities:
 
     @activity.defn(name="stream_model_step")
     async def stream_model_step(self, input: StreamStepInput) -> StreamStepResult:
+        """As the real one: begin the turn first, finish it if the step ends it."""
         await self._record("stream_model_step", input)
+        began = None
+        if input.begin:
+            began = self._begin(BeginTurnInput(chat_id=input.chat_id, turn_id=input.turn_id))
+            if not began.started:
+                return StreamStepResult(message_id=None, began=began)
+        result = await self._scripted_step()
+        plan = began.plan if began else None
+        finished = input.may_finish and ends_turn(
+            tool_calls=len(result.tool_calls),
+            interrupted=result.interrupted,
+            input_tokens=result.input_tokens,
+            compact_at_tokens=plan.compact_at_tokens if plan else input.compact_at_tokens,
+        )
+        if finished:
+            self.edges.append(
+                FinishTurnInput(chat_id=input.chat_id, turn_id=input.turn_id, status="waiting")
+            )
+        return result.model_copy(update={"began": began, "finished_turn": finished})
+
+    async def _scripted_step(self) -> StreamStepResult:
         self.stream_attempts.append(activity.info().attempt)
         outcome = self.stream_script.pop(0) if self.stream_script else text_step()
         if isinstance(outcome, ModelError):
@@ -295,7 +334,7 @@ class Turn:
         """The chat's workflow (latest run)."""
         return self.client.get_workflow_handle_for(ChatTurn.run, self.workflow_id)
 
-    async def send(self, queued_id: str) -> SubmitMessageResult:
+    async def send(self, queued_id: str, *, untitled: bool = False) -> SubmitMessageResult:
         """What the gateway does with a user message: update-with-start `submit_message`."""
         start = WithStartWorkflowOperation(
             ChatTurn.run,
@@ -306,7 +345,7 @@ class Turn:
         )
         return await self.client.execute_update_with_start_workflow(
             ChatTurn.submit_message,
-            SubmitMessageInput(queued_id=queued_id),
+            SubmitMessageInput(queued_id=queued_id, untitled=untitled),
             start_workflow_operation=start,
         )
 
