@@ -21,6 +21,7 @@ __all__ = [
     "QueuedMessage",
     "StoredMessage",
     "TranscriptStore",
+    "is_transcribed",
     "promote_queued",
 ]
 
@@ -280,36 +281,42 @@ class NewMessage(NamedTuple):
     response_id: str | None = None
 
 
-async def promote_queued(conn: Conn, chat_id: uuid.UUID, queued_id: uuid.UUID) -> bool | None:
+async def promote_queued(
+    conn: Conn, chat_id: uuid.UUID, queued_id: uuid.UUID
+) -> tuple[StoredMessage, list[tuple[str, dict[str, Any]]]] | None:
     """Move a queued message into the transcript as the user message of turn `queued_id`.
 
-    True if this call moved it, False if it was moved already (also by a concurrent call:
-    the row lock serialises them), None if it was deleted before its turn began. The
-    message's `turn_id` is the queued id, so its step key is stable across retries.
+    Returns the message and the events that publish it (for the caller's transaction), or
+    None if this call did not move it: moved before (also by a concurrent call: the row lock
+    serialises them), or deleted. The message's `turn_id` is the queued id, so its step key
+    is stable across retries.
     """
-    step_key = f"{queued_id}:user"
-    queued = await conn.fetchrow(
-        "UPDATE queued_messages SET promoted_at = now()"
-        " WHERE id = $1 AND chat_id = $2 AND promoted_at IS NULL RETURNING parts",
-        queued_id,
-        chat_id,
-    )
-    if queued is None:
-        moved = await conn.fetchval(
-            "SELECT 1 FROM messages WHERE chat_id = $1 AND step_key = $2", chat_id, step_key
-        )
-        return False if moved else None
     row = await conn.fetchrow(
-        """INSERT INTO messages (chat_id, turn_id, step_key, role, parts)
-           VALUES ($1, $2, $3, 'user', $4) RETURNING *""",
+        """WITH queued AS (
+               UPDATE queued_messages SET promoted_at = now()
+               WHERE id = $2 AND chat_id = $1 AND promoted_at IS NULL RETURNING parts
+           )
+           INSERT INTO messages (chat_id, turn_id, step_key, role, parts)
+           SELECT $1, $3, $4, 'user', parts FROM queued RETURNING *""",
         chat_id,
+        queued_id,
         str(queued_id),
-        step_key,
-        queued["parts"],
+        f"{queued_id}:user",
     )
-    assert row is not None
-    await append_events(conn, chat_id, [message_event(_stored(row)), _queue_event()])
-    return True
+    if row is None:
+        return None
+    message = _stored(row)
+    return message, [message_event(message), _queue_event()]
+
+
+async def is_transcribed(conn: Conn, chat_id: uuid.UUID, queued_id: uuid.UUID) -> bool:
+    """Whether the queued message is in the transcript (it was promoted)."""
+    found = await conn.fetchval(
+        "SELECT 1 FROM messages WHERE chat_id = $1 AND step_key = $2",
+        chat_id,
+        f"{queued_id}:user",
+    )
+    return found is not None
 
 
 async def _save(

@@ -12,7 +12,7 @@ from chatd.models import ModelError
 from chatd.parts import Usage
 from chatd.store.chats import ChatStatus
 from chatd.store.events import Conn, append_events
-from chatd.store.transcript import promote_queued
+from chatd.store.transcript import is_transcribed, promote_queued
 
 __all__ = ["TurnStore"]
 
@@ -36,11 +36,16 @@ class TurnStore:
         step both call it): only the call that promotes the message writes the status. True
         if this call began the turn, False if it had begun, None if its message was deleted.
         """
+        queued_id = uuid.UUID(turn_id)
         async with self._pool.acquire() as conn, conn.transaction():
-            began = await promote_queued(conn, chat_id, uuid.UUID(turn_id))
-            if began:
-                await _write_status(conn, chat_id, turn_id, "running", clear_error=True)
-            return began
+            promoted = await promote_queued(conn, chat_id, queued_id)
+            if promoted is None:
+                return False if await is_transcribed(conn, chat_id, queued_id) else None
+            _, events = promoted
+            await _write_status(
+                conn, chat_id, turn_id, "running", clear_error=True, events_before=events
+            )
+            return True
 
     async def set_status(
         self,
@@ -83,8 +88,13 @@ async def _write_status(
     pending_tool_calls: list[dict[str, Any]] | None = None,
     action_expires_at: datetime | None = None,
     recount_usage: bool = False,
+    events_before: list[tuple[str, dict[str, Any]]] | None = None,
 ) -> ChatStatus | None:
-    previous: ChatStatus | None = await conn.fetchval(
+    """The status change and its events (after `events_before`) in the caller's transaction.
+
+    Returns the status it had (None if the chat is gone).
+    """
+    changed = await conn.fetchrow(
         f"""UPDATE chats SET
              status = $2,
              last_error = CASE WHEN $3::jsonb IS NOT NULL THEN $3::jsonb
@@ -95,7 +105,8 @@ async def _write_status(
              updated_at = now()
            FROM (SELECT status AS status FROM chats WHERE id = $1 FOR UPDATE) AS before
            WHERE id = $1
-           RETURNING before.status""",
+           RETURNING before.status,
+                     CASE WHEN $7 THEN ({_USAGE_SUM} AND turn_id = $8) END AS turn_usage""",
         chat_id,
         status,
         last_error.model_dump() if last_error else None,
@@ -103,14 +114,18 @@ async def _write_status(
         pending_tool_calls,
         action_expires_at,
         recount_usage,
+        turn_id,
     )
+    if changed is None:
+        return None
     # The error comes first so a client that stops at the status has seen it.
-    events: list[tuple[str, dict[str, Any]]] = []
+    events = list(events_before or [])
     if last_error is not None:
         events.append(("error", last_error.model_dump()))
     event: dict[str, Any] = {"status": status, "turn_id": turn_id}
     if recount_usage:  # the turn is over: say what it cost
-        event["usage"] = await conn.fetchval(f"{_USAGE_SUM} AND turn_id = $2", chat_id, turn_id)
+        event["usage"] = changed["turn_usage"]
     events.append(("status", event))
     await append_events(conn, chat_id, events)
+    previous: ChatStatus = changed["status"]
     return previous
