@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import uuid
 
 from temporalio.client import (
     Client,
@@ -20,6 +22,9 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from api.errors import ApiError
 from chatd.store.chats import ChatRecord
+from chatd.store.transcript import TranscriptStore
+from chatd.store.turns import TurnStore
+from chatd.telemetry import METRICS
 from workflows.chat_turn import ChatTurn
 from workflows.constants import CHAT_ID, CHAT_MODEL, CHAT_OWNER, CHAT_STATUS, workflow_id
 from workflows.controls import INVALID_TOOL_RESULTS, NOT_AWAITING_TOOL_RESULTS
@@ -31,10 +36,12 @@ from workflows.payloads import (
     SubmitToolResultsInput,
 )
 
-__all__ = ["interrupt_turn", "submit_message", "submit_tool_results"]
+__all__ = ["interrupt_turn", "submit_message", "submit_tool_results", "until_begun"]
 
 SUBMIT_TIMEOUT_S = 15.0
 """How long a send waits for a worker to take the message before answering 503."""
+BEGIN_WAIT_S = 1.0
+"""How long a send that started a turn waits for its first step to begin it."""
 
 
 async def submit_message(
@@ -80,6 +87,35 @@ async def submit_message(
             "no worker picked up the message in time; retry with the same Idempotency-Key",
         ) from err
     return result
+
+
+async def until_begun(
+    transcript: TranscriptStore,
+    turns: TurnStore,
+    chat_id: uuid.UUID,
+    queued_id: uuid.UUID,
+    notified: asyncio.Event,
+) -> None:
+    """Return once the turn this message started has begun: a client then finds it running.
+
+    The turn's first step begins it; waiting for that (woken by the chat's notifications,
+    `notified` is subscribed before the message was submitted) keeps the gateway's writes
+    out of the step's way. If no worker takes the step in time, the gateway begins the turn
+    itself: the same idempotent write, whoever is first.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + BEGIN_WAIT_S
+    while True:
+        notified.clear()  # before looking: a later notification wakes the wait below
+        if await transcript.is_promoted(queued_id):
+            return
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            if await turns.begin(chat_id, str(queued_id)):
+                METRICS.active_turns.add(1)
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(notified.wait(), remaining)
 
 
 async def interrupt_turn(client: Client, chat_id: str) -> bool:

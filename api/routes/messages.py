@@ -11,9 +11,8 @@ from api.access import Owner, load_chat
 from api.errors import ApiError
 from api.schemas import EditMessage, MessageList, SendMessage, SendMessageResult
 from api.state import state_of
-from api.turns import interrupt_turn, submit_message
+from api.turns import interrupt_turn, submit_message, until_begun
 from chatd.store.chats import ChatRecord
-from chatd.telemetry import METRICS
 
 __all__ = ["accept_message", "router"]
 
@@ -34,13 +33,12 @@ async def accept_message(
     queued, created = await state.transcript.enqueue(chat.id, body.user_parts(), client_id)
     if not created and await state.transcript.is_promoted(queued.id):
         return SendMessageResult(queued=False, message_id=queued.id, turn_id=str(queued.id))
-    result = await submit_message(
-        state.temporal, state.task_queue, chat, str(queued.id), update_id=f"msg-{queued.id}"
-    )
-    if not result.queued and await state.turns.begin(chat.id, result.turn_id):
-        # The turn's first step begins it too; whoever is first, the chat is `running` by
-        # the time the client reads the 202.
-        METRICS.active_turns.add(1)
+    with state.hub.subscribe(chat.id) as notified:
+        result = await submit_message(
+            state.temporal, state.task_queue, chat, str(queued.id), update_id=f"msg-{queued.id}"
+        )
+        if not result.queued:
+            await until_begun(state.transcript, state.turns, chat.id, queued.id, notified)
     return SendMessageResult(queued=result.queued, message_id=queued.id, turn_id=result.turn_id)
 
 
