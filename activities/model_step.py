@@ -105,10 +105,13 @@ class ModelStepActivities:
         # Heartbeats from the first moment (a wait for a pooled connection under load must not
         # look like a dead worker) until the stream ends; their responses carry interrupts.
         async with heartbeating():
-            chat = await self._chats.get(chat_id)
-            began = await self._edges.begin(chat, input.turn_id) if input.begin else None
-            if began is not None and not began.started:
-                return StreamStepResult(message_id=None, began=began)
+            began: BeginTurnResult | None = None
+            if input.begin:
+                chat, began = await self._edges.begin(chat_id, input.turn_id)
+                if not began.started:
+                    return StreamStepResult(message_id=None, began=began)
+            else:
+                chat = await self._chats.get(chat_id)
             if chat is None:
                 raise ApplicationError(f"chat {chat_id} not found", non_retryable=True)
             step_key = assistant_step_key(input.step)

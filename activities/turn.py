@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from typing import Any
@@ -45,15 +46,21 @@ class TurnEdges:
     ) -> None:
         self._titles = generate_titles
         self._providers = providers
+        self._chats = ChatStore(pool)
         self._turns = TurnStore(pool)
 
-    async def begin(self, chat: ChatRecord | None, turn_id: str) -> BeginTurnResult:
-        """Move the turn's queued message into the transcript and mark the chat running."""
-        if chat is None:
-            return BeginTurnResult(started=False)
-        began = await self._turns.begin(chat.id, turn_id)
-        if began is None:
-            return BeginTurnResult(started=False)
+    async def begin(
+        self, chat_id: uuid.UUID, turn_id: str
+    ) -> tuple[ChatRecord | None, BeginTurnResult]:
+        """Move the turn's queued message into the transcript and mark the chat running.
+
+        Returns the chat too (read alongside: the plan is made from it).
+        """
+        chat, began = await asyncio.gather(
+            self._chats.get(chat_id), self._turns.begin(chat_id, turn_id)
+        )
+        if chat is None or began is None:
+            return chat, BeginTurnResult(started=False)
         if began:  # not again when a retried attempt (or the gateway) began it before
             METRICS.active_turns.add(1)
         limit = context_limit(chat.model, await reported_context_limit(chat.model, self._providers))
@@ -64,7 +71,7 @@ class TurnEdges:
             action_timeout_s=chat.action_timeout_s,
             compact_at_tokens=round(limit * chat.compaction_threshold),
         )
-        return BeginTurnResult(
+        return chat, BeginTurnResult(
             started=True, plan=plan, needs_title=self._titles and chat.title is None
         )
 
@@ -88,7 +95,6 @@ class TurnActivities:
 
     def __init__(self, pool: asyncpg.Pool, edges: TurnEdges) -> None:
         self._edges = edges
-        self._chats = ChatStore(pool)
         self._transcript = TranscriptStore(pool)
         self._turns = TurnStore(pool)
         self._events = EventLog(pool)
@@ -96,8 +102,8 @@ class TurnActivities:
     @activity.defn(name="begin_turn")
     async def begin_turn(self, input: BeginTurnInput) -> BeginTurnResult:
         """Begin a turn whose first step did not (an interrupt came first, or old code)."""
-        chat = await self._chats.get(uuid.UUID(input.chat_id))
-        return await self._edges.begin(chat, input.turn_id)
+        _, began = await self._edges.begin(uuid.UUID(input.chat_id), input.turn_id)
+        return began
 
     @activity.defn(name="finish_turn")
     async def finish_turn(self, input: FinishTurnInput) -> None:

@@ -69,7 +69,10 @@ def create_app(config: GatewayConfig) -> FastAPI:
         lifespan=lifespan,
     )
     install_error_handlers(app)
-    FastAPIInstrumentor.instrument_app(app, excluded_urls="healthz,readyz")
+    # One span per request; not one per ASGI message (an SSE stream sends thousands).
+    FastAPIInstrumentor.instrument_app(
+        app, excluded_urls="healthz,readyz", exclude_spans=["receive", "send"]
+    )
     app.add_middleware(BodySizeLimit)
     app.include_router(health.router)
     for module in (chats, messages, stream, turn_control):
