@@ -31,8 +31,6 @@ from workflows.payloads import (
 
 __all__ = ["TurnActivities", "TurnEdges"]
 
-_IN_A_TURN = ("running", "requires_action")
-
 
 class TurnEdges:
     """Beginning and finishing a turn: as local activities, or inside its first and last step.
@@ -82,11 +80,8 @@ class TurnEdges:
         status: ChatStatus,
         error: ModelError | None = None,
     ) -> None:
-        """Record the turn's final status, usage and error."""
-        before = await self._turns.set_status(
-            chat_id, turn_id, status, last_error=error, recount_usage=True
-        )
-        if before in _IN_A_TURN:
+        """Record the turn's final status, usage and error (once, and only while in it)."""
+        if await self._turns.finish(chat_id, turn_id, status, last_error=error):
             METRICS.active_turns.add(-1)
 
 

@@ -21,7 +21,6 @@ __all__ = [
     "QueuedMessage",
     "StoredMessage",
     "TranscriptStore",
-    "is_transcribed",
     "promote_queued",
 ]
 
@@ -307,16 +306,6 @@ async def promote_queued(
         return None
     message = _stored(row)
     return message, [message_event(message), _queue_event()]
-
-
-async def is_transcribed(conn: Conn, chat_id: uuid.UUID, queued_id: uuid.UUID) -> bool:
-    """Whether the queued message is in the transcript (it was promoted)."""
-    found = await conn.fetchval(
-        "SELECT 1 FROM messages WHERE chat_id = $1 AND step_key = $2",
-        chat_id,
-        f"{queued_id}:user",
-    )
-    return found is not None
 
 
 async def _save(

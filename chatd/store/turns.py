@@ -12,7 +12,7 @@ from chatd.models import ModelError
 from chatd.parts import Usage
 from chatd.store.chats import ChatStatus
 from chatd.store.events import Conn, append_events
-from chatd.store.transcript import is_transcribed, promote_queued
+from chatd.store.transcript import promote_queued
 
 __all__ = ["TurnStore"]
 
@@ -21,6 +21,18 @@ _USAGE_FIELDS = ", ".join(
     f"'{k}', coalesce(sum((usage ->> '{k}')::bigint), 0)" for k in Usage.model_fields
 )
 _USAGE_SUM = f"SELECT jsonb_build_object({_USAGE_FIELDS}) FROM messages WHERE chat_id = $1"
+
+
+_IN_TURN = """
+    AND before.status IN ('running', 'requires_action')
+    AND NOT EXISTS (
+        SELECT 1 FROM queued_messages later
+        WHERE later.chat_id = $1
+          AND later.promoted_at > (
+              SELECT promoted_at FROM queued_messages WHERE id = $8::text::uuid
+          )
+    )"""
+"""The chat is still in turn $8: running it, and no message promoted after its own."""
 
 
 class TurnStore:
@@ -39,13 +51,44 @@ class TurnStore:
         queued_id = uuid.UUID(turn_id)
         async with self._pool.acquire() as conn, conn.transaction():
             promoted = await promote_queued(conn, chat_id, queued_id)
-            if promoted is None:
-                return False if await is_transcribed(conn, chat_id, queued_id) else None
+            if promoted is None:  # promoted before (False), or deleted (None)
+                promoted_before = await conn.fetchval(
+                    "SELECT promoted_at IS NOT NULL FROM queued_messages"
+                    " WHERE id = $1 AND chat_id = $2",
+                    queued_id,
+                    chat_id,
+                )
+                return False if promoted_before else None
             _, events = promoted
             await _write_status(
                 conn, chat_id, turn_id, "running", clear_error=True, events_before=events
             )
             return True
+
+    async def finish(
+        self,
+        chat_id: uuid.UUID,
+        turn_id: str,
+        status: ChatStatus,
+        *,
+        last_error: ModelError | None = None,
+    ) -> ChatStatus | None:
+        """End the turn: its final status, error and usage, if the chat is still in it.
+
+        A late or repeated finish (an attempt that timed out committing after its retry did,
+        or after the next turn began) changes and publishes nothing. Returns the status it
+        had, or None if nothing changed.
+        """
+        async with self._pool.acquire() as conn, conn.transaction():
+            return await _write_status(
+                conn,
+                chat_id,
+                turn_id,
+                status,
+                last_error=last_error,
+                recount_usage=True,
+                only_in_turn=True,
+            )
 
     async def set_status(
         self,
@@ -89,11 +132,14 @@ async def _write_status(
     action_expires_at: datetime | None = None,
     recount_usage: bool = False,
     events_before: list[tuple[str, dict[str, Any]]] | None = None,
+    only_in_turn: bool = False,
 ) -> ChatStatus | None:
     """The status change and its events (after `events_before`) in the caller's transaction.
 
-    Returns the status it had (None if the chat is gone).
+    With `only_in_turn`, only while the chat runs turn `turn_id` and no later turn began.
+    Returns the status it had (None if the chat is gone, or nothing changed).
     """
+    guard = _IN_TURN if only_in_turn else ""
     changed = await conn.fetchrow(
         f"""UPDATE chats SET
              status = $2,
@@ -104,7 +150,7 @@ async def _write_status(
              usage = CASE WHEN $7 THEN ({_USAGE_SUM}) ELSE usage END,
              updated_at = now()
            FROM (SELECT status AS status FROM chats WHERE id = $1 FOR UPDATE) AS before
-           WHERE id = $1
+           WHERE id = $1 {guard}
            RETURNING before.status,
                      CASE WHEN $7 THEN ({_USAGE_SUM} AND turn_id = $8) END AS turn_usage""",
         chat_id,

@@ -204,3 +204,24 @@ async def test_a_turn_begun_by_several_callers_at_once_is_begun_once(stack: Stac
     dropped, _ = await transcript.enqueue(chat_id, [TextPart(text="never mind")], None)
     assert await transcript.drop_queued(chat_id, dropped.id)
     assert await turns.begin(chat_id, str(dropped.id)) is None
+
+
+async def test_a_late_or_repeated_finish_changes_nothing(stack: Stack) -> None:
+    """A step attempt that timed out may commit its finish after its retry did, or after the
+    next turn began: the chat must stay as the later write left it."""
+    chat = await stack.create_chat(model=_model())
+    chat_id = uuid.UUID(chat["id"])
+    transcript, turns = TranscriptStore(stack.pool), TurnStore(stack.pool)
+    first, _ = await transcript.enqueue(chat_id, [TextPart(text="one")], None)
+    assert await turns.begin(chat_id, str(first.id))
+    assert await turns.finish(chat_id, str(first.id), "waiting") == "running"
+    assert await turns.finish(chat_id, str(first.id), "waiting") is None  # the retry's
+    second, _ = await transcript.enqueue(chat_id, [TextPart(text="two")], None)
+    assert await turns.begin(chat_id, str(second.id))
+    assert await turns.finish(chat_id, str(first.id), "waiting") is None  # the late one
+    assert (await stack.http.get(f"/chats/{chat['id']}")).json()["status"] == "running"
+    events = await stack.pool.fetch(
+        "SELECT event, data FROM chat_events WHERE chat_id = $1 ORDER BY seq", chat_id
+    )
+    statuses = [e["data"]["status"] for e in events if e["event"] == "status"]
+    assert statuses == ["running", "waiting", "running"]
