@@ -84,7 +84,11 @@ class ModelStepActivities:
 
     @activity.defn(name="stream_model_step")
     async def stream_model_step(self, input: StreamStepInput) -> StreamStepResult:
-        """Generate step `input.step` from the persisted transcript (once: retries reuse it)."""
+        """Generate step `input.step` from the persisted transcript (once: retries reuse it).
+
+        With `input.begin` it begins the turn first; with `input.may_finish` a step that ends
+        the turn (`decide.ends_turn`) also finishes it.
+        """
         started = time.monotonic()
         try:
             return await self._stream_step(input)
@@ -99,6 +103,15 @@ class ModelStepActivities:
                     activity.cancellation_details(),
                 )
             raise
+
+    @activity.defn(name="stream_first_model_step")
+    async def stream_first_model_step(self, input: StreamStepInput) -> StreamStepResult:
+        """A turn's first step, which begins the turn (`input.begin`) before it streams.
+
+        A name of its own: a worker of a release before steps began turns doesn't know it,
+        so during a rolling deploy it can't run the step without beginning the turn first.
+        """
+        return await self.stream_model_step(input)
 
     async def _stream_step(self, input: StreamStepInput) -> StreamStepResult:
         chat_id = uuid.UUID(input.chat_id)

@@ -1,4 +1,5 @@
-"""Turn bookkeeping activities: begin, finish and retry notices (run as local activities)."""
+"""A turn's edges: begin and finish (inside its first and last steps, or as local activities),
+status changes within it, and retry notices."""
 
 from __future__ import annotations
 
@@ -58,7 +59,9 @@ class TurnEdges:
             self._chats.get(chat_id), self._turns.begin(chat_id, turn_id)
         )
         if chat is None or began is None:
-            return chat, BeginTurnResult(started=False)
+            return chat, BeginTurnResult(
+                started=False, chat_status=chat.status if chat is not None else None
+            )
         if began:  # not again when a retried attempt (or the gateway) began it before
             METRICS.active_turns.add(1)
         limit = context_limit(chat.model, await reported_context_limit(chat.model, self._providers))

@@ -40,6 +40,8 @@ class GatewayConfig:
     temporal: TemporalSettings
     event_retention: timedelta = timedelta(hours=24)
     """How long stream events are kept for reconnecting clients."""
+    generate_titles: bool = True
+    """Ask the turn that starts an untitled chat to name it (as the workers are set up)."""
 
 
 def create_app(config: GatewayConfig) -> FastAPI:
@@ -52,7 +54,11 @@ def create_app(config: GatewayConfig) -> FastAPI:
         await hub.start()
         client = await connect_temporal(config.temporal)
         app.state.gateway = GatewayState(
-            pool=pool, temporal=client, task_queue=config.temporal.task_queue, hub=hub
+            pool=pool,
+            temporal=client,
+            task_queue=config.temporal.task_queue,
+            hub=hub,
+            generate_titles=config.generate_titles,
         )
         pruner = asyncio.create_task(_prune_events(EventLog(pool), config.event_retention))
         try:

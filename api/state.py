@@ -26,6 +26,7 @@ class GatewayState:
     temporal: Client
     task_queue: str
     hub: EventHub
+    generate_titles: bool = True
 
     def __post_init__(self) -> None:
         self.chats = ChatStore(self.pool)

@@ -45,11 +45,18 @@ BEGIN_WAIT_S = 1.0
 
 
 async def submit_message(
-    client: Client, task_queue: str, chat: ChatRecord, queued_id: str, update_id: str
+    client: Client,
+    task_queue: str,
+    chat: ChatRecord,
+    queued_id: str,
+    update_id: str,
+    *,
+    name_chat: bool,
 ) -> SubmitMessageResult:
     """Update-with-start: start a turn for this message, or queue it in the running one.
 
-    `update_id` makes a retried call the same update (Temporal deduplicates it).
+    `update_id` makes a retried call the same update (Temporal deduplicates it); with
+    `name_chat`, a turn the message starts also names the chat.
     """
     chat_id = str(chat.id)
     start = WithStartWorkflowOperation(
@@ -72,7 +79,7 @@ async def submit_message(
         result: SubmitMessageResult = await asyncio.wait_for(
             client.execute_update_with_start_workflow(
                 ChatTurn.submit_message,
-                SubmitMessageInput(queued_id=queued_id, untitled=chat.title is None),
+                SubmitMessageInput(queued_id=queued_id, untitled=name_chat),
                 start_workflow_operation=start,
                 id=update_id,
             ),

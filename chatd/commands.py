@@ -12,7 +12,7 @@ import uvicorn
 
 from chatd.heap import freeze_startup_objects
 from chatd.providers import import_sdks
-from chatd.settings import ProviderSettings, TemporalSettings
+from chatd.settings import ProviderSettings, TemporalSettings, titles_enabled
 from chatd.store.db import connect_pool, migrate
 from chatd.store.keys import KeyStore
 from chatd.telemetry import setup_telemetry
@@ -47,8 +47,7 @@ async def run_worker(database_url: str, providers: ProviderSettings | None = Non
             providers=providers or ProviderSettings.from_env(),
             registry=with_extra_tools(default_registry()),
             workspace_root=workspace_root(),
-            generate_titles=os.environ.get("CHATD_GENERATE_TITLES", "1").lower()
-            not in ("0", "false", "no"),
+            generate_titles=titles_enabled(),
         )
         worker = build_worker(client, pool, config, delta_pool=delta_pool)
         import_sdks()
@@ -61,7 +60,12 @@ async def run_api(database_url: str, host: str, port: int) -> None:
     from api.app import GatewayConfig, create_app
 
     setup_telemetry("chatd-api")
-    app = create_app(GatewayConfig(database_url=database_url, temporal=TemporalSettings.from_env()))
+    config = GatewayConfig(
+        database_url=database_url,
+        temporal=TemporalSettings.from_env(),
+        generate_titles=titles_enabled(),
+    )
+    app = create_app(config)
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
     log.info("gateway listening on http://%s:%d", host, port)
     freeze_startup_objects()

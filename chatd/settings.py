@@ -6,9 +6,17 @@ import os
 
 from pydantic import BaseModel
 
-__all__ = ["ProviderSettings", "TemporalSettings"]
+__all__ = ["ProviderSettings", "TemporalSettings", "titles_enabled"]
 
 DEFAULT_TASK_QUEUE = "chatd"
+
+
+def titles_enabled() -> bool:
+    """CHATD_GENERATE_TITLES (default on): whether new chats are named by their model.
+
+    Both the gateway (which asks a turn to name its chat) and the worker read it.
+    """
+    return os.environ.get("CHATD_GENERATE_TITLES", "1").lower() not in ("0", "false", "no")
 
 
 class ProviderSettings(BaseModel):

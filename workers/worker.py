@@ -73,6 +73,7 @@ def build_worker(
         workflows=[ChatTurn],
         activities=[
             model.stream_model_step,
+            model.stream_first_model_step,
             tools.execute_tool_call,
             tools.record_tool_results,
             tools.stage_tool_results,

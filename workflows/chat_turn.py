@@ -11,37 +11,30 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
     from activities.compaction import CompactionActivities
-    from activities.model_step import ModelStepActivities
     from activities.tools import ToolActivities
     from activities.turn import TurnActivities
     from chatd.models import ModelError
-    from workflows.constants import EDGES_IN_STEPS_PATCH, MODEL_ERROR_TYPE
+    from workflows.constants import CHAT_MODEL, EDGES_IN_STEPS_PATCH
     from workflows.controls import TurnControls
     from workflows.decide import (
-        DEFAULT_MAX_MODEL_ATTEMPTS,
         MAX_COMPACTIONS_PER_TURN,
         STEPS_PER_RUN,
         StepOutcome,
         after_step,
-        backoff_delay,
         over_threshold,
-        should_retry,
     )
+    from workflows.generation import Generation
     from workflows.payloads import (
         BeginTurnInput,
         BeginTurnResult,
         ChatTurnInput,
         CompactInput,
         FinishTurnInput,
-        PublishRetryInput,
-        RetryState,
         StageToolResultsInput,
-        StreamStepInput,
         StreamStepResult,
         SubmitMessageInput,
         SubmitMessageResult,
@@ -56,11 +49,6 @@ with workflow.unsafe.imports_passed_through():
 
 __all__ = ["ChatTurn"]
 
-_MODEL_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    maximum_interval=timedelta(seconds=10),
-    non_retryable_error_types=[MODEL_ERROR_TYPE],
-)
 _IDLE_START_TIMEOUT = timedelta(minutes=1)
 _EXPIRED = ModelError(
     message="no tool results were submitted before the wait expired", kind="timeout"
@@ -92,9 +80,7 @@ class ChatTurn:
             self._turn_id = self._queue.pop(0)
         self._controls = TurnControls()
         self._step = 0
-        self._retry: RetryState | None = None
-        self._model_label = ""
-        self._edges_in_steps = False
+        self._generation = Generation(self._chat_id, self._controls, edges_in_steps=False)
         self._untitled = False
         """The message that started this run found the chat without a title."""
 
@@ -146,14 +132,15 @@ class ChatTurn:
             step=self._step,
             queued_messages=list(self._queue),
             pending_tool_calls=list(self._controls.pending),
-            retry=self._retry,
+            retry=self._generation.retry,
         )
 
     @workflow.run
     async def run(self, input: ChatTurnInput) -> None:
         """Run this turn, then hand queued messages to the next run."""
         # Runs recorded before this patch began and finished every turn with local activities.
-        self._edges_in_steps = workflow.patched(EDGES_IN_STEPS_PATCH)
+        edges_in_steps = workflow.patched(EDGES_IN_STEPS_PATCH)
+        self._generation = Generation(self._chat_id, self._controls, edges_in_steps=edges_in_steps)
         resume = input.resume
         if resume is None:
             try:
@@ -163,7 +150,7 @@ class ChatTurn:
             except TimeoutError:
                 return  # started without a message (by hand): nothing to do
         assert self._turn_id is not None
-        if resume is not None or self._edges_in_steps:
+        if resume is not None or edges_in_steps:
             await self._run_steps(self._turn_id, resume)
         elif (resume := await self._begin(self._turn_id)) is not None:
             await self._run_steps(self._turn_id, resume)
@@ -200,18 +187,16 @@ class ChatTurn:
             summary="generate title",
         )
 
-    async def _began(
-        self, turn_id: str, first: StreamStepResult | None, status_before: str | None
-    ) -> TurnPlan | None:
+    async def _began(self, turn_id: str, first: StreamStepResult | None) -> TurnPlan | None:
         """The plan of a turn its first step began; begun here if that step did not run."""
         began = first.began if first is not None else None
         if began is None:  # interrupted before the step ran, or the step failed
             began = await self._begin_turn(turn_id)
         if not began.started or began.plan is None:
-            if status_before not in (None, "running"):
-                self._controls.set_status(status_before)  # no turn after all
+            if began.chat_status is not None:
+                self._controls.show_status(began.chat_status)  # no turn after all
             return None
-        self._model_label = began.plan.model_label
+        self._generation.model_label = began.plan.model_label
         return began.plan
 
     async def _run_steps(self, turn_id: str, resume: TurnResume | None) -> None:
@@ -223,19 +208,22 @@ class ChatTurn:
         plan = resume.plan if resume is not None else None
         first_step = step = resume.next_step if resume is not None else 0
         compactions = _Compactions(count=resume.compactions if resume is not None else 0)
-        status_before = None
         if plan is None:  # a new turn; its title is made alongside its first step
-            status_before = self._controls.enter_turn()
+            self._controls.show_status("running")
             if self._untitled:
                 self._start_title(TitleInput(chat_id=self._chat_id, turn_id=turn_id))
-        self._model_label = plan.model_label if plan is not None else ""
+            self._generation.model_label = (
+                workflow.info().typed_search_attributes.get(CHAT_MODEL) or "model"
+            )
+        else:
+            self._generation.model_label = plan.model_label
         error: ModelError | None = None
         finished = False
         while plan is None or step < plan.max_steps:
             await self._continue_long_turn(plan, first_step, step, compactions.count)
             self._step = step
-            result, error = await self._generate(turn_id, step, plan)
-            if plan is None and (plan := await self._began(turn_id, result, status_before)) is None:
+            result, error = await self._generation.step(turn_id, step, plan)
+            if plan is None and (plan := await self._began(turn_id, result)) is None:
                 return  # its message (or the chat) was deleted before the turn began
             if result is None:
                 if self._compacts_overflow(error, compactions):
@@ -338,92 +326,6 @@ class ChatTurn:
             start_to_close_timeout=LOCAL_TIMEOUT,
         )
         self._controls.set_status(status)
-
-    async def _generate(
-        self, turn_id: str, step: int, plan: TurnPlan | None
-    ) -> tuple[StreamStepResult | None, ModelError | None]:
-        """One model step, retried with workflow-timer backoff on retryable model errors.
-
-        Without a `plan` yet, the step begins the turn (each attempt: beginning is idempotent).
-        """
-        attempt = 1
-        while not self._controls.interrupted:
-            try:
-                result = await self._stream(
-                    StreamStepInput(
-                        chat_id=self._chat_id,
-                        turn_id=turn_id,
-                        step=step,
-                        attempt=attempt,
-                        begin=plan is None,
-                        may_finish=self._edges_in_steps,
-                        compact_at_tokens=plan.compact_at_tokens if plan is not None else 0,
-                    )
-                )
-                self._retry = None
-                return result, None
-            except ActivityError as err:
-                error = _model_error(err)
-            if self._controls.interrupted or not should_retry(
-                error, attempt, DEFAULT_MAX_MODEL_ATTEMPTS
-            ):
-                self._retry = None
-                return None, None if self._controls.interrupted else error
-            await self._back_off(attempt, error)
-            self._retry = None
-            attempt += 1
-        return None, None
-
-    async def _stream(self, input: StreamStepInput) -> StreamStepResult:
-        """The model-step activity; an interrupt cancels it and it returns its partial step."""
-        handle = workflow.start_activity_method(
-            ModelStepActivities.stream_model_step,
-            input,
-            start_to_close_timeout=timedelta(minutes=15),
-            heartbeat_timeout=timedelta(seconds=5),
-            retry_policy=_MODEL_RETRY,
-            cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-            summary=f"{self._model_label or 'model'} step {input.step}",
-        )
-        await workflow.wait_condition(lambda: handle.done() or self._controls.interrupted)
-        if not handle.done():
-            handle.cancel()
-        return await handle
-
-    async def _back_off(self, attempt: int, error: ModelError) -> None:
-        """Publish the retry, then wait on a durable timer that an interrupt cuts short."""
-        delay = backoff_delay(attempt, error.retry_after_ms)
-        retrying_at = workflow.now() + delay
-        self._retry = RetryState(attempt=attempt, next_attempt_at=retrying_at, error=error)
-        await workflow.execute_local_activity_method(
-            TurnActivities.publish_retry,
-            PublishRetryInput(
-                chat_id=self._chat_id,
-                attempt=attempt,
-                delay_ms=int(delay.total_seconds() * 1000),
-                retrying_at=retrying_at,
-                error=error,
-            ),
-            start_to_close_timeout=LOCAL_TIMEOUT,
-        )
-        try:
-            await workflow.wait_condition(
-                lambda: self._controls.interrupted,
-                timeout=delay,
-                timeout_summary=f"retry backoff after {error.kind}",
-            )
-        except TimeoutError:
-            pass
-
-
-def _model_error(err: ActivityError) -> ModelError:
-    """The classified error the activity raised, or a generic one for anything else."""
-    cause = err.cause
-    if isinstance(cause, ApplicationError) and cause.type == MODEL_ERROR_TYPE and cause.details:
-        return ModelError.model_validate(cause.details[0])
-    if isinstance(cause, CancelledError):
-        return ModelError(message="the model step was cancelled", kind="generic")
-    return ModelError(message=str(cause or err), kind="generic", retryable=False)
 
 
 def _too_long(tokens: int, plan: TurnPlan) -> ModelError:

@@ -38,12 +38,12 @@ class TurnControls:
         self.status = status
         workflow.upsert_search_attributes([CHAT_STATUS.value_set(status)])
 
-    def enter_turn(self) -> str | None:
-        """ChatStatus `running` for a new turn, unless the start set it; the status before."""
-        before = workflow.info().typed_search_attributes.get(CHAT_STATUS)
-        if before != "running":
-            self.set_status("running")
-        return before
+    def show_status(self, status: str) -> None:
+        """`set_status`, without an upsert if ChatStatus says so already (the start set it)."""
+        if workflow.info().typed_search_attributes.get(CHAT_STATUS) == status:
+            self.status = status
+        else:
+            self.set_status(status)
 
     def await_results(self, calls: list[ToolCallRef], expires_at: datetime) -> None:
         """Enter requires_action for these calls."""

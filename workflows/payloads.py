@@ -101,9 +101,12 @@ class BeginTurnResult(_Payload):
     """What the workflow needs to know about the chat for this turn."""
 
     started: bool
-    """False if the queued message was deleted before its turn began."""
+    """False if the queued message (or the chat) was deleted before its turn began."""
     plan: TurnPlan | None = None
     needs_title: bool = False
+    """Runs before the `turn-edges-in-steps` patch name the chat when this says so."""
+    chat_status: str | None = None
+    """Without a turn: the chat's status, for the ChatStatus search attribute."""
 
 
 class StreamStepInput(_Payload):

@@ -35,7 +35,12 @@ async def accept_message(
         return SendMessageResult(queued=False, message_id=queued.id, turn_id=str(queued.id))
     with state.hub.subscribe(chat.id) as notified:
         result = await submit_message(
-            state.temporal, state.task_queue, chat, str(queued.id), update_id=f"msg-{queued.id}"
+            state.temporal,
+            state.task_queue,
+            chat,
+            str(queued.id),
+            update_id=f"msg-{queued.id}",
+            name_chat=state.generate_titles and chat.title is None,
         )
         if not result.queued:
             await until_begun(state.transcript, state.turns, chat.id, queued.id, notified)

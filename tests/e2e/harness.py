@@ -162,7 +162,13 @@ async def running_stack(
     key, other_key = await keys.create("alice"), await keys.create("bob")
     port = free_port()
     server = EmbeddedServer(
-        create_app(GatewayConfig(database_url=database_url, temporal=settings)), "127.0.0.1", port
+        create_app(
+            GatewayConfig(
+                database_url=database_url, temporal=settings, generate_titles=generate_titles
+            )
+        ),
+        "127.0.0.1",
+        port,
     )
     base_url = f"http://127.0.0.1:{port}/api/v1"
     worker: Worker | None = None

@@ -55,13 +55,16 @@ async def test_a_turn_is_one_trace_from_the_request_to_the_provider(stack: Stack
     by_id = {s.context.span_id: s for s in spans}
     provider_calls = [s for s in spans if s.name == "provider.stream_step"]
     assert len(provider_calls) == 2
+    step_activities = []
     for call in provider_calls:
         chain = [s.name for s in _ancestors(call, by_id)]
         assert chain[0] == "provider.stream_step"
-        assert "RunActivity:stream_model_step" in chain
-        assert "StartActivity:stream_model_step" in chain
+        (run,) = [n for n in chain if n.startswith("RunActivity:")]
+        step_activities.append(run.removeprefix("RunActivity:"))
+        assert f"StartActivity:{step_activities[-1]}" in chain
         assert "StartUpdateWithStartWorkflow:ChatTurn" in chain
         assert chain[-1].startswith("POST /api/v1/chats/{chat_id}/messages"), chain
+    assert sorted(step_activities) == ["stream_first_model_step", "stream_model_step"]
     assert len({s.context.trace_id for s in provider_calls}) == 1
     assert any(s.name == "RunActivity:execute_tool_call" for s in spans)
 

@@ -158,8 +158,9 @@ async def test_responses_chain_mode_sends_only_the_new_message_with_the_previous
 async def test_a_send_that_starts_a_turn_answers_202_with_the_chat_running(
     make_stack: StackFactory, tmp_path: Path
 ) -> None:
-    """The turn's first step begins it, but the 202 doesn't wait for that step: the gateway
-    begins it too (whoever is first), so a client reading the chat after the 202 sees it run.
+    """A 202 that started a turn comes once the turn has begun, so a client reading the chat
+    then sees it run: begun by its first step, or (no worker took that step within 1 s) by
+    the gateway.
     """
     model = _model()
     async with make_stack(with_worker=False) as stack:

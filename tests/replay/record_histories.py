@@ -186,6 +186,38 @@ async def queued_turn(stack: Stack) -> Run:
     return chat_id, first_run
 
 
+async def queued_next_run(stack: Stack) -> Run:
+    """The run that a queued message continued as new into (it begins from its input)."""
+    chat_id, _ = await _chat(
+        stack,
+        [
+            FakeResponse(parts=[FakeText(text="first answer", chunk_size=2)], delta_delay_s=0.2),
+            FakeResponse(parts=[FakeText(text="second answer")]),
+        ],
+    )
+    await stack.send(chat_id, "first")
+    await stack.events_until(
+        chat_id,
+        lambda e: e.event == "message_part" and e.data["part"].get("type") == "text",
+        within_s=WITHIN_S,
+    )
+    await stack.send(chat_id, "second")
+    handle = stack.temporal.get_workflow_handle(f"chat-{chat_id}")
+    await asyncio.wait_for(handle.result(), WITHIN_S)  # follows the runs to the last one
+    return chat_id, (await handle.describe()).run_id
+
+
+async def failed_first_step(stack: Stack) -> Run:
+    """The first step fails for good (401): the turn ends in `error`."""
+    chat_id, _ = await _chat(
+        stack,
+        [FakeResponse(error=FakeError(status=401, type="authentication_error", message="bad key"))],
+    )
+    await stack.send(chat_id, "hi")
+    await stack.wait_status(chat_id, "error", within_s=WITHIN_S)
+    return await _run(stack, chat_id)
+
+
 SCENARIOS: dict[str, Scenario] = {
     "text_turn": text_turn,
     "tool_turn": tool_turn,
@@ -193,6 +225,8 @@ SCENARIOS: dict[str, Scenario] = {
     "retry_turn": retry_turn,
     "interrupted_turn": interrupted_turn,
     "queued_turn": queued_turn,
+    "queued_next_run": queued_next_run,
+    "failed_first_step": failed_first_step,
 }
 
 

@@ -39,6 +39,8 @@ SCENARIOS = {
     "retry_turn",
     "interrupted_turn",
     "queued_turn",
+    "queued_next_run",
+    "failed_first_step",
 }
 MAX_HISTORY_BYTES = 32 * 1024
 """Rule 1: a turn's history holds ids and summaries, never the transcript."""
