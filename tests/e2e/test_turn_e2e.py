@@ -11,6 +11,7 @@ import pytest
 from harness import Stack, StackFactory
 from temporalio.worker import Worker
 
+import api.turns
 from chatd.fake_provider.script import FakeResponse, FakeText, FakeToolCall, FakeUsage
 from chatd.parts import TextPart
 from chatd.store.transcript import TranscriptStore
@@ -226,3 +227,18 @@ async def test_a_late_or_repeated_finish_changes_nothing(stack: Stack) -> None:
     )
     statuses = [e["data"]["status"] for e in events if e["event"] == "status"]
     assert statuses == ["running", "waiting", "running"]
+
+
+async def test_a_send_is_answered_once_its_first_step_began_the_turn(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gateway's wait ends on the chat's notification, not on its fallback deadline."""
+    monkeypatch.setattr(api.turns, "BEGIN_WAIT_S", 600.0)  # a broken wake-up would hang
+    model = _model()
+    stack.fake.script(model["name"], [FakeResponse(parts=[FakeText(text="Done.")])])
+    chat = await stack.create_chat(model=model)
+    sent = await asyncio.wait_for(stack.send(chat["id"], "hi"), 30)
+    assert sent["queued"] is False
+    detail = (await stack.http.get(f"/chats/{chat['id']}")).json()
+    assert detail["status"] in ("running", "waiting")  # begun: by now maybe finished too
+    assert (await stack.messages(chat["id"]))[0]["role"] == "user"
