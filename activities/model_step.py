@@ -23,7 +23,7 @@ from activities.publishing import DeltaPublisher, EventBatcher
 from activities.tools import assistant_step_key, error_result
 from activities.turn import TurnEdges
 from chatd.models import ModelError
-from chatd.parts import PartDelta, ToolCallPart
+from chatd.parts import Message, PartDelta, ToolCallPart
 from chatd.providers import make_provider
 from chatd.providers.base import (
     ModelRequest,
@@ -128,7 +128,11 @@ class ModelStepActivities:
             if chat is None:
                 raise ApplicationError(f"chat {chat_id} not found", non_retryable=True)
             step_key = assistant_step_key(input.step)
-            done = await self._transcript.find(chat_id, input.turn_id, step_key)
+            # Read together: whether a lost attempt saved this step already, and the context.
+            done, context = await asyncio.gather(
+                self._transcript.find(chat_id, input.turn_id, step_key),
+                self._transcript.for_model(chat_id),
+            )
             if done is not None:
                 summary = self._summary(chat, done, interrupted=False)
                 return await _to_completion(self._close(chat, input, began, summary))
@@ -144,7 +148,7 @@ class ModelStepActivities:
                 input.attempt,
             )
             try:
-                request = await self._request(chat)
+                request = self._request(chat, context)
                 finish = await _unless_shutdown(self._stream(request, accumulator, publisher))
             except ProviderError as err:
                 await publisher.drain()
@@ -208,14 +212,11 @@ class ModelStepActivities:
             self._shared_batcher = EventBatcher(self._events)
         return self._shared_batcher
 
-    async def _request(self, chat: ChatRecord) -> ModelRequest:
+    def _request(self, chat: ChatRecord, context: list[Message]) -> ModelRequest:
         tools = [t.spec() for t in self._registry.active(chat.active_tools)]
         tools += [ToolSpec.model_validate(t.model_dump()) for t in chat.dynamic_tools]
         return ModelRequest(
-            model=chat.model,
-            system=chat.system_prompt,
-            messages=await self._transcript.for_model(chat.id),
-            tools=tools,
+            model=chat.model, system=chat.system_prompt, messages=context, tools=tools
         )
 
     async def _stream(
