@@ -86,8 +86,7 @@ class TurnStore:
                 turn_id,
                 status,
                 last_error=last_error,
-                recount_usage=True,
-                only_in_turn=True,
+                ending=True,
             )
 
     async def set_status(
@@ -96,27 +95,18 @@ class TurnStore:
         turn_id: str,
         status: ChatStatus,
         *,
-        last_error: ModelError | None = None,
-        clear_error: bool = False,
         pending_tool_calls: list[dict[str, Any]] | None = None,
         action_expires_at: datetime | None = None,
-        recount_usage: bool = False,
-    ) -> ChatStatus | None:
-        """Move the chat to `status`; publish `status` (and `error` when one is given).
-
-        Returns the status it had (None if the chat is gone), so a repeated write can tell.
-        """
+    ) -> None:
+        """Move the chat to `status` within its turn (requires_action and back); publish it."""
         async with self._pool.acquire() as conn, conn.transaction():
-            return await _write_status(
+            await _write_status(
                 conn,
                 chat_id,
                 turn_id,
                 status,
-                last_error=last_error,
-                clear_error=clear_error,
                 pending_tool_calls=pending_tool_calls,
                 action_expires_at=action_expires_at,
-                recount_usage=recount_usage,
             )
 
 
@@ -130,16 +120,16 @@ async def _write_status(
     clear_error: bool = False,
     pending_tool_calls: list[dict[str, Any]] | None = None,
     action_expires_at: datetime | None = None,
-    recount_usage: bool = False,
     events_before: list[tuple[str, dict[str, Any]]] | None = None,
-    only_in_turn: bool = False,
+    ending: bool = False,
 ) -> ChatStatus | None:
     """The status change and its events (after `events_before`) in the caller's transaction.
 
-    With `only_in_turn`, only while the chat runs turn `turn_id` and no later turn began.
-    Returns the status it had (None if the chat is gone, or nothing changed).
+    `ending` the turn: only while the chat runs turn `turn_id` and no later turn began, with
+    the chat's usage recounted and the turn's reported. Returns the status it had (None if
+    the chat is gone, or nothing changed).
     """
-    guard = _IN_TURN if only_in_turn else ""
+    guard = _IN_TURN if ending else ""
     changed = await conn.fetchrow(
         f"""UPDATE chats SET
              status = $2,
@@ -159,7 +149,7 @@ async def _write_status(
         clear_error,
         pending_tool_calls,
         action_expires_at,
-        recount_usage,
+        ending,
         turn_id,
     )
     if changed is None:
@@ -169,7 +159,7 @@ async def _write_status(
     if last_error is not None:
         events.append(("error", last_error.model_dump()))
     event: dict[str, Any] = {"status": status, "turn_id": turn_id}
-    if recount_usage:  # the turn is over: say what it cost
+    if ending:  # say what the turn cost
         event["usage"] = changed["turn_usage"]
     events.append(("status", event))
     await append_events(conn, chat_id, events)
