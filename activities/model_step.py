@@ -40,7 +40,7 @@ from chatd.store.transcript import NewMessage, StoredMessage, TranscriptStore
 from chatd.telemetry import METRICS, TRACER
 from chatd.tools.base import ToolRegistry
 from workflows.constants import MODEL_ERROR_TYPE
-from workflows.decide import INTERRUPTED_RESULT, ends_turn
+from workflows.decide import INTERRUPTED_RESULT, step_finishes_turn
 from workflows.payloads import BeginTurnResult, StreamStepInput, StreamStepResult, ToolCallRef
 
 __all__ = ["ModelStepActivities", "StreamTimeouts"]
@@ -173,13 +173,7 @@ class ModelStepActivities:
         result: StreamStepResult,
     ) -> StreamStepResult:
         """Tell the turn's beginning, and finish the turn here if this step ends it."""
-        plan = began.plan if began else None
-        finished = input.may_finish and ends_turn(
-            tool_calls=len(result.tool_calls),
-            interrupted=result.interrupted,
-            input_tokens=result.input_tokens,
-            compact_at_tokens=plan.compact_at_tokens if plan else input.compact_at_tokens,
-        )
+        finished = step_finishes_turn(input, began, result)
         if finished:
             await self._edges.finish(chat.id, input.turn_id, "waiting")
         return result.model_copy(update={"began": began, "finished_turn": finished})

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from typing import Literal
 
 from chatd.models import ModelError
-from workflows.payloads import ToolCallRef
+from workflows.payloads import BeginTurnResult, StreamStepInput, StreamStepResult, ToolCallRef
 
 __all__ = [
     "BACKOFF_CAP",
@@ -27,6 +27,7 @@ __all__ = [
     "over_threshold",
     "should_retry",
     "split_calls",
+    "step_finishes_turn",
     "stops_turn",
 ]
 
@@ -76,6 +77,21 @@ def ends_turn(
     """
     return (
         tool_calls == 0 and not interrupted and not over_threshold(input_tokens, compact_at_tokens)
+    )
+
+
+def step_finishes_turn(
+    input: StreamStepInput, began: BeginTurnResult | None, result: StreamStepResult
+) -> bool:
+    """Whether the model-step activity finishes its turn itself: it may (`may_finish`) and
+    the step ends the turn, under the threshold of the plan it began the turn with (if so),
+    else of the one it was given."""
+    plan = began.plan if began else None
+    return input.may_finish and ends_turn(
+        tool_calls=len(result.tool_calls),
+        interrupted=result.interrupted,
+        input_tokens=result.input_tokens,
+        compact_at_tokens=plan.compact_at_tokens if plan else input.compact_at_tokens,
     )
 
 

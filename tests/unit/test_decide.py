@@ -12,7 +12,9 @@ from workflows.decide import (
     ends_turn,
     over_threshold,
     should_retry,
+    step_finishes_turn,
 )
+from workflows.payloads import BeginTurnResult, StreamStepInput, StreamStepResult, TurnPlan
 
 
 def _next(outcome: StepOutcome, *, over: bool = False, just: bool = False, count: int = 0) -> str:
@@ -101,3 +103,16 @@ def test_a_step_finishes_its_turn_only_where_the_workflow_would_end_it(
         for just in (False, True):
             for count in range(4):
                 assert _next("finished", over=over, just=just, count=count) == "end"
+
+
+def test_a_step_finishes_its_turn_only_if_allowed_and_under_its_plans_threshold() -> None:
+    step = StreamStepResult(message_id=1, input_tokens=150)
+    given = StreamStepInput(
+        chat_id="c", turn_id="t", step=1, may_finish=True, compact_at_tokens=100
+    )
+    assert not step_finishes_turn(given, None, step)  # over the given threshold: compact first
+    assert not step_finishes_turn(given.model_copy(update={"may_finish": False}), None, step)
+    began = BeginTurnResult(started=True, plan=TurnPlan(turn_id="t", compact_at_tokens=200))
+    first = given.model_copy(update={"step": 0, "begin": True, "compact_at_tokens": 0})
+    assert step_finishes_turn(first, began, step)  # the plan it began with decides
+    assert not step_finishes_turn(first, began, step.model_copy(update={"interrupted": True}))

@@ -40,7 +40,7 @@ from temporalio.worker import Worker
 from chatd.models import ModelError
 from workflows.chat_turn import ChatTurn
 from workflows.constants import MODEL_ERROR_TYPE, workflow_id
-from workflows.decide import ends_turn
+from workflows.decide import step_finishes_turn
 from workflows.payloads import (
     BeginTurnInput,
     BeginTurnResult,
@@ -249,13 +249,7 @@ class FakeActivities:
             if not began.started:
                 return StreamStepResult(message_id=None, began=began)
         result = await self._scripted_step()
-        plan = began.plan if began else None
-        finished = input.may_finish and ends_turn(
-            tool_calls=len(result.tool_calls),
-            interrupted=result.interrupted,
-            input_tokens=result.input_tokens,
-            compact_at_tokens=plan.compact_at_tokens if plan else input.compact_at_tokens,
-        )
+        finished = step_finishes_turn(input, began, result)
         if finished:
             self.edges.append(
                 FinishTurnInput(chat_id=input.chat_id, turn_id=input.turn_id, status="waiting")
