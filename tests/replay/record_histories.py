@@ -164,8 +164,9 @@ async def interrupted_turn(stack: Stack) -> Run:
     return await _run(stack, chat_id)
 
 
-async def queued_turn(stack: Stack) -> Run:
-    """A message sent while a turn runs is queued; the run continues as new into it."""
+async def _two_turns(stack: Stack) -> tuple[str, str, str]:
+    """A message sent while a turn streams, queued and continued as new into: (chat id, the
+    first run's id, the last run's id), once the last run has ended."""
     chat_id, _ = await _chat(
         stack,
         [
@@ -183,28 +184,19 @@ async def queued_turn(stack: Stack) -> Run:
     )
     await stack.send(chat_id, "second")
     await asyncio.wait_for(handle.result(), WITHIN_S)  # follows the runs to the last one
+    return chat_id, first_run, (await handle.describe()).run_id
+
+
+async def queued_turn(stack: Stack) -> Run:
+    """A message sent while a turn runs is queued; the run continues as new into it."""
+    chat_id, first_run, _ = await _two_turns(stack)
     return chat_id, first_run
 
 
 async def queued_next_run(stack: Stack) -> Run:
     """The run that a queued message continued as new into (it begins from its input)."""
-    chat_id, _ = await _chat(
-        stack,
-        [
-            FakeResponse(parts=[FakeText(text="first answer", chunk_size=2)], delta_delay_s=0.2),
-            FakeResponse(parts=[FakeText(text="second answer")]),
-        ],
-    )
-    await stack.send(chat_id, "first")
-    await stack.events_until(
-        chat_id,
-        lambda e: e.event == "message_part" and e.data["part"].get("type") == "text",
-        within_s=WITHIN_S,
-    )
-    await stack.send(chat_id, "second")
-    handle = stack.temporal.get_workflow_handle(f"chat-{chat_id}")
-    await asyncio.wait_for(handle.result(), WITHIN_S)  # follows the runs to the last one
-    return chat_id, (await handle.describe()).run_id
+    chat_id, _, last_run = await _two_turns(stack)
+    return chat_id, last_run
 
 
 async def failed_first_step(stack: Stack) -> Run:
