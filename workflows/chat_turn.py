@@ -80,7 +80,7 @@ class ChatTurn:
             self._turn_id = self._queue.pop(0)
         self._controls = TurnControls()
         self._step = 0
-        self._generation = Generation(self._chat_id, self._controls, edges_in_steps=False)
+        self._generation = Generation(self._chat_id, self._controls)
         self._untitled = False
         """The message that started this run found the chat without a title."""
 
@@ -140,7 +140,7 @@ class ChatTurn:
         """Run this turn, then hand queued messages to the next run."""
         # Runs recorded before this patch began and finished every turn with local activities.
         edges_in_steps = workflow.patched(EDGES_IN_STEPS_PATCH)
-        self._generation = Generation(self._chat_id, self._controls, edges_in_steps=edges_in_steps)
+        self._generation.edges_in_steps = edges_in_steps
         resume = input.resume
         if resume is None:
             try:

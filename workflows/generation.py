@@ -41,10 +41,11 @@ _MODEL_RETRY = RetryPolicy(
 class Generation:
     """Runs a turn's model steps; the backoff in progress is `retry` (for the state query)."""
 
-    def __init__(self, chat_id: str, controls: TurnControls, *, edges_in_steps: bool) -> None:
+    def __init__(self, chat_id: str, controls: TurnControls) -> None:
         self._chat_id = chat_id
         self._controls = controls
-        self._edges_in_steps = edges_in_steps
+        self.edges_in_steps = False
+        """Set by the run: it took the `turn-edges-in-steps` patch, so steps may finish it."""
         self.model_label = ""
         """Shown in the step activities' summaries."""
         self.retry: RetryState | None = None
@@ -68,7 +69,7 @@ class Generation:
                         step=step,
                         attempt=attempt,
                         begin=plan is None,
-                        may_finish=self._edges_in_steps,
+                        may_finish=self.edges_in_steps,
                         compact_at_tokens=plan.compact_at_tokens if plan is not None else 0,
                     )
                 )
