@@ -118,21 +118,21 @@ class ModelStepActivities:
         # Heartbeats from the first moment (a wait for a pooled connection under load must not
         # look like a dead worker) until the stream ends; their responses carry interrupts.
         async with heartbeating():
-            began: BeginTurnResult | None = None
-            if input.begin:
-                chat, began = await self._edges.begin(chat_id, input.turn_id)
-                if not began.started:
-                    return StreamStepResult(message_id=None, began=began)
-            else:
-                chat = await self._chats.get(chat_id)
+            step_key = assistant_step_key(input.step)
+            # Read together: the chat (beginning the turn first, if asked), whether a lost
+            # attempt saved this step already, and the context (with the turn's message,
+            # promoted or not yet).
+            (chat, began), done, context = await asyncio.gather(
+                self._chat(chat_id, input),
+                self._transcript.find(chat_id, input.turn_id, step_key),
+                self._transcript.for_model(
+                    chat_id, turn_message=uuid.UUID(input.turn_id) if input.begin else None
+                ),
+            )
+            if began is not None and not began.started:
+                return StreamStepResult(message_id=None, began=began)
             if chat is None:
                 raise ApplicationError(f"chat {chat_id} not found", non_retryable=True)
-            step_key = assistant_step_key(input.step)
-            # Read together: whether a lost attempt saved this step already, and the context.
-            done, context = await asyncio.gather(
-                self._transcript.find(chat_id, input.turn_id, step_key),
-                self._transcript.for_model(chat_id),
-            )
             if done is not None:
                 summary = self._summary(chat, done, interrupted=False)
                 return await _to_completion(self._close(chat, input, began, summary))
@@ -164,6 +164,14 @@ class ModelStepActivities:
         return await _to_completion(
             self._save_step(chat, input, began, accumulator, finish, publisher)
         )
+
+    async def _chat(
+        self, chat_id: uuid.UUID, input: StreamStepInput
+    ) -> tuple[ChatRecord | None, BeginTurnResult | None]:
+        """The chat; with `input.begin`, beginning the turn first."""
+        if input.begin:
+            return await self._edges.begin(chat_id, input.turn_id)
+        return await self._chats.get(chat_id), None
 
     async def _close(
         self,

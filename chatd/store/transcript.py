@@ -228,12 +228,25 @@ class TranscriptStore:
         )
         return [_stored(r) for r in rows]
 
-    async def for_model(self, chat_id: uuid.UUID) -> list[Message]:
-        """The messages the model sees: not compressed, in order."""
+    async def for_model(
+        self, chat_id: uuid.UUID, *, turn_message: uuid.UUID | None = None
+    ) -> list[Message]:
+        """The messages the model sees: not compressed, in order.
+
+        With `turn_message`, that queued message comes last if it is not in the transcript
+        yet: a turn's first step reads its context while it promotes the message. One
+        statement, so it sees the message exactly once, before or after the promotion.
+        """
         rows = await self._pool.fetch(
-            "SELECT role, parts, response_id FROM messages"
-            " WHERE chat_id = $1 AND NOT compressed ORDER BY id",
+            """SELECT role, parts, response_id FROM (
+                   SELECT id, role, parts, response_id FROM messages
+                   WHERE chat_id = $1 AND NOT compressed
+                   UNION ALL
+                   SELECT NULL, 'user', parts, NULL FROM queued_messages
+                   WHERE id = $2 AND chat_id = $1 AND promoted_at IS NULL
+               ) AS context ORDER BY id NULLS LAST""",
             chat_id,
+            turn_message,
         )
         return [
             Message(

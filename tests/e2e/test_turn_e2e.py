@@ -13,7 +13,7 @@ from temporalio.worker import Worker
 
 import api.turns
 from chatd.fake_provider.script import FakeResponse, FakeText, FakeToolCall, FakeUsage
-from chatd.parts import TextPart
+from chatd.parts import Message, TextPart
 from chatd.store.transcript import TranscriptStore
 from chatd.store.turns import TurnStore
 from chatd.tools.defaults import default_registry
@@ -206,6 +206,37 @@ async def test_a_turn_begun_by_several_callers_at_once_is_begun_once(stack: Stac
     dropped, _ = await transcript.enqueue(chat_id, [TextPart(text="never mind")], None)
     assert await transcript.drop_queued(chat_id, dropped.id)
     assert await turns.begin(chat_id, str(dropped.id)) is None
+
+
+async def test_a_first_steps_context_has_its_message_once_before_or_after_the_promotion(
+    stack: Stack,
+) -> None:
+    """The first step reads its context while it begins the turn: the turn's message must be
+    in it exactly once, last, whichever of the two commits first."""
+    chat = await stack.create_chat(model=_model())
+    chat_id = uuid.UUID(chat["id"])
+    transcript, turns = TranscriptStore(stack.pool), TurnStore(stack.pool)
+    earlier, _ = await transcript.enqueue(chat_id, [TextPart(text="earlier")], None)
+    await turns.begin(chat_id, str(earlier.id))
+    queued, _ = await transcript.enqueue(chat_id, [TextPart(text="now")], None)
+
+    def texts(context: list[Message]) -> list[str]:
+        return [p.text for m in context for p in m.parts if isinstance(p, TextPart)]
+
+    before = await transcript.for_model(chat_id, turn_message=queued.id)
+    assert texts(before) == ["earlier", "now"]
+    assert before[-1].role == "user"
+    assert texts(await transcript.for_model(chat_id)) == ["earlier"]
+    await turns.begin(chat_id, str(queued.id))
+    after = await transcript.for_model(chat_id, turn_message=queued.id)
+    assert texts(after) == ["earlier", "now"]
+    raced, _ = await transcript.enqueue(chat_id, [TextPart(text="raced")], None)
+    *contexts, began = await asyncio.gather(
+        *(transcript.for_model(chat_id, turn_message=raced.id) for _ in range(4)),
+        turns.begin(chat_id, str(raced.id)),
+    )
+    assert began is True
+    assert all(texts(c) == ["earlier", "now", "raced"] for c in contexts)
 
 
 async def test_a_late_or_repeated_finish_changes_nothing(stack: Stack) -> None:
