@@ -11,7 +11,7 @@ import asyncpg
 from chatd.models import ModelError
 from chatd.parts import Usage
 from chatd.store.chats import ChatStatus
-from chatd.store.events import Conn, append_events
+from chatd.store.events import NOTIFY_CHANNEL, Conn
 from chatd.store.transcript import promote_queued
 
 __all__ = ["TurnStore"]
@@ -79,15 +79,9 @@ class TurnStore:
         or after the next turn began) changes and publishes nothing. Returns the status it
         had, or None if nothing changed.
         """
-        async with self._pool.acquire() as conn, conn.transaction():
-            return await _write_status(
-                conn,
-                chat_id,
-                turn_id,
-                status,
-                last_error=last_error,
-                ending=True,
-            )
+        return await _write_status(
+            self._pool, chat_id, turn_id, status, last_error=last_error, ending=True
+        )
 
     async def set_status(
         self,
@@ -99,19 +93,55 @@ class TurnStore:
         action_expires_at: datetime | None = None,
     ) -> None:
         """Move the chat to `status` within its turn (requires_action and back); publish it."""
-        async with self._pool.acquire() as conn, conn.transaction():
-            await _write_status(
-                conn,
-                chat_id,
-                turn_id,
-                status,
-                pending_tool_calls=pending_tool_calls,
-                action_expires_at=action_expires_at,
-            )
+        await _write_status(
+            self._pool,
+            chat_id,
+            turn_id,
+            status,
+            pending_tool_calls=pending_tool_calls,
+            action_expires_at=action_expires_at,
+        )
+
+
+# One statement, atomic on its own: the status change, the events before it and its own
+# `status` event (numbered as `events.append_events` numbers them), and the notification.
+_WRITE_STATUS = """
+WITH c AS (
+    UPDATE chats SET
+        status = $2,
+        last_error = CASE WHEN $3::jsonb IS NOT NULL THEN $3::jsonb
+                          WHEN $4 THEN NULL ELSE last_error END,
+        pending_tool_calls = $5,
+        action_expires_at = $6,
+        usage = CASE WHEN $7 THEN ({usage_sum}) ELSE usage END,
+        updated_at = now(),
+        last_event_seq = chats.last_event_seq + cardinality($9::text[]) + 1
+    FROM (SELECT status AS status FROM chats WHERE id = $1 FOR UPDATE) AS before
+    WHERE id = $1 {guard}
+    RETURNING before.status AS previous, chats.last_event_seq,
+              CASE WHEN $7 THEN ({usage_sum} AND turn_id = $8) END AS turn_usage
+), events AS (
+    SELECT t.e, t.d, t.n FROM unnest($9::text[], $10::jsonb[]) WITH ORDINALITY AS t(e, d, n)
+    UNION ALL
+    SELECT 'status',
+           jsonb_build_object('status', $2::text, 'turn_id', $8::text)
+             || CASE WHEN $7 THEN jsonb_build_object('usage', c.turn_usage) ELSE '{{}}' END,
+           cardinality($9::text[]) + 1
+    FROM c
+), ins AS (
+    INSERT INTO chat_events (chat_id, seq, event, data)
+    SELECT $1, c.last_event_seq - cardinality($9::text[]) - 1 + events.n, events.e, events.d
+    FROM c, events
+)
+SELECT c.previous
+FROM c, LATERAL (SELECT pg_notify($11, $1::text || ':' || c.last_event_seq)) AS notified
+"""
+_STATUS_IN_TURN = _WRITE_STATUS.format(usage_sum=_USAGE_SUM, guard=_IN_TURN)
+_STATUS_ANY_TIME = _WRITE_STATUS.format(usage_sum=_USAGE_SUM, guard="")
 
 
 async def _write_status(
-    conn: Conn,
+    conn: Conn | asyncpg.Pool,
     chat_id: uuid.UUID,
     turn_id: str,
     status: ChatStatus,
@@ -123,26 +153,19 @@ async def _write_status(
     events_before: list[tuple[str, dict[str, Any]]] | None = None,
     ending: bool = False,
 ) -> ChatStatus | None:
-    """The status change and its events (after `events_before`) in the caller's transaction.
+    """The status change, `events_before` and its `status` event: one statement (atomic on
+    its own; inside the caller's transaction, if any).
 
     `ending` the turn: only while the chat runs turn `turn_id` and no later turn began, with
-    the chat's usage recounted and the turn's reported. Returns the status it had (None if
-    the chat is gone, or nothing changed).
+    the chat's usage recounted and the turn's reported in the event. Returns the status it
+    had (None if the chat is gone, or nothing changed).
     """
-    guard = _IN_TURN if ending else ""
-    changed = await conn.fetchrow(
-        f"""UPDATE chats SET
-             status = $2,
-             last_error = CASE WHEN $3::jsonb IS NOT NULL THEN $3::jsonb
-                               WHEN $4 THEN NULL ELSE last_error END,
-             pending_tool_calls = $5,
-             action_expires_at = $6,
-             usage = CASE WHEN $7 THEN ({_USAGE_SUM}) ELSE usage END,
-             updated_at = now()
-           FROM (SELECT status AS status FROM chats WHERE id = $1 FOR UPDATE) AS before
-           WHERE id = $1 {guard}
-           RETURNING before.status,
-                     CASE WHEN $7 THEN ({_USAGE_SUM} AND turn_id = $8) END AS turn_usage""",
+    # The error comes first so a client that stops at the status has seen it.
+    events = list(events_before or [])
+    if last_error is not None:
+        events.append(("error", last_error.model_dump()))
+    previous: ChatStatus | None = await conn.fetchval(
+        _STATUS_IN_TURN if ending else _STATUS_ANY_TIME,
         chat_id,
         status,
         last_error.model_dump() if last_error else None,
@@ -151,17 +174,8 @@ async def _write_status(
         action_expires_at,
         ending,
         turn_id,
+        [name for name, _ in events],
+        [data for _, data in events],
+        NOTIFY_CHANNEL,
     )
-    if changed is None:
-        return None
-    # The error comes first so a client that stops at the status has seen it.
-    events = list(events_before or [])
-    if last_error is not None:
-        events.append(("error", last_error.model_dump()))
-    event: dict[str, Any] = {"status": status, "turn_id": turn_id}
-    if ending:  # say what the turn cost
-        event["usage"] = changed["turn_usage"]
-    events.append(("status", event))
-    await append_events(conn, chat_id, events)
-    previous: ChatStatus = changed["status"]
     return previous
