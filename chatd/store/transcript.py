@@ -21,7 +21,8 @@ __all__ = [
     "QueuedMessage",
     "StoredMessage",
     "TranscriptStore",
-    "promote_queued",
+    "message_event",
+    "user_message_event_sql",
 ]
 
 _parts_adapter: TypeAdapter[list[Part]] = TypeAdapter(list[Part])
@@ -59,6 +60,27 @@ def _stored(row: asyncpg.Record) -> StoredMessage:
 def message_event(message: StoredMessage) -> tuple[str, dict[str, Any]]:
     """The `message` stream event for a persisted message."""
     return ("message", message.for_client().model_dump(mode="json", exclude_none=True))
+
+
+_ISO_UTC = """to_char({ts} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS')
+    || CASE WHEN date_part('microseconds', {ts})::bigint % 1000000 = 0 THEN ''
+            ELSE to_char({ts} AT TIME ZONE 'UTC', '.US') END || 'Z'"""
+"""A timestamp as pydantic writes it in JSON (microseconds only when there are any)."""
+
+
+def user_message_event_sql(row: str) -> str:
+    """`message_event`'s data as SQL over the `messages` row `row` of a user message (no
+    usage), for a statement that writes the message and publishes it at once. A test keeps
+    the two the same."""
+    parts = (
+        "SELECT coalesce(jsonb_agg(p - 'signature' - 'provider_data' ORDER BY i), '[]')"
+        f" FROM jsonb_array_elements({row}.parts) WITH ORDINALITY AS x(p, i)"
+    )
+    created_at = _ISO_UTC.format(ts=f"{row}.created_at")
+    return (
+        f"jsonb_build_object('id', {row}.id, 'turn_id', {row}.turn_id, 'role', {row}.role,"
+        f" 'parts', ({parts}), 'compressed', {row}.compressed, 'created_at', {created_at})"
+    )
 
 
 class TranscriptStore:
@@ -291,34 +313,6 @@ class NewMessage(NamedTuple):
     parts: list[Part]
     usage: Usage | None = None
     response_id: str | None = None
-
-
-async def promote_queued(
-    conn: Conn, chat_id: uuid.UUID, queued_id: uuid.UUID
-) -> tuple[StoredMessage, list[tuple[str, dict[str, Any]]]] | None:
-    """Move a queued message into the transcript as the user message of turn `queued_id`.
-
-    Returns the message and the events that publish it (for the caller's transaction), or
-    None if this call did not move it: moved before (also by a concurrent call: the row lock
-    serialises them), or deleted. The message's `turn_id` is the queued id, so its step key
-    is stable across retries.
-    """
-    row = await conn.fetchrow(
-        """WITH queued AS (
-               UPDATE queued_messages SET promoted_at = now()
-               WHERE id = $2 AND chat_id = $1 AND promoted_at IS NULL RETURNING parts
-           )
-           INSERT INTO messages (chat_id, turn_id, step_key, role, parts)
-           SELECT $1, $3, $4, 'user', parts FROM queued RETURNING *""",
-        chat_id,
-        queued_id,
-        str(queued_id),
-        f"{queued_id}:user",
-    )
-    if row is None:
-        return None
-    message = _stored(row)
-    return message, [message_event(message), _queue_event()]
 
 
 async def _save(

@@ -1,4 +1,4 @@
-"""Chat status transitions of a turn, each with its `status` event in one transaction."""
+"""Chat status transitions of a turn, each with its `status` event in one statement."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import asyncpg
 from chatd.models import ModelError
 from chatd.parts import Usage
 from chatd.store.chats import ChatStatus
-from chatd.store.events import NOTIFY_CHANNEL, Conn
-from chatd.store.transcript import promote_queued
+from chatd.store.events import NOTIFY_CHANNEL
+from chatd.store.transcript import user_message_event_sql
 
 __all__ = ["TurnStore"]
 
@@ -29,10 +29,40 @@ _IN_TURN = """
         SELECT 1 FROM queued_messages later
         WHERE later.chat_id = $1
           AND later.promoted_at > (
-              SELECT promoted_at FROM queued_messages WHERE id = $8::text::uuid
+              SELECT promoted_at FROM queued_messages WHERE id = $7::text::uuid
           )
     )"""
-"""The chat is still in turn $8: running it, and no message promoted after its own."""
+"""The chat is still in turn $7: running it, and no message promoted after its own."""
+
+
+# Beginning turn $3 (queued message $2): move the message into the transcript, mark the chat
+# running, publish the message, the queue change and the status, and notify. One statement:
+# a concurrent begin waits on the queued row's lock, then finds it promoted and does nothing.
+_BEGIN = f"""
+WITH queued AS (
+    UPDATE queued_messages SET promoted_at = now()
+    WHERE id = $2 AND chat_id = $1 AND promoted_at IS NULL RETURNING parts
+), m AS (
+    INSERT INTO messages (chat_id, turn_id, step_key, role, parts)
+    SELECT $1, $3, $3 || ':user', 'user', parts FROM queued RETURNING *
+), c AS (
+    UPDATE chats SET status = 'running', last_error = NULL, pending_tool_calls = NULL,
+                     action_expires_at = NULL, updated_at = now(),
+                     last_event_seq = last_event_seq + 3
+    FROM m WHERE chats.id = $1
+    RETURNING chats.last_event_seq
+), ins AS (
+    INSERT INTO chat_events (chat_id, seq, event, data)
+    SELECT $1, c.last_event_seq - 3 + e.n, e.event, e.data
+    FROM c, m, LATERAL (VALUES
+        (1, 'message', {user_message_event_sql("m")}),
+        (2, 'queue', '{{}}'::jsonb),
+        (3, 'status', jsonb_build_object('status', 'running', 'turn_id', $3::text))
+    ) AS e(n, event, data)
+)
+SELECT EXISTS (SELECT 1 FROM m) AS promoted,
+       (SELECT pg_notify($4, $1::text || ':' || last_event_seq) FROM c) AS notified
+"""
 
 
 class TurnStore:
@@ -42,28 +72,21 @@ class TurnStore:
         self._pool = pool
 
     async def begin(self, chat_id: uuid.UUID, turn_id: str) -> bool | None:
-        """Promote the turn's queued message and mark the chat running, in one transaction.
+        """Promote the turn's queued message and mark the chat running, in one statement.
 
         Idempotent and safe to race (the gateway that started the turn and the turn's first
         step both call it): only the call that promotes the message writes the status. True
         if this call began the turn, False if it had begun, None if its message was deleted.
         """
         queued_id = uuid.UUID(turn_id)
-        async with self._pool.acquire() as conn, conn.transaction():
-            promoted = await promote_queued(conn, chat_id, queued_id)
-            if promoted is None:  # promoted before (False), or deleted (None)
-                promoted_before = await conn.fetchval(
-                    "SELECT promoted_at IS NOT NULL FROM queued_messages"
-                    " WHERE id = $1 AND chat_id = $2",
-                    queued_id,
-                    chat_id,
-                )
-                return False if promoted_before else None
-            _, events = promoted
-            await _write_status(
-                conn, chat_id, turn_id, "running", clear_error=True, events_before=events
-            )
+        if await self._pool.fetchval(_BEGIN, chat_id, queued_id, turn_id, NOTIFY_CHANNEL):
             return True
+        promoted_before = await self._pool.fetchval(
+            "SELECT promoted_at IS NOT NULL FROM queued_messages WHERE id = $1 AND chat_id = $2",
+            queued_id,
+            chat_id,
+        )
+        return False if promoted_before else None
 
     async def finish(
         self,
@@ -103,79 +126,68 @@ class TurnStore:
         )
 
 
-# One statement, atomic on its own: the status change, the events before it and its own
-# `status` event (numbered as `events.append_events` numbers them), and the notification.
+# One statement: the status change, the error event (if any) and the `status` event, numbered
+# as `events.append_events` numbers events, and the notification.
 _WRITE_STATUS = """
 WITH c AS (
     UPDATE chats SET
         status = $2,
-        last_error = CASE WHEN $3::jsonb IS NOT NULL THEN $3::jsonb
-                          WHEN $4 THEN NULL ELSE last_error END,
-        pending_tool_calls = $5,
-        action_expires_at = $6,
-        usage = CASE WHEN $7 THEN ({usage_sum}) ELSE usage END,
+        last_error = coalesce($3::jsonb, last_error),
+        pending_tool_calls = $4,
+        action_expires_at = $5,
+        usage = CASE WHEN $6 THEN ({usage_sum}) ELSE usage END,
         updated_at = now(),
-        last_event_seq = chats.last_event_seq + cardinality($9::text[]) + 1
+        last_event_seq = chats.last_event_seq + 1 + ($3::jsonb IS NOT NULL)::int
     FROM (SELECT status AS status FROM chats WHERE id = $1 FOR UPDATE) AS before
     WHERE id = $1 {guard}
     RETURNING before.status AS previous, chats.last_event_seq,
-              CASE WHEN $7 THEN ({usage_sum} AND turn_id = $8) END AS turn_usage
+              CASE WHEN $6 THEN ({usage_sum} AND turn_id = $7) END AS turn_usage
 ), events AS (
-    SELECT t.e, t.d, t.n FROM unnest($9::text[], $10::jsonb[]) WITH ORDINALITY AS t(e, d, n)
+    SELECT 'error' AS event, $3::jsonb AS data, 0 AS back FROM c WHERE $3::jsonb IS NOT NULL
     UNION ALL
     SELECT 'status',
-           jsonb_build_object('status', $2::text, 'turn_id', $8::text)
-             || CASE WHEN $7 THEN jsonb_build_object('usage', c.turn_usage) ELSE '{{}}' END,
-           cardinality($9::text[]) + 1
+           jsonb_build_object('status', $2::text, 'turn_id', $7::text)
+             || CASE WHEN $6 THEN jsonb_build_object('usage', c.turn_usage) ELSE '{{}}' END,
+           1
     FROM c
 ), ins AS (
     INSERT INTO chat_events (chat_id, seq, event, data)
-    SELECT $1, c.last_event_seq - cardinality($9::text[]) - 1 + events.n, events.e, events.d
-    FROM c, events
+    SELECT $1, c.last_event_seq - 1 + events.back, events.event, events.data FROM c, events
 )
 SELECT c.previous
-FROM c, LATERAL (SELECT pg_notify($11, $1::text || ':' || c.last_event_seq)) AS notified
+FROM c, LATERAL (SELECT pg_notify($8, $1::text || ':' || c.last_event_seq)) AS notified
 """
 _STATUS_IN_TURN = _WRITE_STATUS.format(usage_sum=_USAGE_SUM, guard=_IN_TURN)
 _STATUS_ANY_TIME = _WRITE_STATUS.format(usage_sum=_USAGE_SUM, guard="")
 
 
 async def _write_status(
-    conn: Conn | asyncpg.Pool,
+    pool: asyncpg.Pool,
     chat_id: uuid.UUID,
     turn_id: str,
     status: ChatStatus,
     *,
     last_error: ModelError | None = None,
-    clear_error: bool = False,
     pending_tool_calls: list[dict[str, Any]] | None = None,
     action_expires_at: datetime | None = None,
-    events_before: list[tuple[str, dict[str, Any]]] | None = None,
     ending: bool = False,
 ) -> ChatStatus | None:
-    """The status change, `events_before` and its `status` event: one statement (atomic on
-    its own; inside the caller's transaction, if any).
+    """The status change with its events (the error first, so a client that stops at the
+    status has seen it).
 
     `ending` the turn: only while the chat runs turn `turn_id` and no later turn began, with
     the chat's usage recounted and the turn's reported in the event. Returns the status it
     had (None if the chat is gone, or nothing changed).
     """
-    # The error comes first so a client that stops at the status has seen it.
-    events = list(events_before or [])
-    if last_error is not None:
-        events.append(("error", last_error.model_dump()))
-    previous: ChatStatus | None = await conn.fetchval(
+    previous: ChatStatus | None = await pool.fetchval(
         _STATUS_IN_TURN if ending else _STATUS_ANY_TIME,
         chat_id,
         status,
         last_error.model_dump() if last_error else None,
-        clear_error,
         pending_tool_calls,
         action_expires_at,
         ending,
         turn_id,
-        [name for name, _ in events],
-        [data for _, data in events],
         NOTIFY_CHANNEL,
     )
     return previous

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +15,8 @@ from temporalio.worker import Worker
 
 import api.turns
 from chatd.fake_provider.script import FakeResponse, FakeText, FakeToolCall, FakeUsage
-from chatd.parts import Message, TextPart
-from chatd.store.transcript import TranscriptStore
+from chatd.parts import Message, Part, ReasoningPart, TextPart
+from chatd.store.transcript import TranscriptStore, message_event, user_message_event_sql
 from chatd.store.turns import TurnStore
 from chatd.tools.defaults import default_registry
 from workers.worker import WorkerConfig, build_worker
@@ -237,6 +239,42 @@ async def test_a_first_steps_context_has_its_message_once_before_or_after_the_pr
     )
     assert began is True
     assert all(texts(c) == ["earlier", "now", "raced"] for c in contexts)
+
+
+async def test_a_begun_turns_message_event_is_the_one_python_writes(stack: Stack) -> None:
+    """Beginning a turn builds the user message's `message` event in SQL: it must be what
+    `message_event` makes of the stored message, down to the timestamp's text."""
+    chat = await stack.create_chat(model=_model())
+    chat_id = uuid.UUID(chat["id"])
+    transcript, turns = TranscriptStore(stack.pool), TurnStore(stack.pool)
+    parts: list[Part] = [
+        TextPart(text="look"),
+        ReasoningPart(text="a thought", signature="sig", provider_data={"x": 1}),
+    ]
+    queued, _ = await transcript.enqueue(chat_id, parts, None)
+    assert await turns.begin(chat_id, str(queued.id))
+    [stored] = await transcript.page(chat_id, after_id=0, limit=10)
+    published = await stack.pool.fetchval(
+        "SELECT data FROM chat_events WHERE chat_id = $1 AND event = 'message'", chat_id
+    )
+    assert published == message_event(stored)[1]
+    assert "signature" not in json.dumps(published)
+    for created_at in (
+        datetime(2026, 11, 26, 7, 15, 3, 0, tzinfo=UTC),
+        datetime(2026, 11, 26, 7, 15, 3, 120000, tzinfo=UTC),
+        datetime(2026, 1, 2, 3, 4, 5, 7, tzinfo=timezone(timedelta(hours=5))),
+    ):
+        # As read back: asyncpg gives timestamptz values in UTC.
+        row = stored.model_copy(update={"created_at": created_at.astimezone(UTC), "parts": []})
+        built = await stack.pool.fetchval(
+            f"SELECT {user_message_event_sql('m')} FROM (SELECT $1::bigint AS id,"
+            " $2::text AS turn_id, 'user'::text AS role, '[]'::jsonb AS parts,"
+            " false AS compressed, $3::timestamptz AS created_at) AS m",
+            row.id,
+            row.turn_id,
+            created_at,
+        )
+        assert built == message_event(row)[1]
 
 
 async def test_a_late_or_repeated_finish_changes_nothing(stack: Stack) -> None:
