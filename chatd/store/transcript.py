@@ -7,14 +7,14 @@ that returns the existing row; the `message` event is appended in the same trans
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 import asyncpg
 from pydantic import BaseModel, TypeAdapter
 
 from chatd.parts import Message, Part, Role, ToolResultPart, Usage, without_provider_metadata
-from chatd.store.events import Conn, append_events
+from chatd.store.events import NOTIFY_CHANNEL, Conn, append_events
 
 __all__ = [
     "NewMessage",
@@ -168,14 +168,13 @@ class TranscriptStore:
         extra_events: list[tuple[str, dict[str, Any]]] | None = None,
     ) -> StoredMessage:
         """Persist a message once; a retry with the same key returns the existing row."""
-        async with self._pool.acquire() as conn, conn.transaction():
-            return await _save(
-                conn,
-                chat_id,
-                turn_id,
-                NewMessage(step_key, role, parts, usage, response_id),
-                extra_events,
-            )
+        return await _save(
+            self._pool,
+            chat_id,
+            turn_id,
+            NewMessage(step_key, role, parts, usage, response_id),
+            extra_events,
+        )
 
     async def save_step(
         self, chat_id: uuid.UUID, *, turn_id: str, messages: list[NewMessage]
@@ -315,18 +314,56 @@ class NewMessage(NamedTuple):
     response_id: str | None = None
 
 
+_CREATED_AT = _ISO_UTC.format(ts="m.created_at")
+# One statement, atomic on its own: insert the message unless its step key is taken, and
+# only then publish the events before it and its `message` event (given with a stand-in id
+# and time; the row's replace them), numbered as `events.append_events` numbers events.
+_SAVE = f"""
+WITH m AS (
+    INSERT INTO messages (chat_id, turn_id, step_key, role, parts, usage, response_id)
+    VALUES ($1, $2, $3, $4, $5, $6, $7)
+    ON CONFLICT (chat_id, step_key) DO NOTHING RETURNING *
+), c AS (
+    UPDATE chats SET last_event_seq = last_event_seq + cardinality($8::text[]) + 1
+    FROM m WHERE chats.id = $1
+    RETURNING chats.last_event_seq
+), events AS (
+    SELECT t.e, t.d, t.n FROM unnest($8::text[], $9::jsonb[]) WITH ORDINALITY AS t(e, d, n)
+    UNION ALL
+    SELECT 'message',
+           $10::jsonb || jsonb_build_object('id', m.id, 'created_at', {_CREATED_AT}),
+           cardinality($8::text[]) + 1
+    FROM m
+), ins AS (
+    INSERT INTO chat_events (chat_id, seq, event, data)
+    SELECT $1, c.last_event_seq - cardinality($8::text[]) - 1 + events.n, events.e, events.d
+    FROM c, events
+)
+SELECT m.*, (SELECT pg_notify($11, $1::text || ':' || last_event_seq) FROM c) AS notified
+FROM m
+"""
+
+
 async def _save(
-    conn: Conn,
+    conn: Conn | asyncpg.Pool,
     chat_id: uuid.UUID,
     turn_id: str,
     new: NewMessage,
     extra_events: list[tuple[str, dict[str, Any]]] | None,
 ) -> StoredMessage:
     key = f"{turn_id}:{new.step_key}"
+    events = extra_events or []
+    stand_in = StoredMessage(
+        id=0,
+        turn_id=turn_id,
+        role=new.role,
+        parts=new.parts,
+        compressed=False,
+        usage=new.usage,
+        created_at=datetime.now(UTC),
+    )
     row = await conn.fetchrow(
-        """INSERT INTO messages (chat_id, turn_id, step_key, role, parts, usage, response_id)
-           VALUES ($1, $2, $3, $4, $5, $6, $7)
-           ON CONFLICT (chat_id, step_key) DO NOTHING RETURNING *""",
+        _SAVE,
         chat_id,
         turn_id,
         key,
@@ -334,6 +371,10 @@ async def _save(
         [p.model_dump(exclude_none=True) for p in new.parts],
         new.usage.model_dump() if new.usage else None,
         new.response_id,
+        [name for name, _ in events],
+        [data for _, data in events],
+        message_event(stand_in)[1],
+        NOTIFY_CHANNEL,
     )
     if row is None:
         existing = await conn.fetchrow(
@@ -341,9 +382,7 @@ async def _save(
         )
         assert existing is not None
         return _stored(existing)
-    message = _stored(row)
-    await append_events(conn, chat_id, [*(extra_events or []), message_event(message)])
-    return message
+    return _stored(row)
 
 
 def _queue_event() -> tuple[str, dict[str, Any]]:

@@ -15,7 +15,7 @@ from temporalio.worker import Worker
 
 import api.turns
 from chatd.fake_provider.script import FakeResponse, FakeText, FakeToolCall, FakeUsage
-from chatd.parts import Message, Part, ReasoningPart, TextPart
+from chatd.parts import Message, Part, ReasoningPart, TextPart, Usage
 from chatd.store.transcript import TranscriptStore, message_event, user_message_event_sql
 from chatd.store.turns import TurnStore
 from chatd.tools.defaults import default_registry
@@ -241,9 +241,10 @@ async def test_a_first_steps_context_has_its_message_once_before_or_after_the_pr
     assert all(texts(c) == ["earlier", "now", "raced"] for c in contexts)
 
 
-async def test_a_begun_turns_message_event_is_the_one_python_writes(stack: Stack) -> None:
-    """Beginning a turn builds the user message's `message` event in SQL: it must be what
-    `message_event` makes of the stored message, down to the timestamp's text."""
+async def test_message_events_finished_in_sql_are_the_ones_python_writes(stack: Stack) -> None:
+    """Beginning a turn builds the user message's `message` event in SQL, and saving a step
+    sets its event's id and time there: each must be what `message_event` makes of the
+    stored message, down to the timestamp's text."""
     chat = await stack.create_chat(model=_model())
     chat_id = uuid.UUID(chat["id"])
     transcript, turns = TranscriptStore(stack.pool), TurnStore(stack.pool)
@@ -259,6 +260,26 @@ async def test_a_begun_turns_message_event_is_the_one_python_writes(stack: Stack
     )
     assert published == message_event(stored)[1]
     assert "signature" not in json.dumps(published)
+    step = await transcript.save(
+        chat_id,
+        turn_id=str(queued.id),
+        step_key="step-0",
+        role="assistant",
+        parts=[ReasoningPart(text="hmm", signature="sig"), TextPart(text="answer")],
+        usage=Usage(input_tokens=3, output_tokens=2),
+    )
+    again = await transcript.save(
+        chat_id, turn_id=str(queued.id), step_key="step-0", role="assistant", parts=[]
+    )
+    assert again == step  # a retried save returns the first one and publishes nothing
+    published_events = await stack.pool.fetch(
+        "SELECT data FROM chat_events WHERE chat_id = $1 AND event = 'message' ORDER BY seq",
+        chat_id,
+    )
+    assert [e["data"] for e in published_events] == [
+        message_event(stored)[1],
+        message_event(step)[1],
+    ]
     for created_at in (
         datetime(2026, 11, 26, 7, 15, 3, 0, tzinfo=UTC),
         datetime(2026, 11, 26, 7, 15, 3, 120000, tzinfo=UTC),
