@@ -6,7 +6,6 @@ compact -> generate ... -> finish, then continue-as-new into the next queued mes
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import timedelta
 
 from temporalio import workflow
@@ -23,6 +22,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.decide import (
         MAX_COMPACTIONS_PER_TURN,
         STEPS_PER_RUN,
+        Compactions,
         StepOutcome,
         after_step,
         over_threshold,
@@ -53,16 +53,6 @@ _IDLE_START_TIMEOUT = timedelta(minutes=1)
 _EXPIRED = ModelError(
     message="no tool results were submitted before the wait expired", kind="timeout"
 )
-
-
-@dataclass
-class _Compactions:
-    """Compaction bookkeeping of one turn."""
-
-    count: int = 0
-    just_compacted: bool = False
-    for_overflow: bool = False
-    """A provider context_exceeded error already got its compaction."""
 
 
 @workflow.defn(name="ChatTurn")
@@ -207,7 +197,7 @@ class ChatTurn:
         """
         plan = resume.plan if resume is not None else None
         first_step = step = resume.next_step if resume is not None else 0
-        compactions = _Compactions(count=resume.compactions if resume is not None else 0)
+        compactions = Compactions(count=resume.compactions if resume is not None else 0)
         if plan is None:  # a new turn; its title is made alongside its first step
             self._controls.show_status("running")
             if self._untitled:
@@ -242,7 +232,7 @@ class ChatTurn:
             await self._finish(turn_id, error)
 
     async def _after_model_step(
-        self, plan: TurnPlan, step: int, result: StreamStepResult, compactions: _Compactions
+        self, plan: TurnPlan, step: int, result: StreamStepResult, compactions: Compactions
     ) -> tuple[bool, ModelError | None]:
         """Tools, then maybe a compaction: whether another step follows, and any turn error."""
         outcome = await self._tools(plan, step, result)
@@ -289,7 +279,7 @@ class ChatTurn:
         return await tools.run(result.tool_calls)
 
     @staticmethod
-    def _compacts_overflow(error: ModelError | None, compactions: _Compactions) -> bool:
+    def _compacts_overflow(error: ModelError | None, compactions: Compactions) -> bool:
         """A provider context_exceeded error gets one compaction and one retry."""
         if error is None or error.kind != "context_exceeded" or compactions.for_overflow:
             return False
@@ -299,7 +289,7 @@ class ChatTurn:
         return True
 
     async def _compact(
-        self, plan: TurnPlan, step: int, compactions: _Compactions
+        self, plan: TurnPlan, step: int, compactions: Compactions
     ) -> ModelError | None:
         """Summarise the context; an error if even the summary doesn't fit."""
         result = await workflow.execute_activity_method(

@@ -5,6 +5,7 @@ No I/O and no Temporal imports, so it is unit-tested without a server.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
@@ -17,6 +18,7 @@ __all__ = [
     "INTERRUPTED_RESULT",
     "MAX_COMPACTIONS_PER_TURN",
     "STEPS_PER_RUN",
+    "Compactions",
     "NextMove",
     "StepOutcome",
     "after_step",
@@ -38,6 +40,18 @@ DEFAULT_MAX_MODEL_ATTEMPTS = 25
 MAX_COMPACTIONS_PER_TURN = 3
 STEPS_PER_RUN = 100
 """A long turn continues as a new run after this many steps (or when Temporal suggests)."""
+
+
+@dataclass
+class Compactions:
+    """Compaction bookkeeping of one turn (defined here, not in the workflow's module: the
+    sandbox runs that module anew for every run, and a dataclass takes a while to make)."""
+
+    count: int = 0
+    just_compacted: bool = False
+    for_overflow: bool = False
+    """A provider context_exceeded error already got its compaction."""
+
 
 StepOutcome = Literal["finished", "continue", "stop", "interrupted", "expired"]
 """How a step's tool phase ended: no calls, calls answered, stop-after, interrupt, expiry."""
