@@ -1,7 +1,7 @@
 """The transcript: persisted messages, queued user messages and staged tool results.
 
 Every write is keyed by `step_key` (turn, step, kind) so a retried activity is a no-op
-that returns the existing row; the `message` event is appended in the same transaction.
+that returns the existing row; the `message` event is appended in the same statement.
 """
 
 from __future__ import annotations
