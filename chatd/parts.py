@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
+    "INTERNAL_FIELDS",
     "FilePart",
     "Message",
     "Part",
@@ -136,12 +137,13 @@ class Usage(BaseModel):
         )
 
 
-_INTERNAL_FIELDS = ("signature", "provider_data")
+INTERNAL_FIELDS = ("signature", "provider_data")
+"""Part fields that go back to the provider but never to clients."""
 
 
 def without_provider_metadata(part: Part) -> Part:
     """The part as clients see it: no signatures or opaque provider payloads."""
-    internal = {f: None for f in _INTERNAL_FIELDS if getattr(part, f, None) is not None}
+    internal = {f: None for f in INTERNAL_FIELDS if getattr(part, f, None) is not None}
     return part.model_copy(update=internal) if internal else part
 
 

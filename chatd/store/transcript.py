@@ -13,7 +13,15 @@ from typing import Any, NamedTuple
 import asyncpg
 from pydantic import BaseModel, TypeAdapter
 
-from chatd.parts import Message, Part, Role, ToolResultPart, Usage, without_provider_metadata
+from chatd.parts import (
+    INTERNAL_FIELDS,
+    Message,
+    Part,
+    Role,
+    ToolResultPart,
+    Usage,
+    without_provider_metadata,
+)
 from chatd.store.events import NOTIFY_CHANNEL, Conn, append_events
 
 __all__ = [
@@ -63,7 +71,8 @@ def message_event(message: StoredMessage) -> tuple[str, dict[str, Any]]:
 
 
 _ISO_UTC = """to_char({ts} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS')
-    || CASE WHEN date_part('microseconds', {ts})::bigint % 1000000 = 0 THEN ''
+    || CASE WHEN date_part('microseconds', {ts} AT TIME ZONE 'UTC')::bigint % 1000000 = 0
+            THEN ''
             ELSE to_char({ts} AT TIME ZONE 'UTC', '.US') END || 'Z'"""
 """A timestamp as pydantic writes it in JSON (microseconds only when there are any)."""
 
@@ -72,8 +81,9 @@ def user_message_event_sql(row: str) -> str:
     """`message_event`'s data as SQL over the `messages` row `row` of a user message (no
     usage), for a statement that writes the message and publishes it at once. A test keeps
     the two the same."""
+    internal = "".join(f" - '{field}'" for field in INTERNAL_FIELDS)
     parts = (
-        "SELECT coalesce(jsonb_agg(p - 'signature' - 'provider_data' ORDER BY i), '[]')"
+        f"SELECT coalesce(jsonb_agg(p{internal} ORDER BY i), '[]')"
         f" FROM jsonb_array_elements({row}.parts) WITH ORDINALITY AS x(p, i)"
     )
     created_at = _ISO_UTC.format(ts=f"{row}.created_at")

@@ -25,6 +25,7 @@ _USAGE_SUM = f"SELECT jsonb_build_object({_USAGE_FIELDS}) FROM messages WHERE ch
 
 _IN_TURN = """
     AND before.status IN ('running', 'requires_action')
+    AND coalesce(before.turn_id, $7) = $7
     AND NOT EXISTS (
         SELECT 1 FROM queued_messages later
         WHERE later.chat_id = $1
@@ -32,7 +33,8 @@ _IN_TURN = """
               SELECT promoted_at FROM queued_messages WHERE id = $7::text::uuid
           )
     )"""
-"""The chat is still in turn $7: running it, and no message promoted after its own."""
+"""The chat is still in turn $7: running it (the locked, newest row says so), and no message
+promoted after its own (for turns begun before `chats.turn_id` was kept)."""
 
 
 # Beginning turn $3 (queued message $2): move the message into the transcript, mark the chat
@@ -46,7 +48,7 @@ WITH queued AS (
     INSERT INTO messages (chat_id, turn_id, step_key, role, parts)
     SELECT $1, $3, $3 || ':user', 'user', parts FROM queued RETURNING *
 ), c AS (
-    UPDATE chats SET status = 'running', last_error = NULL, pending_tool_calls = NULL,
+    UPDATE chats SET status = 'running', turn_id = $3, last_error = NULL, pending_tool_calls = NULL,
                      action_expires_at = NULL, updated_at = now(),
                      last_event_seq = last_event_seq + 3
     FROM m WHERE chats.id = $1
@@ -79,7 +81,7 @@ class TurnStore:
         if this call began the turn, False if it had begun, None if its message was deleted.
         """
         queued_id = uuid.UUID(turn_id)
-        if await self._pool.fetchval(_BEGIN, chat_id, queued_id, turn_id, NOTIFY_CHANNEL):
+        if await self._pool.fetchval(_BEGIN, chat_id, queued_id, str(queued_id), NOTIFY_CHANNEL):
             return True
         promoted_before = await self._pool.fetchval(
             "SELECT promoted_at IS NOT NULL FROM queued_messages WHERE id = $1 AND chat_id = $2",
@@ -138,7 +140,7 @@ WITH c AS (
         usage = CASE WHEN $6 THEN ({usage_sum}) ELSE usage END,
         updated_at = now(),
         last_event_seq = chats.last_event_seq + 1 + ($3::jsonb IS NOT NULL)::int
-    FROM (SELECT status AS status FROM chats WHERE id = $1 FOR UPDATE) AS before
+    FROM (SELECT status, turn_id FROM chats WHERE id = $1 FOR UPDATE) AS before
     WHERE id = $1 {guard}
     RETURNING before.status AS previous, chats.last_event_seq,
               CASE WHEN $6 THEN ({usage_sum} AND turn_id = $7) END AS turn_usage

@@ -15,6 +15,7 @@ from temporalio.worker import Worker
 
 import api.turns
 from chatd.fake_provider.script import FakeResponse, FakeText, FakeToolCall, FakeUsage
+from chatd.models import ModelError
 from chatd.parts import Message, Part, ReasoningPart, TextPart, Usage
 from chatd.store.transcript import TranscriptStore, message_event, user_message_event_sql
 from chatd.store.turns import TurnStore
@@ -280,6 +281,15 @@ async def test_message_events_finished_in_sql_are_the_ones_python_writes(stack: 
         message_event(stored)[1],
         message_event(step)[1],
     ]
+    assert await turns.finish(
+        chat_id, str(queued.id), "error", last_error=ModelError(message="boom", kind="generic")
+    )
+    numbered = await stack.pool.fetch(
+        "SELECT seq, event FROM chat_events WHERE chat_id = $1 ORDER BY seq", chat_id
+    )
+    assert [(r["seq"], r["event"]) for r in numbered] == list(
+        enumerate(["message", "queue", "status", "message", "error", "status"], start=1)
+    )
     for created_at in (
         datetime(2026, 11, 26, 7, 15, 3, 0, tzinfo=UTC),
         datetime(2026, 11, 26, 7, 15, 3, 120000, tzinfo=UTC),
@@ -311,6 +321,15 @@ async def test_a_late_or_repeated_finish_changes_nothing(stack: Stack) -> None:
     second, _ = await transcript.enqueue(chat_id, [TextPart(text="two")], None)
     assert await turns.begin(chat_id, str(second.id))
     assert await turns.finish(chat_id, str(first.id), "waiting") is None  # the late one
+    # The guard reads the chat's turn on its newest row (a finish waiting on the lock of a
+    # begin that commits meanwhile sees it), not only the queue as of the statement's start.
+    await stack.pool.execute(
+        "UPDATE queued_messages SET promoted_at = NULL WHERE id = $1", second.id
+    )
+    assert await turns.finish(chat_id, str(first.id), "waiting") is None
+    assert await stack.pool.fetchval("SELECT turn_id FROM chats WHERE id = $1", chat_id) == str(
+        second.id
+    )
     assert (await stack.http.get(f"/chats/{chat['id']}")).json()["status"] == "running"
     events = await stack.pool.fetch(
         "SELECT event, data FROM chat_events WHERE chat_id = $1 ORDER BY seq", chat_id
