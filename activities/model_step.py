@@ -115,8 +115,8 @@ class ModelStepActivities:
 
     async def _stream_step(self, input: StreamStepInput) -> StreamStepResult:
         chat_id = uuid.UUID(input.chat_id)
-        # Heartbeats from the first moment (a wait for a pooled connection under load must not
-        # look like a dead worker) until the stream ends; their responses carry interrupts.
+        # Heartbeats from the start (a wait for a pooled connection under load must not look
+        # like a dead worker) until the stream ends; their responses carry interrupts.
         async with heartbeating():
             step_key = assistant_step_key(input.step)
             # Read together: the chat (beginning the turn first, if asked), whether a lost
