@@ -2,10 +2,13 @@
 
     python bench/turn_overhead.py [--turns 50] [--warmup 5]
         [--dynamic-config KEY=JSON ...] [--worker-option KEY=JSON ...] [--gc-freeze]
+        [--one-chat]
 
 N sequential one-step turns go through the gateway (POST /chats/{id}/messages) while an SSE
 client, connected beforehand, timestamps what arrives; the fake provider answers a short text
-at once. Interleaved with the turns, in the same run and on the same servers, two floors:
+at once. Each turn is the first of a new (titled) chat, so every turn has the same transcript
+size; `--one-chat` sends them all to one chat instead. Interleaved with the turns, in the
+same run and on the same servers, two floors:
 (a) the same provider adapter streaming directly from the fake server, in-process;
 (b) a workflow with one no-op activity (start -> result) on a worker with the turn worker's
 settings. Then Temporal history bytes per model step, for chats of 10 and 200 messages.
@@ -235,7 +238,12 @@ def _kv(items: list[str]) -> dict[str, Any]:
 
 
 async def measure(stack: BenchStack, args: argparse.Namespace, samples: Samples) -> None:
-    """Warm-up, then N rounds of (turn, direct provider, Temporal floor)."""
+    """Warm-up, then N rounds of (turn, direct provider, Temporal floor).
+
+    Each round's turn is the first of a new chat (titled, so no title is generated): a
+    one-step turn at a fixed transcript size. With `--one-chat` every turn goes to the same
+    chat, whose transcript grows by two messages a round (the model reads it all each time).
+    """
     fake = stack.services.fake
     turn_model, direct_model = (
         f"bench-turn-{uuid.uuid4().hex[:6]}",
@@ -244,12 +252,15 @@ async def measure(stack: BenchStack, args: argparse.Namespace, samples: Samples)
     for model in (turn_model, direct_model):
         fake.script(model, lambda _req: FakeResponse.of_text(REPLY))
     settings = fake.provider_settings()
-    chat_id = await stack.create_chat(model={"provider": "anthropic", "name": turn_model})
+    chat_config = {"model": {"provider": "anthropic", "name": turn_model}, "title": "bench"}
+    one_chat = await stack.create_chat(**chat_config) if args.one_chat else None
     floor = floor_worker(stack.worker)
-    async with floor, stack.listen(chat_id) as sse:
+    async with floor:
         total = args.warmup + args.turns
         for i in range(total):
-            turn = await one_turn(stack, sse, chat_id, turn_model)
+            chat_id = one_chat or await stack.create_chat(**chat_config)
+            async with stack.listen(chat_id) as sse:
+                turn = await one_turn(stack, sse, chat_id, turn_model)
             first, finish = await direct_provider(settings, direct_model)
             floor_ms = await temporal_floor(stack, floor.task_queue)
             warm = i < args.warmup
@@ -351,6 +362,11 @@ def main() -> None:
         "--gc-freeze", action="store_true", help="gc.freeze() after warm-up (an experiment)"
     )
     parser.add_argument("--worker-option", action="append", default=[], metavar="KEY=JSON")
+    parser.add_argument(
+        "--one-chat",
+        action="store_true",
+        help="every turn in one chat, its transcript growing 2 messages a round",
+    )
     args = parser.parse_args()
     ok = asyncio.run(run(args))
     sys.exit(0 if ok else 1)
