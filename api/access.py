@@ -7,23 +7,44 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from api.auth import current_owner
+from api.auth import bearer_key, current_owner, invalid_key
 from api.errors import ApiError
 from api.schemas import ChatOut
 from api.state import state_of
 from chatd.store.chats import ChatRecord
+from chatd.store.keys import hash_key
 
-__all__ = ["Owner", "chat_out", "load_chat"]
+__all__ = ["OwnedChat", "Owner", "chat_out", "load_chat"]
 
 Owner = Annotated[str, Depends(current_owner)]
 """The authenticated owner of the request."""
 
 
+def _not_found(chat_id: uuid.UUID) -> ApiError:
+    return ApiError(404, "chat_not_found", f"chat {chat_id} not found")
+
+
+async def owned_chat(chat_id: uuid.UUID, request: Request) -> ChatRecord:
+    """The path's chat, if the request's key is its owner's: the key and the chat in one
+    query. 401 for a missing or invalid key; another owner's chat is a 404 like a missing one."""
+    key = await bearer_key(request)
+    owner, chat = await state_of(request).chats.get_with_key(chat_id, hash_key(key))
+    if owner is None:
+        raise invalid_key()
+    if chat is None:
+        raise _not_found(chat_id)
+    return chat
+
+
+OwnedChat = Annotated[ChatRecord, Depends(owned_chat)]
+"""The chat of the request's path, checked to be the authenticated owner's."""
+
+
 async def load_chat(request: Request, chat_id: uuid.UUID, owner: str) -> ChatRecord:
-    """The owner's chat; another owner's chat is a 404 like a missing one."""
+    """The owner's chat (read again); another owner's chat is a 404 like a missing one."""
     chat = await state_of(request).chats.get(chat_id, owner)
     if chat is None:
-        raise ApiError(404, "chat_not_found", f"chat {chat_id} not found")
+        raise _not_found(chat_id)
     return chat
 
 

@@ -9,7 +9,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 
-from api.access import Owner, chat_out, load_chat
+from api.access import OwnedChat, Owner, chat_out, load_chat
 from api.errors import ApiError
 from api.routes.messages import accept_message
 from api.schemas import ChatList, ChatOut, CreateChat
@@ -72,6 +72,6 @@ async def list_chats(
 
 
 @router.get("/{chat_id}", response_model=ChatOut)
-async def get_chat(chat_id: uuid.UUID, request: Request, owner: Owner) -> ChatOut:
+async def get_chat(chat: OwnedChat, request: Request) -> ChatOut:
     """One chat with its status, last error, pending tool calls, queue and usage."""
-    return await chat_out(request, await load_chat(request, chat_id, owner))
+    return await chat_out(request, chat)

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import uuid
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Request
 
-from api.access import Owner, load_chat
+from api.access import OwnedChat
 from api.errors import ApiError
 from api.schemas import EditMessage, MessageList, SendMessage, SendMessageResult
 from api.state import state_of
@@ -49,28 +48,24 @@ async def accept_message(
 
 @router.post("", status_code=202, response_model=SendMessageResult)
 async def send_message(
-    chat_id: uuid.UUID,
+    chat: OwnedChat,
     body: SendMessage,
     request: Request,
-    owner: Owner,
     idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
 ) -> SendMessageResult:
     """Send a user message; it starts a turn or waits behind the running one."""
-    chat = await load_chat(request, chat_id, owner)
     return await accept_message(request, chat, body, idempotency_key)
 
 
 @router.get("", response_model=MessageList)
 async def list_messages(
-    chat_id: uuid.UUID,
+    chat: OwnedChat,
     request: Request,
-    owner: Owner,
     after_id: Annotated[int, Query(ge=0)] = 0,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
 ) -> MessageList:
     """The transcript, oldest first, as persisted."""
-    await load_chat(request, chat_id, owner)
-    messages = await state_of(request).transcript.page(chat_id, after_id=after_id, limit=limit)
+    messages = await state_of(request).transcript.page(chat.id, after_id=after_id, limit=limit)
     next_after = messages[-1].id if len(messages) == limit else None
     return MessageList(messages=[m.for_client() for m in messages], next_after_id=next_after)
 
@@ -82,15 +77,14 @@ async def list_messages(
     responses={409: {"description": "a turn is running, or the message was compacted"}},
 )
 async def edit_message(
-    chat_id: uuid.UUID,
+    chat: OwnedChat,
     message_id: int,
     body: EditMessage,
     request: Request,
-    owner: Owner,
 ) -> SendMessageResult:
     """Replace a user message: it and everything after it leave the transcript, and the
     edited text starts a new turn as a new message."""
-    chat = await load_chat(request, chat_id, owner)
+    chat_id = chat.id
     if chat.status in _BUSY:
         raise ApiError(409, "chat_busy", "a turn is running", {"status": chat.status})
     transcript = state_of(request).transcript

@@ -11,7 +11,7 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import StreamingResponse
 
-from api.access import Owner, load_chat
+from api.access import OwnedChat
 from api.errors import ApiError
 from api.state import GatewayState, state_of
 from chatd.store.events import ChatEvent
@@ -50,14 +50,13 @@ async def _events(state: GatewayState, chat_id: uuid.UUID, cursor: int) -> Async
     responses={200: {"content": {"text/event-stream": {}}}},
 )
 async def stream(
-    chat_id: uuid.UUID,
+    chat: OwnedChat,
     request: Request,
-    owner: Owner,
     last_event_id: Annotated[str | None, Header(max_length=40)] = None,
     after: Annotated[int | None, Query(ge=0, description="Start after this event id")] = None,
 ) -> StreamingResponse:
     """Events after `Last-Event-ID` (or `after`); without either, from now on."""
-    await load_chat(request, chat_id, owner)
+    chat_id = chat.id
     state = state_of(request)
     cursor = _cursor(last_event_id, after)
     if cursor is None:

@@ -7,7 +7,7 @@ import uuid
 
 from fastapi import APIRouter, Request, Response
 
-from api.access import Owner, load_chat
+from api.access import OwnedChat, load_chat
 from api.errors import ApiError
 from api.schemas import Accepted, ToolResults
 from api.state import state_of
@@ -21,12 +21,11 @@ MAX_TOOL_RESULTS_BYTES = 512 * 1024
 
 
 @router.post("/interrupt", status_code=202, response_model=Accepted)
-async def interrupt(chat_id: uuid.UUID, request: Request, owner: Owner) -> Accepted:
+async def interrupt(chat: OwnedChat, request: Request) -> Accepted:
     """Stop the running turn; what it produced so far is kept and the chat ends `waiting`."""
-    chat = await load_chat(request, chat_id, owner)
     if chat.status not in ("running", "requires_action"):
         raise ApiError(409, "not_running", "no turn is running", {"status": chat.status})
-    if not await interrupt_turn(state_of(request).temporal, str(chat_id)):
+    if not await interrupt_turn(state_of(request).temporal, str(chat.id)):
         raise ApiError(409, "not_running", "no turn is running", {"status": chat.status})
     return Accepted()
 
@@ -37,11 +36,8 @@ async def interrupt(chat_id: uuid.UUID, request: Request, owner: Owner) -> Accep
     response_model=Accepted,
     responses={400: {"description": "missing, unknown or duplicate ids"}, 409: {}},
 )
-async def post_tool_results(
-    chat_id: uuid.UUID, body: ToolResults, request: Request, owner: Owner
-) -> Accepted:
+async def post_tool_results(chat: OwnedChat, body: ToolResults, request: Request) -> Accepted:
     """Results for the pending dynamic tool calls; the first accepted submission wins."""
-    chat = await load_chat(request, chat_id, owner)
     if chat.status != "requires_action":
         raise ApiError(
             409,
@@ -53,21 +49,18 @@ async def post_tool_results(
     if size > MAX_TOOL_RESULTS_BYTES:
         raise ApiError(400, "too_large", f"tool results exceed {MAX_TOOL_RESULTS_BYTES} bytes")
     try:
-        await submit_tool_results(state_of(request).temporal, str(chat_id), body.results)
+        await submit_tool_results(state_of(request).temporal, str(chat.id), body.results)
     except ApiError as err:
         if err.status == 409:
-            current = await load_chat(request, chat_id, owner)
+            current = await load_chat(request, chat.id, chat.owner)
             err.detail.setdefault("status", current.status)
         raise
     return Accepted()
 
 
 @router.delete("/queue/{queued_id}", status_code=204, response_class=Response)
-async def drop_queued(
-    chat_id: uuid.UUID, queued_id: uuid.UUID, request: Request, owner: Owner
-) -> Response:
+async def drop_queued(chat: OwnedChat, queued_id: uuid.UUID, request: Request) -> Response:
     """Drop a queued message before its turn begins (404 once promoted)."""
-    await load_chat(request, chat_id, owner)
-    if not await state_of(request).transcript.drop_queued(chat_id, queued_id):
+    if not await state_of(request).transcript.drop_queued(chat.id, queued_id):
         raise ApiError(404, "queued_message_not_found", f"no queued message {queued_id}")
     return Response(status_code=204)

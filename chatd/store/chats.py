@@ -49,7 +49,7 @@ class ChatRecord(BaseModel):
     updated_at: datetime
 
 
-def _record(row: asyncpg.Record) -> ChatRecord:
+def _record(row: asyncpg.Record | dict[str, Any]) -> ChatRecord:
     data = dict(row)
     data.pop("last_event_seq", None)
     return ChatRecord.model_validate(data)
@@ -117,6 +117,24 @@ class ChatStore:
             owner,
         )
         return _record(row) if row else None
+
+    async def get_with_key(
+        self, chat_id: uuid.UUID, key_hash: str
+    ) -> tuple[str | None, ChatRecord | None]:
+        """The owner of an active API key and, if that owner has the chat, the chat: both
+        checks of a request about a chat in one query."""
+        row = await self._pool.fetchrow(
+            """SELECT k.owner AS key_owner, c.* FROM api_keys k
+               LEFT JOIN chats c ON c.id = $1 AND c.owner = k.owner
+               WHERE k.key_hash = $2 AND k.revoked_at IS NULL""",
+            chat_id,
+            key_hash,
+        )
+        if row is None:
+            return None, None
+        data = dict(row)
+        owner = str(data.pop("key_owner"))
+        return owner, _record(data) if data["id"] is not None else None
 
     async def list(
         self, owner: str, *, limit: int, before: tuple[datetime, uuid.UUID] | None

@@ -38,10 +38,18 @@ async def test_another_owners_chat_is_a_404_everywhere(stack: Stack) -> None:
 
 
 async def test_requests_without_a_valid_key_are_401(stack: Stack) -> None:
+    chat = await stack.create_chat()
+    bad = {"Authorization": "Bearer chatd_not-a-key"}
     async with httpx.AsyncClient(base_url=stack.base_url) as anonymous:
         _assert_error(await anonymous.get("/chats"), 401, "unauthorized")
-        bad = {"Authorization": "Bearer chatd_not-a-key"}
         _assert_error(await anonymous.get("/chats", headers=bad), 401, "unauthorized")
+        # A chat's routes check the key and the chat in one query: still 401, never 404.
+        for path in (f"/chats/{chat['id']}", f"/chats/{uuid.uuid4()}"):
+            _assert_error(await anonymous.get(path), 401, "unauthorized")
+            _assert_error(await anonymous.get(path, headers=bad), 401, "unauthorized")
+            sent = await anonymous.post(f"{path}/messages", json={"content": "hi"}, headers=bad)
+            _assert_error(sent, 401, "unauthorized")
+    assert await stack.messages(chat["id"]) == []
 
 
 async def test_bad_input_is_a_400_with_the_error_shape(stack: Stack) -> None:
