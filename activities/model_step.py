@@ -196,16 +196,31 @@ class ModelStepActivities:
         publisher: DeltaPublisher,
     ) -> StreamStepResult:
         await publisher.drain()
-        saved = await self._transcript.save(
+        step = NewMessage(
+            assistant_step_key(input.step),
+            "assistant",
+            accumulator.parts(),
+            finish.usage,
+            finish.response_id,
+        )
+        unsaved = self._summary(chat, step, interrupted=False, stop_reason=finish.stop_reason)
+        if step_finishes_turn(input, began, unsaved):
+            # A turn's last step, as usual: save it and finish the turn in one statement.
+            saved = await self._edges.save_last_step(chat.id, input.turn_id, step)
+            if saved is not None:
+                return unsaved.model_copy(
+                    update={"message_id": saved.id, "began": began, "finished_turn": True}
+                )
+        stored = await self._transcript.save(
             chat.id,
             turn_id=input.turn_id,
-            step_key=assistant_step_key(input.step),
-            role="assistant",
-            parts=accumulator.parts(),
-            usage=finish.usage,
-            response_id=finish.response_id,
+            step_key=step.step_key,
+            role=step.role,
+            parts=step.parts,
+            usage=step.usage,
+            response_id=step.response_id,
         )
-        summary = self._summary(chat, saved, interrupted=False, stop_reason=finish.stop_reason)
+        summary = self._summary(chat, stored, interrupted=False, stop_reason=finish.stop_reason)
         return await self._close(chat, input, began, summary)
 
     def _batcher(self) -> EventBatcher:
@@ -274,7 +289,7 @@ class ModelStepActivities:
     def _summary(
         self,
         chat: ChatRecord,
-        message: StoredMessage,
+        message: StoredMessage | NewMessage,
         *,
         interrupted: bool,
         stop_reason: str = "end_turn",
@@ -284,7 +299,7 @@ class ModelStepActivities:
         ]
         usage = message.usage
         return StreamStepResult(
-            message_id=message.id,
+            message_id=message.id if isinstance(message, StoredMessage) else None,
             tool_calls=[self._classify(chat, c) for c in calls],
             stop_reason="tool_use" if calls else stop_reason,
             input_tokens=(

@@ -18,7 +18,7 @@ from chatd.parts import ToolCallPart
 from chatd.settings import ProviderSettings
 from chatd.store.chats import ChatRecord, ChatStatus, ChatStore
 from chatd.store.events import EventLog
-from chatd.store.transcript import TranscriptStore
+from chatd.store.transcript import NewMessage, StoredMessage, TranscriptStore
 from chatd.store.turns import TurnStore
 from chatd.telemetry import METRICS
 from workflows.payloads import (
@@ -75,6 +75,19 @@ class TurnEdges:
         return chat, BeginTurnResult(
             started=True, plan=plan, needs_title=self._titles and chat.title is None
         )
+
+    async def save_last_step(
+        self, chat_id: uuid.UUID, turn_id: str, step: NewMessage
+    ) -> StoredMessage | None:
+        """Save the step that ends the turn and finish the turn, at once; None if the step
+        was saved before (then nothing changed: save and finish the usual way)."""
+        saved = await self._turns.save_last_step(chat_id, turn_id, step)
+        if saved is None:
+            return None
+        message, finished = saved
+        if finished:
+            METRICS.active_turns.add(-1)
+        return message
 
     async def finish(
         self,

@@ -25,11 +25,13 @@ from chatd.parts import (
 from chatd.store.events import NOTIFY_CHANNEL, Conn, append_events
 
 __all__ = [
+    "ROW_ID_AND_TIME",
     "NewMessage",
     "QueuedMessage",
     "StoredMessage",
     "TranscriptStore",
     "message_event",
+    "new_message_event",
     "user_message_event_sql",
 ]
 
@@ -324,7 +326,26 @@ class NewMessage(NamedTuple):
     response_id: str | None = None
 
 
-_CREATED_AT = _ISO_UTC.format(ts="m.created_at")
+def new_message_event(turn_id: str, new: NewMessage) -> dict[str, Any]:
+    """`message_event`'s data for a message not inserted yet, with a stand-in id and time:
+    the statement that inserts it replaces them with the row's (`ROW_ID_AND_TIME`)."""
+    stand_in = StoredMessage(
+        id=0,
+        turn_id=turn_id,
+        role=new.role,
+        parts=new.parts,
+        compressed=False,
+        usage=new.usage,
+        created_at=datetime.now(UTC),
+    )
+    return message_event(stand_in)[1]
+
+
+ROW_ID_AND_TIME = (
+    f"jsonb_build_object('id', m.id, 'created_at', {_ISO_UTC.format(ts='m.created_at')})"
+)
+"""The `id` and `created_at` of a `message` event, from the inserted `messages` row `m`."""
+
 # One statement, atomic on its own: insert the message unless its step key is taken, and
 # only then publish the events before it and its `message` event (given with a stand-in id
 # and time; the row's replace them), numbered as `events.append_events` numbers events.
@@ -341,7 +362,7 @@ WITH m AS (
     SELECT t.e, t.d, t.n FROM unnest($8::text[], $9::jsonb[]) WITH ORDINALITY AS t(e, d, n)
     UNION ALL
     SELECT 'message',
-           $10::jsonb || jsonb_build_object('id', m.id, 'created_at', {_CREATED_AT}),
+           $10::jsonb || {ROW_ID_AND_TIME},
            cardinality($8::text[]) + 1
     FROM m
 ), ins AS (
@@ -363,15 +384,6 @@ async def _save(
 ) -> StoredMessage:
     key = f"{turn_id}:{new.step_key}"
     events = extra_events or []
-    stand_in = StoredMessage(
-        id=0,
-        turn_id=turn_id,
-        role=new.role,
-        parts=new.parts,
-        compressed=False,
-        usage=new.usage,
-        created_at=datetime.now(UTC),
-    )
     row = await conn.fetchrow(
         _SAVE,
         chat_id,
@@ -383,7 +395,7 @@ async def _save(
         new.response_id,
         [name for name, _ in events],
         [data for _, data in events],
-        message_event(stand_in)[1],
+        new_message_event(turn_id, new),
         NOTIFY_CHANNEL,
     )
     if row is None:

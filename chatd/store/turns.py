@@ -12,7 +12,13 @@ from chatd.models import ModelError
 from chatd.parts import Usage
 from chatd.store.chats import ChatStatus
 from chatd.store.events import NOTIFY_CHANNEL
-from chatd.store.transcript import user_message_event_sql
+from chatd.store.transcript import (
+    ROW_ID_AND_TIME,
+    NewMessage,
+    StoredMessage,
+    new_message_event,
+    user_message_event_sql,
+)
 
 __all__ = ["TurnStore"]
 
@@ -21,6 +27,18 @@ _USAGE_FIELDS = ", ".join(
     f"'{k}', coalesce(sum((usage ->> '{k}')::bigint), 0)" for k in Usage.model_fields
 )
 _USAGE_SUM = f"SELECT jsonb_build_object({_USAGE_FIELDS}) FROM messages WHERE chat_id = $1"
+
+
+# The same with the step being saved in the same statement (CTE `m`, not yet visible in the
+# table) counted in.
+_USAGE_WITH_STEP = ", ".join(
+    f"'{k}', coalesce(sum((usage ->> '{k}')::bigint), 0)"
+    f" + coalesce((SELECT (m.usage ->> '{k}')::bigint FROM m), 0)"
+    for k in Usage.model_fields
+)
+_USAGE_SUM_WITH_STEP = (
+    f"SELECT jsonb_build_object({_USAGE_WITH_STEP}) FROM messages WHERE chat_id = $1"
+)
 
 
 _IN_TURN = """
@@ -67,6 +85,47 @@ SELECT EXISTS (SELECT 1 FROM m) AS promoted,
 """
 
 
+# Saving the step that ends turn $7 and finishing the turn: the step's message (unless its
+# step key is taken), its `message` event, and, if the chat is still in the turn, the status
+# `waiting` with the usage recounted and its `status` event; then notify. One statement, one
+# round trip where `save` then `finish` took two.
+_SAVE_LAST_STEP = f"""
+WITH m AS (
+    INSERT INTO messages (chat_id, turn_id, step_key, role, parts, usage, response_id)
+    VALUES ($1, $7, $2, $9, $3, $4, $5)
+    ON CONFLICT (chat_id, step_key) DO NOTHING RETURNING *
+), ending AS (
+    SELECT EXISTS (SELECT 1 FROM m) {_IN_TURN} AS yes
+    FROM (SELECT status, turn_id FROM chats WHERE id = $1 FOR UPDATE) AS before
+), c AS (
+    UPDATE chats SET
+        status = CASE WHEN ending.yes THEN 'waiting' ELSE chats.status END,
+        pending_tool_calls = CASE WHEN ending.yes THEN NULL ELSE pending_tool_calls END,
+        action_expires_at = CASE WHEN ending.yes THEN NULL ELSE action_expires_at END,
+        usage = CASE WHEN ending.yes THEN ({_USAGE_SUM_WITH_STEP}) ELSE chats.usage END,
+        updated_at = now(),
+        last_event_seq = last_event_seq + 1 + ending.yes::int
+    FROM m, ending WHERE chats.id = $1
+    RETURNING chats.last_event_seq, ending.yes AS ended,
+              CASE WHEN ending.yes THEN ({_USAGE_SUM_WITH_STEP} AND turn_id = $7) END
+                AS turn_usage
+), events AS (
+    SELECT 'message' AS event, $6::jsonb || {ROW_ID_AND_TIME} AS data, 1 AS n FROM m
+    UNION ALL
+    SELECT 'status',
+           jsonb_build_object('status', 'waiting', 'turn_id', $7::text, 'usage', c.turn_usage),
+           2
+    FROM c WHERE c.ended
+), ins AS (
+    INSERT INTO chat_events (chat_id, seq, event, data)
+    SELECT $1, c.last_event_seq - 1 - c.ended::int + events.n, events.event, events.data
+    FROM c, events
+)
+SELECT m.*, c.ended, (SELECT pg_notify($8, $1::text || ':' || last_event_seq) FROM c) AS notified
+FROM m, c
+"""
+
+
 class TurnStore:
     """Writes a chat's status as its turn moves along."""
 
@@ -107,6 +166,31 @@ class TurnStore:
         return await _write_status(
             self._pool, chat_id, turn_id, status, last_error=last_error, ending=True
         )
+
+    async def save_last_step(
+        self, chat_id: uuid.UUID, turn_id: str, step: NewMessage
+    ) -> tuple[StoredMessage, bool] | None:
+        """Save the step that ends the turn, and finish the turn (`waiting`) with it.
+
+        None if the step was saved before (by a lost attempt): nothing changed, and the
+        caller saves and finishes the usual way, from the step as saved. Otherwise the saved
+        step, and whether the turn was finished now (not if it had ended, or a later one began).
+        """
+        row = await self._pool.fetchrow(
+            _SAVE_LAST_STEP,
+            chat_id,
+            f"{turn_id}:{step.step_key}",
+            [p.model_dump(exclude_none=True) for p in step.parts],
+            step.usage.model_dump() if step.usage else None,
+            step.response_id,
+            new_message_event(turn_id, step),
+            turn_id,
+            NOTIFY_CHANNEL,
+            step.role,
+        )
+        if row is None:
+            return None
+        return StoredMessage.model_validate(dict(row)), bool(row["ended"])
 
     async def set_status(
         self,

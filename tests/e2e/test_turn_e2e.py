@@ -17,7 +17,12 @@ import api.turns
 from chatd.fake_provider.script import FakeResponse, FakeText, FakeToolCall, FakeUsage
 from chatd.models import ModelError
 from chatd.parts import Message, Part, ReasoningPart, TextPart, Usage
-from chatd.store.transcript import TranscriptStore, message_event, user_message_event_sql
+from chatd.store.transcript import (
+    NewMessage,
+    TranscriptStore,
+    message_event,
+    user_message_event_sql,
+)
 from chatd.store.turns import TurnStore
 from chatd.tools.defaults import default_registry
 from workers.worker import WorkerConfig, build_worker
@@ -306,6 +311,56 @@ async def test_message_events_finished_in_sql_are_the_ones_python_writes(stack: 
             created_at,
         )
         assert built == message_event(row)[1]
+
+
+async def test_a_turns_last_step_is_saved_and_finishes_the_turn_at_once(stack: Stack) -> None:
+    """`save_last_step` saves the step and finishes the turn in one statement; a repeat does
+    nothing, and a late one (the next turn began) saves its step but leaves the chat be."""
+    chat = await stack.create_chat(model=_model())
+    chat_id = uuid.UUID(chat["id"])
+    transcript, turns = TranscriptStore(stack.pool), TurnStore(stack.pool)
+    first, _ = await transcript.enqueue(chat_id, [TextPart(text="one")], None)
+    assert await turns.begin(chat_id, str(first.id))
+    await transcript.save(
+        chat_id,
+        turn_id=str(first.id),
+        step_key="step-0",
+        role="assistant",
+        parts=[TextPart(text="calling")],
+        usage=Usage(input_tokens=5, output_tokens=1),
+    )
+    last = NewMessage("step-1", "assistant", [TextPart(text="done")], Usage(input_tokens=7))
+    saved = await turns.save_last_step(chat_id, str(first.id), last)
+    assert saved is not None
+    message, finished = saved
+    assert finished
+    assert await turns.save_last_step(chat_id, str(first.id), last) is None  # a lost attempt's
+
+    async def events() -> list[tuple[str, dict[str, Any]]]:
+        rows = await stack.pool.fetch(
+            "SELECT event, data FROM chat_events WHERE chat_id = $1 ORDER BY seq", chat_id
+        )
+        return [(r["event"], r["data"]) for r in rows]
+
+    published = await events()
+    assert [name for name, _ in published] == [
+        "message", "queue", "status", "message", "message", "status",
+    ]  # fmt: skip
+    assert published[4][1] == message_event(message)[1]
+    assert published[5][1]["status"] == "waiting"
+    assert published[5][1]["usage"]["input_tokens"] == 12  # both steps of the turn
+    detail = (await stack.http.get(f"/chats/{chat['id']}")).json()
+    assert (detail["status"], detail["usage"]["input_tokens"]) == ("waiting", 12)
+
+    second, _ = await transcript.enqueue(chat_id, [TextPart(text="two")], None)
+    assert await turns.begin(chat_id, str(second.id))
+    late = NewMessage("step-2", "assistant", [TextPart(text="late")])
+    saved = await turns.save_last_step(chat_id, str(first.id), late)
+    assert saved is not None and saved[1] is False
+    assert [name for name, _ in (await events())[len(published) :]] == [
+        "message", "queue", "status", "message",
+    ]  # fmt: skip
+    assert (await stack.http.get(f"/chats/{chat['id']}")).json()["status"] == "running"
 
 
 async def test_a_late_or_repeated_finish_changes_nothing(stack: Stack) -> None:
