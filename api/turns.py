@@ -113,16 +113,17 @@ async def until_begun(
     loop = asyncio.get_running_loop()
     deadline = loop.time() + BEGIN_WAIT_S
     while True:
-        notified.clear()  # before looking: a later notification wakes the wait below
-        if await transcript.is_promoted(queued_id):
-            return
-        remaining = deadline - loop.time()
-        if remaining <= 0:
+        # Look only when woken: the turn can't have begun unnoticed before the subscription.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(notified.wait(), max(0.0, deadline - loop.time()))
+        if notified.is_set():
+            notified.clear()  # before looking: a later notification wakes the next wait
+            if await transcript.is_promoted(queued_id):
+                return
+        if loop.time() >= deadline:
             if await turns.begin(chat_id, str(queued_id)):
                 METRICS.active_turns.add(1)
             return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(notified.wait(), remaining)
 
 
 async def interrupt_turn(client: Client, chat_id: str) -> bool:
