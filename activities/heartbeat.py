@@ -12,25 +12,28 @@ from collections.abc import AsyncIterator
 
 from temporalio import activity
 
-__all__ = ["HEARTBEAT_EVERY_S", "heartbeating"]
+__all__ = ["FIRST_BEAT_S", "HEARTBEAT_EVERY_S", "heartbeating"]
 
 HEARTBEAT_EVERY_S = 0.5
+FIRST_BEAT_S = 0.1
 
 
 @contextlib.asynccontextmanager
 async def heartbeating() -> AsyncIterator[None]:
     """Heartbeat in the background for the duration of the block.
 
-    The first beat comes after one interval, not at once: an activity shorter than that sends
-    none (an RPC the server would serve at a turn's busiest moment: ~1.4 ms per one-step turn
-    in bench/turn_overhead.py), and an interrupt still arrives within one interval, as it did
-    when the first beat (sent before the interrupt) was immediate.
+    The first beat comes after `FIRST_BEAT_S`, not at once: an activity over sooner (a fast
+    model's one-step turn) sends none, an RPC the server would serve at the turn's busiest
+    moment (~1.4 ms per one-step turn in bench/turn_overhead.py). Soon enough that an attempt
+    the server no longer knows (it answers a beat with not-found, seen under overload) stops
+    before a real model's first token, instead of streaming deltas that are then reset.
     """
 
     async def beat() -> None:
+        await asyncio.sleep(FIRST_BEAT_S)
         while True:
-            await asyncio.sleep(HEARTBEAT_EVERY_S)
             activity.heartbeat()
+            await asyncio.sleep(HEARTBEAT_EVERY_S)
 
     beater = asyncio.create_task(beat())
     try:
