@@ -205,8 +205,12 @@ def model_steps(history: WorkflowHistory) -> int:
 
 
 async def history_per_step(stack: BenchStack, model: str, messages: int) -> dict[str, float]:
-    """Seed a chat with `messages` messages, run one more turn, size that run's history."""
-    chat_id = await stack.create_chat(model={"provider": "anthropic", "name": model})
+    """Seed a chat with `messages` messages, run one more turn, size that run's history.
+
+    The chat has a title: a title activity would end before or after the run closes, and
+    its events would be in one history and not the other.
+    """
+    chat_id = await stack.create_chat(model={"provider": "anthropic", "name": model}, title="bench")
     await seed_transcript(stack, chat_id, messages)
     async with stack.listen(chat_id) as sse:
         await stack.send(chat_id, "And one more question.")
