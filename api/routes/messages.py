@@ -30,9 +30,10 @@ async def accept_message(
         await interrupt_turn(state.temporal, str(chat.id))
     client_id = idempotency_key or body.client_message_id
     queued, created = await state.transcript.enqueue(chat.id, body.user_parts(), client_id)
-    if not created and await state.transcript.is_promoted(queued.id):
-        return SendMessageResult(queued=False, message_id=queued.id, turn_id=str(queued.id))
+    # Subscribed before anything can begin the turn: `until_begun` then misses no wake-up.
     with state.hub.subscribe(chat.id) as notified:
+        if not created and await state.transcript.is_promoted(queued.id):
+            return SendMessageResult(queued=False, message_id=queued.id, turn_id=str(queued.id))
         result = await submit_message(
             state.temporal,
             state.task_queue,

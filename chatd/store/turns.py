@@ -43,7 +43,16 @@ _USAGE_SUM_WITH_STEP = (
 
 _IN_TURN = """
     AND before.status IN ('running', 'requires_action')
-    AND coalesce(before.turn_id, $7) = $7
+    AND (
+        before.turn_id IS NULL OR before.turn_id = $7
+        OR EXISTS (  -- left by a turn that a release before chats.turn_id began after it
+            SELECT 1 FROM queued_messages noted
+            WHERE noted.id = before.turn_id::uuid
+              AND noted.promoted_at < (
+                  SELECT promoted_at FROM queued_messages WHERE id = $7::text::uuid
+              )
+        )
+    )
     AND NOT EXISTS (
         SELECT 1 FROM queued_messages later
         WHERE later.chat_id = $1
@@ -51,8 +60,10 @@ _IN_TURN = """
               SELECT promoted_at FROM queued_messages WHERE id = $7::text::uuid
           )
     )"""
-"""The chat is still in turn $7: running it (the locked, newest row says so), and no message
-promoted after its own (for turns begun before `chats.turn_id` was kept)."""
+"""The chat is still in turn $7: running it, and its turn (on the locked, newest row: a begin
+that commits while this waits is seen) is $7, or none, or an older one (a turn begun by a
+release before `chats.turn_id` leaves its predecessor's); and no message promoted after its
+own (as of the statement's start)."""
 
 
 # Beginning turn $3 (queued message $2): move the message into the transcript, mark the chat
@@ -95,15 +106,18 @@ WITH m AS (
     VALUES ($1, $7, $2, $9, $3, $4, $5)
     ON CONFLICT (chat_id, step_key) DO NOTHING RETURNING *
 ), ending AS (
-    SELECT EXISTS (SELECT 1 FROM m) {_IN_TURN} AS yes
-    FROM (SELECT status, turn_id FROM chats WHERE id = $1 FOR UPDATE) AS before
+    SELECT true {_IN_TURN} AS yes
+    -- Locked after the insert (as every writer does: insert, then lock the chat), and only
+    -- if it inserted.
+    FROM m, LATERAL (SELECT status, turn_id FROM chats WHERE id = m.chat_id FOR UPDATE) AS before
 ), c AS (
     UPDATE chats SET
         status = CASE WHEN ending.yes THEN 'waiting' ELSE chats.status END,
         pending_tool_calls = CASE WHEN ending.yes THEN NULL ELSE pending_tool_calls END,
         action_expires_at = CASE WHEN ending.yes THEN NULL ELSE action_expires_at END,
         usage = CASE WHEN ending.yes THEN ({_USAGE_SUM_WITH_STEP}) ELSE chats.usage END,
-        updated_at = now(),
+        turn_id = CASE WHEN ending.yes THEN NULL ELSE chats.turn_id END,
+        updated_at = CASE WHEN ending.yes THEN now() ELSE chats.updated_at END,
         last_event_seq = last_event_seq + 1 + ending.yes::int
     FROM m, ending WHERE chats.id = $1
     RETURNING chats.last_event_seq, ending.yes AS ended,
@@ -222,6 +236,7 @@ WITH c AS (
         pending_tool_calls = $4,
         action_expires_at = $5,
         usage = CASE WHEN $6 THEN ({usage_sum}) ELSE usage END,
+        turn_id = CASE WHEN $6 THEN NULL ELSE chats.turn_id END,
         updated_at = now(),
         last_event_seq = chats.last_event_seq + 1 + ($3::jsonb IS NOT NULL)::int
     FROM (SELECT status, turn_id FROM chats WHERE id = $1 FOR UPDATE) AS before

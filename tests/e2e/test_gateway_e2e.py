@@ -44,6 +44,8 @@ async def test_requests_without_a_valid_key_are_401(stack: Stack) -> None:
         _assert_error(await anonymous.get("/chats"), 401, "unauthorized")
         _assert_error(await anonymous.get("/chats", headers=bad), 401, "unauthorized")
         # A chat's routes check the key and the chat in one query: still 401, never 404.
+        # Without a key, even a malformed chat id is a 401 (the key is checked first).
+        _assert_error(await anonymous.get("/chats/not-a-uuid"), 401, "unauthorized")
         for path in (f"/chats/{chat['id']}", f"/chats/{uuid.uuid4()}"):
             _assert_error(await anonymous.get(path), 401, "unauthorized")
             _assert_error(await anonymous.get(path, headers=bad), 401, "unauthorized")

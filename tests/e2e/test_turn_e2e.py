@@ -393,6 +393,25 @@ async def test_a_late_or_repeated_finish_changes_nothing(stack: Stack) -> None:
     assert statuses == ["running", "waiting", "running"]
 
 
+async def test_a_turn_begun_by_an_older_release_still_finishes(stack: Stack) -> None:
+    """A release before `chats.turn_id` begins a turn without setting it: the chat still
+    names the turn before, which must not keep the new turn from finishing."""
+    chat = await stack.create_chat(model=_model())
+    chat_id = uuid.UUID(chat["id"])
+    transcript, turns = TranscriptStore(stack.pool), TurnStore(stack.pool)
+    first, _ = await transcript.enqueue(chat_id, [TextPart(text="one")], None)
+    assert await turns.begin(chat_id, str(first.id))
+    second, _ = await transcript.enqueue(chat_id, [TextPart(text="two")], None)
+    assert await turns.begin(chat_id, str(second.id))
+    await stack.pool.execute(  # as the older release left it
+        "UPDATE chats SET turn_id = $2 WHERE id = $1", chat_id, str(first.id)
+    )
+    assert await turns.finish(chat_id, str(first.id), "waiting") is None
+    assert await turns.finish(chat_id, str(second.id), "waiting") == "running"
+    row = await stack.pool.fetchrow("SELECT status, turn_id FROM chats WHERE id = $1", chat_id)
+    assert (row["status"], row["turn_id"]) == ("waiting", None)  # an ended turn is no one's
+
+
 async def test_a_send_is_answered_once_its_first_step_began_the_turn(
     stack: Stack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
