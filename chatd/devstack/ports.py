@@ -8,6 +8,7 @@ import contextlib
 import ctypes
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -36,16 +37,50 @@ __all__ = [
 T = TypeVar("T")
 
 _PR_SET_PDEATHSIG = 1
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_LOWEST_PORT = 10_000
+_random = random.SystemRandom()
 _children: dict[int, subprocess.Popen[bytes]] = {}
 _children_lock = threading.Lock()
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """Return a TCP port that is currently free on `host` (racy by nature; bind soon)."""
+    """Return a TCP port that is free on `host` now, chosen below the kernel's ephemeral range.
+
+    Binding port 0 would pick from the ephemeral range, which the kernel also hands to every
+    outgoing connection and to every server that binds port 0 (the Temporal dev server's
+    internal services do). A port chosen there can be taken before our server binds it, which
+    made two dev stacks started side by side fail with "address already in use".
+    """
+    low, high = _ports_outside_ephemeral_range()
+    for _ in range(200):
+        port = _random.randint(low, high)
+        if _bindable(host, port):
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
+        chosen: int = sock.getsockname()[1]
+        return chosen
+
+
+def _ports_outside_ephemeral_range() -> tuple[int, int]:
+    """The unprivileged ports below the ephemeral range (or above it, if that is wider)."""
+    try:
+        low, high = (int(n) for n in _EPHEMERAL_RANGE.read_text().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999  # Linux's default
+    below = (_LOWEST_PORT, low - 1)
+    above = (high + 1, 65535)
+    return below if below[1] - below[0] >= above[1] - above[0] else above
+
+
+def _bindable(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
 
 
 def port_accepts(host: str, port: int, timeout: float = 0.5) -> bool:

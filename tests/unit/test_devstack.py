@@ -36,10 +36,15 @@ def scratch_dir() -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def test_free_port_is_bindable() -> None:
-    port = free_port()
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", port))
+def test_free_port_is_bindable_and_outside_the_ephemeral_range() -> None:
+    """Ports from the ephemeral range can be taken by any outgoing connection before use."""
+    low, high = (int(n) for n in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    ports = {free_port() for _ in range(20)}
+    assert all(not low <= port <= high for port in ports), ports
+    assert len(ports) > 1, "chosen at random, so concurrent stacks rarely pick the same port"
+    for port in ports:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", port))
 
 
 async def test_database_url_fixture_gives_fresh_database(database_url: str) -> None:
