@@ -254,7 +254,7 @@ async def test_a_title_slower_than_its_turn_is_still_saved(titled_stack: Stack) 
     def respond(request: Any) -> FakeResponse:
         if _asks_title(request):
             title = FakeText(text="Slow Title Here", chunk_size=1)
-            return FakeResponse(parts=[title], delta_delay_s=0.15)  # ~2.3 s: over a heartbeat
+            return FakeResponse(parts=[title], delta_delay_s=0.4)  # ~6 s: outlives the run
         return _answer("quick", 5)
 
     stack.fake.script(name, respond)

@@ -60,6 +60,18 @@ def _children(process: subprocess.Popen[str]) -> list[psutil.Process]:
     return psutil.Process(process.pid).children(recursive=True)
 
 
+_taken: set[int] = set()
+
+
+def _port() -> int:
+    """A free port no other stack in this module was given (two picks may coincide)."""
+    port = free_port()
+    while port in _taken:
+        port = free_port()
+    _taken.add(port)
+    return port
+
+
 def _chat_turn(base: str, key: str, content: str) -> tuple[str, list[dict[str, object]]]:
     headers = {"Authorization": f"Bearer {key}"}
     with httpx.Client(base_url=base, headers=headers, timeout=30) as http:
@@ -73,7 +85,7 @@ def _chat_turn(base: str, key: str, content: str) -> tuple[str, list[dict[str, o
 
 
 def test_chatd_dev_runs_a_demo_chat_stops_cleanly_and_resumes(tmp_path: Path) -> None:
-    api_port, temporal_port = free_port(), free_port()
+    api_port, temporal_port = _port(), _port()
     args = [
         "dev",
         "--data-dir",
@@ -83,9 +95,9 @@ def test_chatd_dev_runs_a_demo_chat_stops_cleanly_and_resumes(tmp_path: Path) ->
         "--temporal-port",
         str(temporal_port),
         "--temporal-ui-port",
-        str(free_port()),
+        str(_port()),
         "--postgres-port",
-        str(free_port()),
+        str(_port()),
     ]
     seen: list[str] = []
     env = {"ANTHROPIC_API_KEY": "", "OPENAI_API_KEY": ""}
@@ -133,10 +145,10 @@ def test_chatd_dev_runs_a_demo_chat_stops_cleanly_and_resumes(tmp_path: Path) ->
 
 
 def _dev_args(root: Path) -> tuple[list[str], int]:
-    api_port = free_port()
+    api_port = _port()
     args = ["dev", "--data-dir", str(root), "--api-port", str(api_port)]
     for option in ("--temporal-port", "--temporal-ui-port", "--postgres-port"):
-        args += [option, str(free_port())]
+        args += [option, str(_port())]
     return args, api_port
 
 

@@ -55,6 +55,10 @@ async def _continue_after(stack: Stack, chat_id: str, name: str) -> None:
     assert len(stack.fake.requests(name)) == 2
 
 
+# Long enough (~10 s of deltas) that the interrupt lands mid-stream on a loaded machine.
+_LONG_TEXT = " ".join(f"word{i}" for i in range(60))
+
+
 def _is_text_delta(event: SseEvent) -> bool:
     return event.event == "message_part" and event.data["part"]["type"] == "text"
 
@@ -65,7 +69,7 @@ async def test_interrupt_mid_text_keeps_the_partial_text_and_reasoning(stack: St
         FakeResponse(
             parts=[
                 FakeReasoning(text="thinking hard", signature="sig"),
-                FakeText(text="one two three four five six seven eight", chunk_size=4),
+                FakeText(text=_LONG_TEXT, chunk_size=4),
             ],
             delta_delay_s=0.15,
         ),
@@ -77,8 +81,8 @@ async def test_interrupt_mid_text_keeps_the_partial_text_and_reasoning(stack: St
     parts = messages[1]["parts"]
     assert parts[0]["type"] == "reasoning" and parts[0]["text"] == "thinking hard"
     text = parts[1]["text"]
-    assert text and "one two three four five six seven eight".startswith(text)
-    assert text != "one two three four five six seven eight", "the stream was cut short"
+    assert text and _LONG_TEXT.startswith(text)
+    assert text != _LONG_TEXT, "the stream was cut short"
     await _continue_after(stack, chat_id, name)
 
 
@@ -90,7 +94,7 @@ async def test_interrupt_mid_tool_arguments_keeps_the_call_with_an_interrupted_r
         FakeResponse(
             parts=[
                 FakeText(text="calling"),
-                FakeToolCall(name="current_time", arguments={"pad": "x" * 60}, chunk_size=3),
+                FakeToolCall(name="current_time", arguments={"pad": "x" * 300}, chunk_size=3),
             ],
             delta_delay_s=0.1,
         ),

@@ -100,6 +100,7 @@ async def test_a_queued_message_can_be_dropped_before_its_turn(stack: Stack) -> 
     await stack.send(chat["id"], "first")
     dropped = await stack.send(chat["id"], "drop me")
     kept = await stack.send(chat["id"], "keep me")
+    assert dropped["queued"] and kept["queued"], "both were sent while the first turn ran"
     path = f"/chats/{chat['id']}/queue/{dropped['message_id']}"
     assert (await stack.http.delete(path)).status_code == 204
     assert (await stack.http.delete(path)).status_code == 404

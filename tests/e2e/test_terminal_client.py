@@ -271,7 +271,7 @@ async def test_a_dropped_stream_reconnects_without_repeating_text(stack: Stack) 
     name = _model()
     words = " ".join(f"w{i:02d}" for i in range(60))
     stack.fake.script(
-        name, [FakeResponse(parts=[FakeText(text=words, chunk_size=4)], delta_delay_s=0.05)]
+        name, [FakeResponse(parts=[FakeText(text=words, chunk_size=4)], delta_delay_s=0.1)]
     )
     async with _Proxy(urlsplit(stack.base_url).port or 0) as proxy:
         url = f"http://127.0.0.1:{proxy.port}/api/v1"

@@ -119,7 +119,8 @@ async def test_a_message_sent_during_a_turn_is_queued_and_runs_next(stack: Stack
     stack.fake.script(
         model["name"],
         [
-            FakeResponse(parts=[FakeText(text="first answer", chunk_size=2)], delta_delay_s=0.1),
+            # ~3 s of stream: the second send must land while the first turn still runs.
+            FakeResponse(parts=[FakeText(text="first answer", chunk_size=2)], delta_delay_s=0.5),
             FakeResponse(parts=[FakeText(text="second answer")]),
         ],
     )

@@ -241,11 +241,12 @@ async def test_disconnect_hang_and_first_byte_delay(server: FakeProviderServer) 
         [
             FakeResponse(parts=[text], disconnect_after_deltas=1),
             FakeResponse(parts=[text], hang_after_deltas=1),
-            FakeResponse(parts=[text], first_byte_delay_s=0.5),
+            FakeResponse(parts=[text], first_byte_delay_s=10),
         ],
     )
     received: list[str] = []
-    async with claude(server, timeout=0.3) as client:
+    # The timeout must also cover the phases that are meant to succeed on a loaded machine.
+    async with claude(server, timeout=2.0) as client:
         with pytest.raises(httpx2.RemoteProtocolError):
             async with client.messages.stream(model="a-faults", max_tokens=5, messages=HI) as s:
                 async for t in s.text_stream:

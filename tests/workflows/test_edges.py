@@ -142,7 +142,7 @@ async def test_a_message_accepted_as_the_idle_start_timer_fires_still_runs(
         )
         sent = asyncio.create_task(turn.send("turn-1"))
         await turn.history_has("timer_fired")
-        await asyncio.sleep(0.2)  # let the update request reach the server
+        await asyncio.sleep(1.0)  # let the update request reach the server (no worker yet)
         async with _uncached_worker(env_client, turn.fakes, turn.task_queue):
             assert await asyncio.wait_for(sent, 10) == SubmitMessageResult(
                 queued=False, turn_id="turn-1"
