@@ -17,8 +17,8 @@ OK = FakeResponse(parts=[FakeText(text="recovered")])
 
 @pytest.fixture
 async def quick_stack(make_stack: StackFactory) -> AsyncIterator[Stack]:
-    """A stack whose streams time out after 1.5 s of silence."""
-    async with make_stack(stream_timeouts=StreamTimeouts(startup_s=1.5, stall_s=1.5)) as stack:
+    """A stack whose streams time out after 3 s of silence."""
+    async with make_stack(stream_timeouts=StreamTimeouts(startup_s=3, stall_s=3)) as stack:
         yield stack
 
 
@@ -127,7 +127,7 @@ async def test_non_retryable_errors_end_the_turn_with_a_structured_error(
 async def test_a_slow_first_byte_is_retried_as_startup_timeout(quick_stack: Stack) -> None:
     _, events, _ = await _run(
         quick_stack,
-        [FakeResponse(parts=[FakeText(text="late")], first_byte_delay_s=5), OK],
+        [FakeResponse(parts=[FakeText(text="late")], first_byte_delay_s=10), OK],
         final="waiting",
     )
     assert _retries(events)[0]["error"]["kind"] == "startup_timeout"

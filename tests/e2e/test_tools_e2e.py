@@ -24,7 +24,7 @@ class _Word(BaseModel):
 
 async def _slow_echo(args: _Word, ctx: ToolContext) -> ToolOutput:
     # Finishes only after `fast_echo` has started: proves the calls run in parallel.
-    await asyncio.wait_for(_b_started.wait(), 10)
+    await asyncio.wait_for(_b_started.wait(), 30)
     return f"slow:{args.word}"
 
 
