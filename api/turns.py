@@ -26,7 +26,14 @@ from chatd.store.transcript import TranscriptStore
 from chatd.store.turns import TurnStore
 from chatd.telemetry import METRICS
 from workflows.chat_turn import ChatTurn
-from workflows.constants import CHAT_ID, CHAT_MODEL, CHAT_OWNER, CHAT_STATUS, workflow_id
+from workflows.constants import (
+    CHAT_ID,
+    CHAT_MODEL,
+    CHAT_OWNER,
+    CHAT_STATUS,
+    WORKFLOW_TASK_TIMEOUT,
+    workflow_id,
+)
 from workflows.controls import INVALID_TOOL_RESULTS, NOT_AWAITING_TOOL_RESULTS
 from workflows.payloads import (
     ChatTurnInput,
@@ -65,6 +72,7 @@ async def submit_message(
         id=workflow_id(chat_id),
         task_queue=task_queue,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        task_timeout=WORKFLOW_TASK_TIMEOUT,
         search_attributes=TypedSearchAttributes(
             [
                 SearchAttributePair(CHAT_ID, chat_id),

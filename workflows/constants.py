@@ -1,5 +1,7 @@
 """Names shared by the workflow, the worker and the gateway."""
 
+from datetime import timedelta
+
 from temporalio.common import SearchAttributeKey
 
 __all__ = [
@@ -10,10 +12,19 @@ __all__ = [
     "EDGES_IN_STEPS_PATCH",
     "MODEL_ERROR_TYPE",
     "WORKFLOW_ID_PREFIX",
+    "WORKFLOW_TASK_TIMEOUT",
     "workflow_id",
 ]
 
 WORKFLOW_ID_PREFIX = "chat-"
+
+WORKFLOW_TASK_TIMEOUT = timedelta(seconds=5)
+"""How long a workflow task may run on a worker before the server hands it to another.
+
+It is how long a turn stalls when its worker dies holding a workflow task (Temporal's
+default is 10 s). Our workflow tasks take milliseconds; local activities longer than this
+keep the task alive with heartbeats. Runs continued-as-new inherit it.
+"""
 
 MODEL_ERROR_TYPE = "ModelError"
 """ApplicationError type of classified provider errors; the workflow owns their retries."""

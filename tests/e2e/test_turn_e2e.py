@@ -27,6 +27,7 @@ from chatd.store.turns import TurnStore
 from chatd.tools.defaults import default_registry
 from workers.worker import WorkerConfig, build_worker
 from workflows.chat_turn import ChatTurn
+from workflows.constants import WORKFLOW_TASK_TIMEOUT, workflow_id
 
 MODES: list[dict[str, Any]] = [
     {"provider": "anthropic"},
@@ -144,6 +145,15 @@ async def test_a_message_sent_during_a_turn_is_queued_and_runs_next(stack: Stack
         ("assistant", "second answer"),
     ]
     assert (await stack.http.get(f"/chats/{chat['id']}")).json()["queued_messages"] == []
+    # The queued turn's run was continued-as-new and kept the start's workflow task timeout.
+    handle = stack.temporal.get_workflow_handle(workflow_id(chat["id"]))
+    started = [
+        e.workflow_execution_started_event_attributes
+        async for e in handle.fetch_history_events()
+        if e.HasField("workflow_execution_started_event_attributes")
+    ]
+    assert started[0].continued_execution_run_id
+    assert started[0].workflow_task_timeout.ToTimedelta() == WORKFLOW_TASK_TIMEOUT
 
 
 async def test_responses_chain_mode_sends_only_the_new_message_with_the_previous_id(
