@@ -1,16 +1,18 @@
 """The model-step activity: stream one step, publish its deltas, persist it once.
 
-An interrupt (cancellation requested by the workflow) persists the partial step and
-returns it; a worker shutdown abandons the attempt so another worker retries it.
+An interrupt (cancellation requested by the workflow, or announced at once through
+Postgres by the gateway that signalled it) persists the partial step and returns it; a
+worker shutdown abandons the attempt so another worker retries it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +38,7 @@ from chatd.providers.base import (
 from chatd.settings import ProviderSettings
 from chatd.store.chats import ChatRecord, ChatStore
 from chatd.store.events import EventLog
+from chatd.store.hub import NotifyHub
 from chatd.store.transcript import NewMessage, StoredMessage, TranscriptStore
 from chatd.telemetry import METRICS, TRACER
 from chatd.tools.base import ToolRegistry
@@ -72,7 +75,11 @@ class ModelStepActivities:
         timeouts: StreamTimeouts | None = None,
         *,
         delta_pool: asyncpg.Pool | None = None,
+        interrupts: NotifyHub | None = None,
     ) -> None:
+        """`interrupts` (on `turns.INTERRUPT_CHANNEL`) lets a streaming step stop as soon as
+        the gateway announces an interrupt; without it, the next heartbeat brings it."""
+        self._interrupts = interrupts
         self._edges = edges
         self._chats = ChatStore(pool)
         self._transcript = TranscriptStore(pool)
@@ -149,10 +156,17 @@ class ModelStepActivities:
             )
             try:
                 request = self._request(chat, context)
-                finish = await _unless_shutdown(self._stream(request, accumulator, publisher))
+                with self._interrupt_requests(input.turn_id) as interrupt_requested:
+                    finish = await _unless_stopped(
+                        self._stream(request, accumulator, publisher), interrupt_requested
+                    )
             except ProviderError as err:
                 await publisher.drain()
                 raise _model_error(err.error) from None  # the classified error says it all
+            except _InterruptRequested:
+                return await _to_completion(
+                    self._persist_interrupted(chat, input, began, accumulator, publisher)
+                )
             except asyncio.CancelledError:
                 if not _interrupted():
                     raise  # shutdown, or this attempt timed out: the retry streams it anew
@@ -164,6 +178,15 @@ class ModelStepActivities:
         return await _to_completion(
             self._save_step(chat, input, began, accumulator, finish, publisher)
         )
+
+    @contextlib.contextmanager
+    def _interrupt_requests(self, turn_id: str) -> Iterator[asyncio.Event | None]:
+        """Set when the gateway announces an interrupt of this turn (None: not listening)."""
+        if self._interrupts is None:
+            yield None
+            return
+        with self._interrupts.subscribe(uuid.UUID(turn_id)) as requested:
+            yield requested
 
     async def _chat(
         self, chat_id: uuid.UUID, input: StreamStepInput
@@ -369,22 +392,34 @@ async def _to_completion(work: Awaitable[StreamStepResult]) -> StreamStepResult:
         return await task
 
 
-async def _unless_shutdown(work: Any) -> StepFinish:
-    """Run the stream, abandoning it if the worker starts shutting down."""
+class _InterruptRequested(Exception):
+    """The gateway announced an interrupt of this turn while its step streamed."""
+
+
+async def _unless_stopped(work: Any, interrupt_requested: asyncio.Event | None) -> StepFinish:
+    """Run the stream, abandoning it if the worker starts shutting down, and stopping it
+    (`_InterruptRequested`) if an interrupt is announced first."""
     task: asyncio.Task[StepFinish] = asyncio.ensure_future(work)
     shutdown = asyncio.ensure_future(activity.wait_for_worker_shutdown())
+    waits: set[asyncio.Future[Any]] = {task, shutdown}
+    if interrupt_requested is not None:
+        waits.add(asyncio.ensure_future(interrupt_requested.wait()))
     try:
-        await asyncio.wait({task, shutdown}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        shutdown.cancel()
+        for waiting in waits - {task}:
+            waiting.cancel()
         if not task.done():
             task.cancel()
-    if task.cancelled() or not task.done():
-        raise ApplicationError(
-            "the worker is shutting down; the step is retried on another worker",
-            type="WorkerShutdown",
-        )
-    return task.result()
+    if task.done() and not task.cancelled():
+        return task.result()
+    if interrupt_requested is not None and interrupt_requested.is_set():
+        await asyncio.wait({task})  # the stream stops before its partial step is read
+        raise _InterruptRequested
+    raise ApplicationError(
+        "the worker is shutting down; the step is retried on another worker",
+        type="WorkerShutdown",
+    )
 
 
 def _record_usage(model: str, finish: StepFinish) -> None:

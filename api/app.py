@@ -16,13 +16,13 @@ from fastapi.openapi.utils import get_openapi
 from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 
 from api.errors import ERROR_RESPONSES, install_error_handlers
-from api.hub import EventHub
 from api.limits import BodySizeLimit
 from api.routes import chats, health, messages, stream, turn_control
 from api.state import GatewayState
 from chatd.settings import TemporalSettings
 from chatd.store.db import connect_pool
-from chatd.store.events import EventLog
+from chatd.store.events import NOTIFY_CHANNEL, EventLog
+from chatd.store.hub import NotifyHub
 from workers.client import connect_temporal
 
 __all__ = ["GatewayConfig", "create_app"]
@@ -50,7 +50,7 @@ def create_app(config: GatewayConfig) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         pool = await connect_pool(config.database_url)
-        hub = EventHub(config.database_url)
+        hub = NotifyHub(config.database_url, NOTIFY_CHANNEL, wake_all_on_reconnect=True)
         await hub.start()
         client = await connect_temporal(config.temporal)
         app.state.gateway = GatewayState(

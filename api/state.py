@@ -8,9 +8,9 @@ import asyncpg
 from fastapi import Request
 from temporalio.client import Client
 
-from api.hub import EventHub
 from chatd.store.chats import ChatStore
 from chatd.store.events import EventLog
+from chatd.store.hub import NotifyHub
 from chatd.store.keys import KeyStore
 from chatd.store.transcript import TranscriptStore
 from chatd.store.turns import TurnStore
@@ -25,7 +25,7 @@ class GatewayState:
     pool: asyncpg.Pool
     temporal: Client
     task_queue: str
-    hub: EventHub
+    hub: NotifyHub
     generate_titles: bool = True
 
     def __post_init__(self) -> None:

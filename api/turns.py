@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import uuid
 
+import asyncpg
 from temporalio.client import (
     Client,
     WithStartWorkflowOperation,
@@ -44,6 +46,8 @@ from workflows.payloads import (
 )
 
 __all__ = ["interrupt_turn", "submit_message", "submit_tool_results", "until_begun"]
+
+log = logging.getLogger("chatd.api.turns")
 
 SUBMIT_TIMEOUT_S = 15.0
 """How long a send waits for a worker to take the message before answering 503."""
@@ -134,15 +138,23 @@ async def until_begun(
             return
 
 
-async def interrupt_turn(client: Client, chat_id: str) -> bool:
-    """Signal the chat's running turn to stop; False if no turn is running."""
-    handle = client.get_workflow_handle(workflow_id(chat_id))
+async def interrupt_turn(client: Client, turns: TurnStore, chat_id: uuid.UUID) -> bool:
+    """Signal the chat's running turn to stop; False if no turn is running.
+
+    Then tell the worker streaming its step, which would otherwise learn of the workflow's
+    cancellation only with its next heartbeat (up to 0.5 s later).
+    """
+    handle = client.get_workflow_handle(workflow_id(str(chat_id)))
     try:
         await handle.signal(ChatTurn.interrupt)
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
             return False
         raise
+    try:
+        await turns.request_interrupt(chat_id)
+    except (OSError, asyncpg.PostgresError) as err:  # the signal alone still stops the turn
+        log.warning("interrupt of chat %s not announced to workers: %s", chat_id, err)
     return True
 
 

@@ -60,10 +60,11 @@ from chatd.providers import close_clients
 from chatd.serving import EmbeddedServer
 from chatd.settings import TemporalSettings
 from chatd.store.db import connect_pool, migrate
+from chatd.store.hub import NotifyHub
 from chatd.store.keys import KeyStore
 from chatd.tools.defaults import default_registry
 from workers.client import connect_temporal
-from workers.worker import WorkerConfig, build_worker
+from workers.worker import WorkerConfig, build_worker, listen_for_interrupts
 
 __all__ = [
     "BENCH_PG_SETTINGS",
@@ -192,21 +193,31 @@ class BenchStack:
 
 @contextlib.asynccontextmanager
 async def running_stack(
-    svc: Services, *, worker_overrides: Mapping[str, Any] | None = None
+    svc: Services,
+    *,
+    worker_overrides: Mapping[str, Any] | None = None,
+    announced_interrupts: bool = True,
 ) -> AsyncIterator[BenchStack]:
     """Migrate, start a worker (as `build_worker` makes it) and the gateway; tear down after.
 
-    `worker_overrides` replace Worker constructor options (for experiments).
+    `worker_overrides` replace Worker constructor options (for experiments);
+    `announced_interrupts=False` leaves interrupts to the heartbeat (the worker doesn't listen).
     """
     await migrate(svc.database_url)
     task_queue = f"bench-{uuid.uuid4().hex[:8]}"
     settings = TemporalSettings(address=svc.temporal.address, task_queue=task_queue)
     pool = await connect_pool(svc.database_url)
     server: EmbeddedServer | None = None
+    resources = contextlib.AsyncExitStack()
     try:
         client = await connect_temporal(settings)
         key = await KeyStore(pool).create("bench")
-        worker = _worker(client, pool, svc, task_queue, worker_overrides)
+        interrupts = (
+            await resources.enter_async_context(listen_for_interrupts(svc.database_url))
+            if announced_interrupts
+            else None
+        )
+        worker = _worker(client, pool, svc, task_queue, worker_overrides, interrupts)
         port = free_port()
         server = EmbeddedServer(
             create_app(GatewayConfig(database_url=svc.database_url, temporal=settings)),
@@ -225,6 +236,7 @@ async def running_stack(
     finally:
         if server is not None:
             await server.stop()
+        await resources.aclose()
         await close_clients()
         await pool.close()
 
@@ -235,6 +247,7 @@ def _worker(
     svc: Services,
     task_queue: str,
     overrides: Mapping[str, Any] | None,
+    interrupts: NotifyHub | None,
 ) -> Worker:
     """`build_worker`'s worker; with overrides, a copy of its settings with them applied."""
     config = WorkerConfig(
@@ -244,10 +257,10 @@ def _worker(
         workspace_root=Path(tempfile.gettempdir()) / f"chatd-bench-ws-{task_queue}",
     )
     if not overrides:
-        return build_worker(client, pool, config)
+        return build_worker(client, pool, config, interrupts=interrupts)
     # A worker registers its task queue when constructed: build the template on another one.
     config.task_queue = f"{task_queue}-template"
-    template = build_worker(client, pool, config)
+    template = build_worker(client, pool, config, interrupts=interrupts)
     return Worker(**{**template.config(), "task_queue": task_queue, **overrides})
 
 

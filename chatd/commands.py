@@ -32,7 +32,12 @@ def workspace_root() -> Path:
 async def run_worker(database_url: str, providers: ProviderSettings | None = None) -> None:
     """Run one worker until SIGINT/SIGTERM."""
     from workers.client import connect_temporal
-    from workers.worker import WorkerConfig, build_worker, run_until_signalled
+    from workers.worker import (
+        WorkerConfig,
+        build_worker,
+        listen_for_interrupts,
+        run_until_signalled,
+    )
 
     setup_telemetry("chatd-worker")
     temporal = TemporalSettings.from_env()
@@ -41,6 +46,7 @@ async def run_worker(database_url: str, providers: ProviderSettings | None = Non
         stack.push_async_callback(pool.close)
         delta_pool = await connect_pool(database_url, min_size=1, max_size=1)
         stack.push_async_callback(delta_pool.close)
+        interrupts = await stack.enter_async_context(listen_for_interrupts(database_url))
         client = await connect_temporal(temporal)
         config = WorkerConfig(
             task_queue=temporal.task_queue,
@@ -49,7 +55,7 @@ async def run_worker(database_url: str, providers: ProviderSettings | None = Non
             workspace_root=workspace_root(),
             generate_titles=titles_enabled(),
         )
-        worker = build_worker(client, pool, config, delta_pool=delta_pool)
+        worker = build_worker(client, pool, config, delta_pool=delta_pool, interrupts=interrupts)
         import_sdks()
         freeze_startup_objects()
         await run_until_signalled(worker)

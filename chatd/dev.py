@@ -124,7 +124,7 @@ async def _serve(
 ) -> None:
     from api.app import GatewayConfig, create_app
     from workers.client import connect_temporal
-    from workers.worker import WorkerConfig, build_worker
+    from workers.worker import WorkerConfig, build_worker, listen_for_interrupts
 
     temporal_settings = TemporalSettings(address=temporal.address, task_queue=DEFAULT_TASK_QUEUE)
     providers = ProviderSettings.from_env().model_copy(update={"demo_base_url": demo.base_url})
@@ -142,6 +142,7 @@ async def _serve(
         import_sdks()
         freeze_startup_objects()  # before any chat is served: only startup objects qualify
         if options.worker:
+            interrupts = await stack.enter_async_context(listen_for_interrupts(postgres.dsn))
             worker = build_worker(
                 client,
                 pool,
@@ -152,6 +153,7 @@ async def _serve(
                     workspace_root=options.data_dir / "workspaces",
                 ),
                 delta_pool=delta_pool,
+                interrupts=interrupts,
             )
             await stack.enter_async_context(worker)
             _say(f"worker polling task queue {DEFAULT_TASK_QUEUE!r}")

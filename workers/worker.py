@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -18,6 +20,8 @@ from activities.model_step import ModelStepActivities, StreamTimeouts
 from activities.tools import ToolActivities
 from activities.turn import TurnActivities, TurnEdges
 from chatd.settings import ProviderSettings
+from chatd.store.hub import NotifyHub
+from chatd.store.turns import INTERRUPT_CHANNEL
 from chatd.tools.base import ToolRegistry
 from workflows.chat_turn import ChatTurn
 
@@ -47,11 +51,14 @@ def build_worker(
     config: WorkerConfig,
     *,
     delta_pool: asyncpg.Pool | None = None,
+    interrupts: NotifyHub | None = None,
 ) -> Worker:
     """A worker for ChatTurn and all its activities.
 
     `delta_pool` (one connection is enough: deltas are written one batch at a time) keeps
     streamed deltas from queueing behind transcript queries when `pool` is busy.
+    `interrupts`, a started hub on `INTERRUPT_CHANNEL` (see `listen_for_interrupts`), stops a
+    streaming step as soon as the gateway announces an interrupt, not at its next heartbeat.
     """
     edges = TurnEdges(pool, config.providers, generate_titles=config.generate_titles)
     model = ModelStepActivities(
@@ -61,6 +68,7 @@ def build_worker(
         edges,
         config.stream_timeouts,
         delta_pool=delta_pool,
+        interrupts=interrupts,
     )
     tools = ToolActivities(pool, config.registry, config.workspace_root)
     turn = TurnActivities(pool, edges)
@@ -93,6 +101,21 @@ def build_worker(
         # A dead worker's sticky queue would hold the turn's next workflow task this long.
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=2),
     )
+
+
+@contextlib.asynccontextmanager
+async def listen_for_interrupts(database_url: str) -> AsyncIterator[NotifyHub]:
+    """The worker's listener for interrupt announcements, for `build_worker(interrupts=)`.
+
+    A notification missed while reconnecting costs nothing but speed: the workflow's
+    cancellation still reaches the step with its next heartbeat.
+    """
+    hub = NotifyHub(database_url, INTERRUPT_CHANNEL, wake_all_on_reconnect=False)
+    await hub.start()
+    try:
+        yield hub
+    finally:
+        await hub.stop()
 
 
 async def run_until_signalled(worker: Worker) -> None:

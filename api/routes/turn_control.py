@@ -23,9 +23,10 @@ MAX_TOOL_RESULTS_BYTES = 512 * 1024
 @router.post("/interrupt", status_code=202, response_model=Accepted)
 async def interrupt(chat: OwnedChat, request: Request) -> Accepted:
     """Stop the running turn; what it produced so far is kept and the chat ends `waiting`."""
+    state = state_of(request)
     if chat.status not in ("running", "requires_action"):
         raise ApiError(409, "not_running", "no turn is running", {"status": chat.status})
-    if not await interrupt_turn(state_of(request).temporal, str(chat.id)):
+    if not await interrupt_turn(state.temporal, state.turns, chat.id):
         raise ApiError(409, "not_running", "no turn is running", {"status": chat.status})
     return Accepted()
 

@@ -20,7 +20,10 @@ from chatd.store.transcript import (
     user_message_event_sql,
 )
 
-__all__ = ["TurnStore"]
+__all__ = ["INTERRUPT_CHANNEL", "TurnStore"]
+
+INTERRUPT_CHANNEL = "chatd_interrupts"
+"""NOTIFY channel of interrupt requests; the payload is the turn's id."""
 
 # Chat usage is derived from the persisted steps, so recounting it is idempotent.
 _USAGE_FIELDS = ", ".join(
@@ -225,6 +228,19 @@ class TurnStore:
             action_expires_at=action_expires_at,
         )
 
+    async def request_interrupt(self, chat_id: uuid.UUID) -> None:
+        """Tell the workers that the chat's current turn was interrupted.
+
+        Only a shortcut: the workflow's `interrupt` signal, sent first, decides. A worker
+        streaming the turn's step stops at once instead of at its next heartbeat, whose
+        answer carries the workflow's cancellation.
+        """
+        await self._pool.execute(_REQUEST_INTERRUPT, chat_id, INTERRUPT_CHANNEL)
+
+
+_REQUEST_INTERRUPT = """
+SELECT pg_notify($2, turn_id::text) FROM chats WHERE id = $1 AND turn_id IS NOT NULL
+"""
 
 # One statement: the status change, the error event (if any) and the `status` event, numbered
 # as `events.append_events` numbers events, and the notification.

@@ -6,7 +6,7 @@ import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,7 @@ from chatd.store.keys import KeyStore
 from chatd.tools.base import ToolRegistry
 from chatd.tools.defaults import default_registry
 from workers.client import connect_temporal
-from workers.worker import WorkerConfig, build_worker
+from workers.worker import WorkerConfig, build_worker, listen_for_interrupts
 
 __all__ = ["SseEvent", "Stack", "StackFactory", "parse_sse", "running_stack"]
 
@@ -171,8 +171,10 @@ async def running_stack(
         port,
     )
     base_url = f"http://127.0.0.1:{port}/api/v1"
+    resources = AsyncExitStack()
     worker: Worker | None = None
     if with_worker:
+        interrupts = await resources.enter_async_context(listen_for_interrupts(database_url))
         worker = build_worker(
             client,
             pool,
@@ -184,6 +186,7 @@ async def running_stack(
                 stream_timeouts=stream_timeouts or StreamTimeouts(),
                 generate_titles=generate_titles,
             ),
+            interrupts=interrupts,
         )
     await server.start()
     try:
@@ -199,6 +202,7 @@ async def running_stack(
                     yield stack
     finally:
         await server.stop()
+        await resources.aclose()
         await pool.close()
 
 

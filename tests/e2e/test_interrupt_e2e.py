@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from typing import Any
 
+import pytest
 from harness import SseEvent, Stack, sse_events
 
+import activities.heartbeat
 from chatd.fake_provider.script import (
     FakeError,
     FakeReasoning,
@@ -57,6 +60,7 @@ async def _continue_after(stack: Stack, chat_id: str, name: str) -> None:
 
 # Long enough (~10 s of deltas) that the interrupt lands mid-stream on a loaded machine.
 _LONG_TEXT = " ".join(f"word{i}" for i in range(60))
+_PADDED = {"pad": "x" * 300}
 
 
 def _is_text_delta(event: SseEvent) -> bool:
@@ -86,6 +90,25 @@ async def test_interrupt_mid_text_keeps_the_partial_text_and_reasoning(stack: St
     await _continue_after(stack, chat_id, name)
 
 
+async def test_an_announced_interrupt_stops_the_stream_without_waiting_for_a_heartbeat(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no heartbeat for a minute, the workflow's cancellation can't reach the step in
+    time: only the gateway's announcement (Postgres NOTIFY) can cut the stream short."""
+    monkeypatch.setattr(activities.heartbeat, "FIRST_BEAT_S", 60.0)
+    chat_id, name = await _start(
+        stack,
+        FakeResponse(parts=[FakeText(text=_LONG_TEXT, chunk_size=4)], delta_delay_s=0.15),
+    )
+    events = await _interrupt_when(stack, chat_id, _is_text_delta)
+    assert events[-1].event == "status" and events[-1].data["status"] == "waiting"
+    messages = await stack.messages(chat_id)
+    text = messages[1]["parts"][0]["text"]
+    assert text and _LONG_TEXT.startswith(text)
+    assert text != _LONG_TEXT, "the stream was cut short"
+    await _continue_after(stack, chat_id, name)
+
+
 async def test_interrupt_mid_tool_arguments_keeps_the_call_with_an_interrupted_result(
     stack: Stack,
 ) -> None:
@@ -94,7 +117,7 @@ async def test_interrupt_mid_tool_arguments_keeps_the_call_with_an_interrupted_r
         FakeResponse(
             parts=[
                 FakeText(text="calling"),
-                FakeToolCall(name="current_time", arguments={"pad": "x" * 300}, chunk_size=3),
+                FakeToolCall(name="current_time", arguments=_PADDED, chunk_size=3),
             ],
             delta_delay_s=0.1,
         ),
@@ -108,7 +131,9 @@ async def test_interrupt_mid_tool_arguments_keeps_the_call_with_an_interrupted_r
     messages = await stack.messages(chat_id)
     assert [m["role"] for m in messages] == ["user", "assistant", "tool"]
     call = next(p for p in messages[1]["parts"] if p["type"] == "tool_call")
-    assert call["arguments"].startswith('{"pad": "') and not call["arguments"].endswith("}")
+    arguments = json.dumps(_PADDED)
+    assert call["arguments"] and arguments.startswith(call["arguments"])
+    assert call["arguments"] != arguments, "the stream was cut short"
     assert messages[2]["parts"][0] == {
         **messages[2]["parts"][0],
         "tool_call_id": call["id"],

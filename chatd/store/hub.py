@@ -1,4 +1,8 @@
-"""One Postgres LISTEN connection per gateway, fanning notifications out to SSE clients."""
+"""One Postgres LISTEN connection per process, fanning a channel's notifications out.
+
+The gateway wakes SSE clients with it (`chatd_events`: a chat's event log grew); a worker
+hears interrupt requests with it (`chatd_interrupts`: stop this turn's streaming step).
+"""
 
 from __future__ import annotations
 
@@ -12,19 +16,21 @@ from typing import Any
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
-from chatd.store.events import NOTIFY_CHANNEL
+__all__ = ["NotifyHub"]
 
-__all__ = ["EventHub"]
-
-log = logging.getLogger("chatd.api.hub")
+log = logging.getLogger("chatd.store.hub")
 _RECONNECT_DELAY_S = 1.0
 
 
-class EventHub:
-    """Wakes the subscribers of a chat when its event log grows."""
+class NotifyHub:
+    """Wakes the subscribers of a key (the UUID a notification's payload starts with)."""
 
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, dsn: str, channel: str, *, wake_all_on_reconnect: bool) -> None:
+        """`wake_all_on_reconnect`: notifications sent while the connection was down are lost;
+        wake everyone so they look again (right for "re-read the log", wrong for "stop")."""
         self._dsn = dsn
+        self._channel = channel
+        self._wake_all_on_reconnect = wake_all_on_reconnect
         self._conn: asyncpg.Connection | None = None
         self._subscribers: dict[uuid.UUID, set[asyncio.Event]] = {}
         self._supervisor: asyncio.Task[None] | None = None
@@ -45,27 +51,28 @@ class EventHub:
             await self._conn.close()
 
     @contextlib.contextmanager
-    def subscribe(self, chat_id: uuid.UUID) -> Iterator[asyncio.Event]:
-        """An event set whenever the chat has new events (or the listener reconnected)."""
+    def subscribe(self, key: uuid.UUID) -> Iterator[asyncio.Event]:
+        """An event set whenever a notification for `key` arrives (or, if so configured,
+        the listener reconnected)."""
         wake = asyncio.Event()
-        self._subscribers.setdefault(chat_id, set()).add(wake)
+        self._subscribers.setdefault(key, set()).add(wake)
         try:
             yield wake
         finally:
-            waiters = self._subscribers.get(chat_id)
+            waiters = self._subscribers.get(key)
             if waiters is not None:
                 waiters.discard(wake)
                 if not waiters:
-                    del self._subscribers[chat_id]
+                    del self._subscribers[key]
 
     @property
     def subscriber_count(self) -> int:
-        """How many SSE clients are listening."""
+        """How many subscriptions are open."""
         return sum(len(s) for s in self._subscribers.values())
 
     async def _connect(self) -> None:
         conn = await asyncpg.connect(self._dsn)
-        await conn.add_listener(NOTIFY_CHANNEL, self._on_notify)
+        await conn.add_listener(self._channel, self._on_notify)
         conn.add_termination_listener(lambda _: self._lost.set())
         self._conn = conn
 
@@ -76,14 +83,14 @@ class EventHub:
         _channel: str,
         payload: object,
     ) -> None:
-        chat_id = uuid.UUID(str(payload).split(":", 1)[0])
-        for wake in self._subscribers.get(chat_id, ()):
+        key = uuid.UUID(str(payload).split(":", 1)[0])
+        for wake in self._subscribers.get(key, ()):
             wake.set()
 
     async def _supervise(self) -> None:
         while True:
             await self._lost.wait()
-            log.warning("event listener connection lost; reconnecting")
+            log.warning("%s listener connection lost; reconnecting", self._channel)
             while True:
                 try:
                     await self._connect()
@@ -91,7 +98,8 @@ class EventHub:
                 except (OSError, asyncpg.PostgresError):
                     await asyncio.sleep(_RECONNECT_DELAY_S)
             self._lost.clear()
-            # Notifications sent while we were away are lost: everyone re-reads the log.
+            if not self._wake_all_on_reconnect:
+                continue
             for waiters in self._subscribers.values():
                 for wake in waiters:
                     wake.set()
