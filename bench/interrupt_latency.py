@@ -13,8 +13,10 @@ checks that the persisted step holds every delta the client saw.
 The interrupt travels: gateway -> `interrupt` signal -> a workflow task cancels the stream
 activity -> the server hands the cancellation to the worker with the response to the
 activity's next heartbeat (sent at most every 0.5 s: `HEARTBEAT_THROTTLE`) -> the activity
-persists what it has and returns -> the workflow runs `finish_turn`. The heartbeat interval
-bounds it; this measures what it is.
+persists what it has and returns -> the workflow finishes the turn. After the signal the
+gateway also announces the interrupt (NOTIFY `chatd_interrupts`), and a worker listening
+stops the step at once. Both are measured in one run, side by side: "announced" (as
+deployed), then "heartbeat only" (the worker doesn't listen), the same seed for both.
 """
 
 from __future__ import annotations
@@ -125,27 +127,39 @@ async def measure(stack: BenchStack, args: argparse.Namespace) -> Stops:
     return stops
 
 
-def report(stops: Stops, args: argparse.Namespace) -> bool:
-    """Print the table; whether nothing the client saw was lost."""
+def report(runs: dict[str, Stops], args: argparse.Namespace) -> bool:
+    """Print the table per mode; whether nothing the client saw was lost."""
     print(
-        f"\n=== interrupt latency: {args.turns} turns, interrupted after "
+        f"\n=== interrupt latency: {args.turns} turns per mode, interrupted after "
         f"{INTERRUPT_AFTER[0]}-{INTERRUPT_AFTER[1]} of {DELTAS} deltas "
         f"({SPACING_S * 1000:g} ms apart) ==="
     )
-    print(f"POST /interrupt -> provider emits its last delta : {summary(stops.provider_stopped)}")
-    print(f"POST /interrupt -> last delta at the SSE client  : {summary(stops.client_last_delta)}")
-    print(f"POST /interrupt -> status waiting at the client  : {summary(stops.waiting)}")
-    print(f"deltas the client saw but the persisted step lacks: {stops.lost} (must be 0)")
-    return stops.lost == 0
+    for mode, stops in runs.items():
+        print(f"--- {mode}")
+        print(
+            f"POST /interrupt -> provider emits its last delta : {summary(stops.provider_stopped)}"
+        )  # noqa: E501
+        print(
+            f"POST /interrupt -> last delta at the SSE client  : {summary(stops.client_last_delta)}"
+        )  # noqa: E501
+        print(f"POST /interrupt -> status waiting at the client  : {summary(stops.waiting)}")
+        print(f"deltas the client saw but the persisted step lacks: {stops.lost} (must be 0)")
+    return all(stops.lost == 0 for stops in runs.values())
+
+
+MODES = {"announced (as deployed)": True, "heartbeat only (baseline)": False}
+"""Each mode's `announced_interrupts`."""
 
 
 async def run(args: argparse.Namespace) -> bool:
-    """Bring the stack up, measure, report, tear down."""
-    async with _stack.services() as svc, _stack.running_stack(svc) as stack:
-        say(f"stack up; {args.warmup} warm-up turns, then {args.turns} measured turns")
-        stops = await measure(stack, args)
-        say("tearing down")
-    return report(stops, args)
+    """Bring the services up; per mode, a stack: measure, tear down; then report."""
+    runs: dict[str, Stops] = {}
+    async with _stack.services() as svc:
+        for mode, announced in MODES.items():
+            async with _stack.running_stack(svc, announced_interrupts=announced) as stack:
+                say(f"{mode}: {args.warmup} warm-up turns, then {args.turns} measured turns")
+                runs[mode] = await measure(stack, args)
+    return report(runs, args)
 
 
 def main() -> None:

@@ -23,7 +23,7 @@ from chatd.store.transcript import (
     message_event,
     user_message_event_sql,
 )
-from chatd.store.turns import TurnStore
+from chatd.store.turns import INTERRUPT_CHANNEL, TurnStore
 from chatd.tools.defaults import default_registry
 from workers.worker import WorkerConfig, build_worker
 from workflows.chat_turn import ChatTurn
@@ -421,6 +421,30 @@ async def test_a_turn_begun_by_an_older_release_still_finishes(stack: Stack) -> 
     assert await turns.finish(chat_id, str(second.id), "waiting") == "running"
     row = await stack.pool.fetchrow("SELECT status, turn_id FROM chats WHERE id = $1", chat_id)
     assert (row["status"], row["turn_id"]) == ("waiting", None)  # an ended turn is no one's
+
+
+async def test_an_interrupt_is_announced_with_the_running_turn_id_only(stack: Stack) -> None:
+    """Workers key announced interrupts by turn: an idle chat announces nothing."""
+    chat_id = uuid.UUID((await stack.create_chat(model=_model()))["id"])
+    transcript, turns = TranscriptStore(stack.pool), TurnStore(stack.pool)
+    heard: asyncio.Queue[str] = asyncio.Queue()
+    async with stack.pool.acquire() as conn:
+
+        def on_notify(_conn: object, _pid: int, _channel: str, payload: object) -> None:
+            heard.put_nowait(str(payload))
+
+        await conn.add_listener(INTERRUPT_CHANNEL, on_notify)
+        try:
+            await turns.request_interrupt(chat_id)  # idle: no turn to stop
+            sentinel = str(uuid.uuid4())  # notifications arrive in order: this one comes next
+            await stack.pool.execute("SELECT pg_notify($1, $2)", INTERRUPT_CHANNEL, sentinel)
+            assert await asyncio.wait_for(heard.get(), 10) == sentinel
+            queued, _ = await transcript.enqueue(chat_id, [TextPart(text="go")], None)
+            assert await turns.begin(chat_id, str(queued.id))
+            await turns.request_interrupt(chat_id)
+            assert await asyncio.wait_for(heard.get(), 10) == str(queued.id)
+        finally:
+            await conn.remove_listener(INTERRUPT_CHANNEL, on_notify)
 
 
 async def test_a_send_is_answered_once_its_first_step_began_the_turn(
