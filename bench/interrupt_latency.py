@@ -138,10 +138,10 @@ def report(runs: dict[str, Stops], args: argparse.Namespace) -> bool:
         print(f"--- {mode}")
         print(
             f"POST /interrupt -> provider emits its last delta : {summary(stops.provider_stopped)}"
-        )  # noqa: E501
+        )
         print(
             f"POST /interrupt -> last delta at the SSE client  : {summary(stops.client_last_delta)}"
-        )  # noqa: E501
+        )
         print(f"POST /interrupt -> status waiting at the client  : {summary(stops.waiting)}")
         print(f"deltas the client saw but the persisted step lacks: {stops.lost} (must be 0)")
     return all(stops.lost == 0 for stops in runs.values())
