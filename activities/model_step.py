@@ -123,57 +123,58 @@ class ModelStepActivities:
     async def _stream_step(self, input: StreamStepInput) -> StreamStepResult:
         chat_id = uuid.UUID(input.chat_id)
         # Heartbeats from the start (a wait for a pooled connection under load must not look
-        # like a dead worker) until the stream ends; their responses carry interrupts.
+        # like a dead worker) until the stream ends; their responses carry interrupts, and so
+        # do the gateway's announcements, heard from the start too.
         async with heartbeating():
-            step_key = assistant_step_key(input.step)
-            # Read together: the chat (beginning the turn first, if asked), whether a lost
-            # attempt saved this step already, and the context (with the turn's message,
-            # promoted or not yet).
-            (chat, began), done, context = await asyncio.gather(
-                self._chat(chat_id, input),
-                self._transcript.find(chat_id, input.turn_id, step_key),
-                self._transcript.for_model(
-                    chat_id, turn_message=uuid.UUID(input.turn_id) if input.begin else None
-                ),
-            )
-            if began is not None and not began.started:
-                return StreamStepResult(message_id=None, began=began)
-            if chat is None:
-                raise ApplicationError(f"chat {chat_id} not found", non_retryable=True)
-            if done is not None:
-                summary = self._summary(chat, done, interrupted=False)
-                return await _to_completion(self._close(chat, input, began, summary))
-            publisher = DeltaPublisher(self._batcher(), chat_id)
-            if input.attempt > 1 or activity.info().attempt > 1:
-                publisher.add("reset", {"turn_id": input.turn_id, "step": input.step})
-            accumulator = StepAccumulator()
-            log.info(
-                "streaming step: chat=%s turn=%s step=%d attempt=%d",
-                input.chat_id,
-                input.turn_id,
-                input.step,
-                input.attempt,
-            )
-            try:
-                request = self._request(chat, context)
-                with self._interrupt_requests(input.turn_id) as interrupt_requested:
+            with self._interrupt_requests(input.turn_id) as interrupt_requested:
+                step_key = assistant_step_key(input.step)
+                # Read together: the chat (beginning the turn first, if asked), whether a lost
+                # attempt saved this step already, and the context (with the turn's message,
+                # promoted or not yet).
+                (chat, began), done, context = await asyncio.gather(
+                    self._chat(chat_id, input),
+                    self._transcript.find(chat_id, input.turn_id, step_key),
+                    self._transcript.for_model(
+                        chat_id, turn_message=uuid.UUID(input.turn_id) if input.begin else None
+                    ),
+                )
+                if began is not None and not began.started:
+                    return StreamStepResult(message_id=None, began=began)
+                if chat is None:
+                    raise ApplicationError(f"chat {chat_id} not found", non_retryable=True)
+                if done is not None:
+                    summary = self._summary(chat, done, interrupted=False)
+                    return await _to_completion(self._close(chat, input, began, summary))
+                publisher = DeltaPublisher(self._batcher(), chat_id)
+                if input.attempt > 1 or activity.info().attempt > 1:
+                    publisher.add("reset", {"turn_id": input.turn_id, "step": input.step})
+                accumulator = StepAccumulator()
+                log.info(
+                    "streaming step: chat=%s turn=%s step=%d attempt=%d",
+                    input.chat_id,
+                    input.turn_id,
+                    input.step,
+                    input.attempt,
+                )
+                try:
+                    request = self._request(chat, context)
                     finish = await _unless_stopped(
                         self._stream(request, accumulator, publisher), interrupt_requested
                     )
-            except ProviderError as err:
-                await publisher.drain()
-                raise _model_error(err.error) from None  # the classified error says it all
-            except _InterruptRequested:
-                return await _to_completion(
-                    self._persist_interrupted(chat, input, began, accumulator, publisher)
-                )
-            except asyncio.CancelledError:
-                if not _interrupted():
-                    raise  # shutdown, or this attempt timed out: the retry streams it anew
-                # An interrupt: keep what was produced, even if cancelled again meanwhile.
-                return await _to_completion(
-                    self._persist_interrupted(chat, input, began, accumulator, publisher)
-                )
+                except ProviderError as err:
+                    await publisher.drain()
+                    raise _model_error(err.error) from None  # the classified error says it all
+                except _InterruptRequested:
+                    return await _to_completion(
+                        self._persist_interrupted(chat, input, began, accumulator, publisher)
+                    )
+                except asyncio.CancelledError:
+                    if not _interrupted():
+                        raise  # shutdown, or this attempt timed out: the retry streams it anew
+                    # An interrupt: keep what was produced, even if cancelled again meanwhile.
+                    return await _to_completion(
+                        self._persist_interrupted(chat, input, began, accumulator, publisher)
+                    )
         # The stream is complete: an interrupt arriving now finds the whole step, kept as is.
         return await _to_completion(
             self._save_step(chat, input, began, accumulator, finish, publisher)
@@ -182,10 +183,14 @@ class ModelStepActivities:
     @contextlib.contextmanager
     def _interrupt_requests(self, turn_id: str) -> Iterator[asyncio.Event | None]:
         """Set when the gateway announces an interrupt of this turn (None: not listening)."""
-        if self._interrupts is None:
+        try:
+            key = uuid.UUID(turn_id)
+        except ValueError:  # turn ids are message UUIDs; anything else is never announced
+            key = None
+        if self._interrupts is None or key is None:
             yield None
             return
-        with self._interrupts.subscribe(uuid.UUID(turn_id)) as requested:
+        with self._interrupts.subscribe(key) as requested:
             yield requested
 
     async def _chat(
@@ -393,10 +398,17 @@ async def _to_completion(work: Awaitable[StreamStepResult]) -> StreamStepResult:
 
 
 class _InterruptRequested(Exception):
-    """The gateway announced an interrupt of this turn while its step streamed."""
+    """The gateway announced an interrupt of this turn while its step ran.
+
+    Unlike a cancellation, it doesn't tell whether the server still knows this attempt: one
+    it gave up on (an outage) may save its partial step first. It is an interrupted partial
+    step either way, and the step key lets only one be saved.
+    """
 
 
-async def _unless_stopped(work: Any, interrupt_requested: asyncio.Event | None) -> StepFinish:
+async def _unless_stopped(
+    work: Awaitable[StepFinish], interrupt_requested: asyncio.Event | None
+) -> StepFinish:
     """Run the stream, abandoning it if the worker starts shutting down, and stopping it
     (`_InterruptRequested`) if an interrupt is announced first."""
     task: asyncio.Task[StepFinish] = asyncio.ensure_future(work)
@@ -415,6 +427,8 @@ async def _unless_stopped(work: Any, interrupt_requested: asyncio.Event | None) 
         return task.result()
     if interrupt_requested is not None and interrupt_requested.is_set():
         await asyncio.wait({task})  # the stream stops before its partial step is read
+        if not task.cancelled():
+            task.exception()  # retrieved: whatever ended it, the partial step is kept
         raise _InterruptRequested
     raise ApplicationError(
         "the worker is shutting down; the step is retried on another worker",

@@ -7,7 +7,6 @@ import contextlib
 import logging
 import uuid
 
-import asyncpg
 from temporalio.client import (
     Client,
     WithStartWorkflowOperation,
@@ -138,23 +137,25 @@ async def until_begun(
             return
 
 
-async def interrupt_turn(client: Client, turns: TurnStore, chat_id: uuid.UUID) -> bool:
+async def interrupt_turn(client: Client, turns: TurnStore, chat: ChatRecord) -> bool:
     """Signal the chat's running turn to stop; False if no turn is running.
 
-    Then tell the worker streaming its step, which would otherwise learn of the workflow's
-    cancellation only with its next heartbeat (up to 0.5 s later).
+    Then announce it to the worker streaming the turn's step (`chat.turn_id`, as read
+    before the signal), which would otherwise learn of the workflow's cancellation only
+    with its next heartbeat (up to 0.5 s later).
     """
-    handle = client.get_workflow_handle(workflow_id(str(chat_id)))
+    handle = client.get_workflow_handle(workflow_id(str(chat.id)))
     try:
         await handle.signal(ChatTurn.interrupt)
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
             return False
         raise
-    try:
-        await turns.request_interrupt(chat_id)
-    except (OSError, asyncpg.PostgresError) as err:  # the signal alone still stops the turn
-        log.warning("interrupt of chat %s not announced to workers: %s", chat_id, err)
+    if chat.turn_id is not None:
+        try:
+            await asyncio.wait_for(turns.announce_interrupt(chat.id, chat.turn_id), 1.0)
+        except Exception as err:  # best effort: the signal alone still stops the turn
+            log.warning("interrupt of chat %s not announced to workers: %r", chat.id, err)
     return True
 
 

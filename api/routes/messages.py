@@ -27,7 +27,7 @@ async def accept_message(
     if body.on_busy == "reject" and chat.status in _BUSY:
         raise ApiError(409, "chat_busy", "a turn is running", {"status": chat.status})
     if body.on_busy == "interrupt" and chat.status in _BUSY:
-        await interrupt_turn(state.temporal, state.turns, chat.id)
+        await interrupt_turn(state.temporal, state.turns, chat)
     client_id = idempotency_key or body.client_message_id
     queued, created = await state.transcript.enqueue(chat.id, body.user_parts(), client_id)
     # Subscribed before anything can begin the turn: `until_begun` then misses no wake-up.

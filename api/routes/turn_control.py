@@ -26,7 +26,7 @@ async def interrupt(chat: OwnedChat, request: Request) -> Accepted:
     state = state_of(request)
     if chat.status not in ("running", "requires_action"):
         raise ApiError(409, "not_running", "no turn is running", {"status": chat.status})
-    if not await interrupt_turn(state.temporal, state.turns, chat.id):
+    if not await interrupt_turn(state.temporal, state.turns, chat):
         raise ApiError(409, "not_running", "no turn is running", {"status": chat.status})
     return Accepted()
 

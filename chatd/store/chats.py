@@ -47,6 +47,8 @@ class ChatRecord(BaseModel):
     usage: Usage
     created_at: datetime
     updated_at: datetime
+    turn_id: str | None = None
+    """The turn running now: set when it begins, cleared when it ends."""
 
 
 def _record(row: asyncpg.Record | dict[str, Any]) -> ChatRecord:

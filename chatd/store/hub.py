@@ -72,8 +72,9 @@ class NotifyHub:
 
     async def _connect(self) -> None:
         conn = await asyncpg.connect(self._dsn)
-        await conn.add_listener(self._channel, self._on_notify)
+        # Watch for a loss before listening: one while LISTEN is being set up counts too.
         conn.add_termination_listener(lambda _: self._lost.set())
+        await conn.add_listener(self._channel, self._on_notify)
         self._conn = conn
 
     def _on_notify(
@@ -90,6 +91,7 @@ class NotifyHub:
     async def _supervise(self) -> None:
         while True:
             await self._lost.wait()
+            self._lost.clear()  # before reconnecting: a loss during the reconnect is seen
             log.warning("%s listener connection lost; reconnecting", self._channel)
             while True:
                 try:
@@ -97,7 +99,6 @@ class NotifyHub:
                     break
                 except (OSError, asyncpg.PostgresError):
                     await asyncio.sleep(_RECONNECT_DELAY_S)
-            self._lost.clear()
             if not self._wake_all_on_reconnect:
                 continue
             for waiters in self._subscribers.values():

@@ -228,18 +228,19 @@ class TurnStore:
             action_expires_at=action_expires_at,
         )
 
-    async def request_interrupt(self, chat_id: uuid.UUID) -> None:
-        """Tell the workers that the chat's current turn was interrupted.
+    async def announce_interrupt(self, chat_id: uuid.UUID, turn_id: str) -> None:
+        """Tell the workers that turn `turn_id` was interrupted, if it is still the chat's.
 
         Only a shortcut: the workflow's `interrupt` signal, sent first, decides. A worker
         streaming the turn's step stops at once instead of at its next heartbeat, whose
-        answer carries the workflow's cancellation.
+        answer carries the workflow's cancellation. `turn_id` is the turn the caller saw
+        before signalling: a later turn, begun meanwhile, got no signal and is not named.
         """
-        await self._pool.execute(_REQUEST_INTERRUPT, chat_id, INTERRUPT_CHANNEL)
+        await self._pool.execute(_ANNOUNCE_INTERRUPT, chat_id, turn_id, INTERRUPT_CHANNEL)
 
 
-_REQUEST_INTERRUPT = """
-SELECT pg_notify($2, turn_id::text) FROM chats WHERE id = $1 AND turn_id IS NOT NULL
+_ANNOUNCE_INTERRUPT = """
+SELECT pg_notify($3, turn_id) FROM chats WHERE id = $1 AND turn_id = $2
 """
 
 # One statement: the status change, the error event (if any) and the `status` event, numbered

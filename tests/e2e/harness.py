@@ -151,59 +151,64 @@ async def running_stack(
     stream_timeouts: StreamTimeouts | None = None,
     generate_titles: bool = False,
     task_queue: str | None = None,
+    announced_interrupts: bool = True,
 ) -> AsyncIterator[Stack]:
-    """Migrate a fresh database, start a worker and a gateway, and yield a client."""
+    """Migrate a fresh database, start a worker and a gateway, and yield a client.
+
+    `announced_interrupts=False`: the worker doesn't listen for the gateway's interrupt
+    announcements, so interrupts reach a streaming step with its next heartbeat only.
+    """
     await migrate(database_url)
     task_queue = task_queue or f"test-{uuid.uuid4().hex[:12]}"
     settings = TemporalSettings(address=temporal_address, task_queue=task_queue)
-    pool = await connect_pool(database_url)
-    client = await connect_temporal(settings)
-    keys = KeyStore(pool)
-    key, other_key = await keys.create("alice"), await keys.create("bob")
-    port = free_port()
-    server = EmbeddedServer(
-        create_app(
-            GatewayConfig(
-                database_url=database_url, temporal=settings, generate_titles=generate_titles
-            )
-        ),
-        "127.0.0.1",
-        port,
-    )
-    base_url = f"http://127.0.0.1:{port}/api/v1"
-    resources = AsyncExitStack()
-    worker: Worker | None = None
-    if with_worker:
-        interrupts = await resources.enter_async_context(listen_for_interrupts(database_url))
-        worker = build_worker(
-            client,
-            pool,
-            WorkerConfig(
-                task_queue=task_queue,
-                providers=fake.provider_settings(),
-                registry=registry or default_registry(),
-                workspace_root=workspace,
-                stream_timeouts=stream_timeouts or StreamTimeouts(),
-                generate_titles=generate_titles,
+    async with AsyncExitStack() as resources:
+        pool = await connect_pool(database_url)
+        resources.push_async_callback(pool.close)
+        client = await connect_temporal(settings)
+        keys = KeyStore(pool)
+        key, other_key = await keys.create("alice"), await keys.create("bob")
+        port = free_port()
+        server = EmbeddedServer(
+            create_app(
+                GatewayConfig(
+                    database_url=database_url, temporal=settings, generate_titles=generate_titles
+                )
             ),
-            interrupts=interrupts,
+            "127.0.0.1",
+            port,
         )
-    await server.start()
-    try:
-        async with (
-            httpx.AsyncClient(base_url=base_url, headers=_auth(key)) as http,
-            httpx.AsyncClient(base_url=base_url, headers=_auth(other_key)) as other,
-        ):
-            stack = Stack(http, other, fake, pool, client, task_queue, base_url, key)
-            if worker is None:
-                yield stack
-            else:
-                async with worker:
-                    yield stack
-    finally:
-        await server.stop()
-        await resources.aclose()
-        await pool.close()
+        base_url = f"http://127.0.0.1:{port}/api/v1"
+        worker: Worker | None = None
+        if with_worker:
+            interrupts = (
+                await resources.enter_async_context(listen_for_interrupts(database_url))
+                if announced_interrupts
+                else None
+            )
+            worker = build_worker(
+                client,
+                pool,
+                WorkerConfig(
+                    task_queue=task_queue,
+                    providers=fake.provider_settings(),
+                    registry=registry or default_registry(),
+                    workspace_root=workspace,
+                    stream_timeouts=stream_timeouts or StreamTimeouts(),
+                    generate_titles=generate_titles,
+                ),
+                interrupts=interrupts,
+            )
+        await server.start()
+        resources.push_async_callback(server.stop)
+        http = await resources.enter_async_context(
+            httpx.AsyncClient(base_url=base_url, headers=_auth(key))
+        )
+        other = await resources.enter_async_context(
+            httpx.AsyncClient(base_url=base_url, headers=_auth(other_key))
+        )
+        if worker is not None:
+            await resources.enter_async_context(worker)
+        yield Stack(http, other, fake, pool, client, task_queue, base_url, key)
 
 
 def _auth(key: str) -> dict[str, str]:

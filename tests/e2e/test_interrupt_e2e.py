@@ -8,7 +8,7 @@ import uuid
 from typing import Any
 
 import pytest
-from harness import SseEvent, Stack, sse_events
+from harness import SseEvent, Stack, StackFactory, sse_events
 
 import activities.heartbeat
 from chatd.fake_provider.script import (
@@ -67,7 +67,8 @@ def _is_text_delta(event: SseEvent) -> bool:
     return event.event == "message_part" and event.data["part"]["type"] == "text"
 
 
-async def test_interrupt_mid_text_keeps_the_partial_text_and_reasoning(stack: Stack) -> None:
+async def _interrupt_mid_text(stack: Stack) -> None:
+    """Interrupt after the first text delta: the partial reasoning and text are kept."""
     chat_id, name = await _start(
         stack,
         FakeResponse(
@@ -90,23 +91,26 @@ async def test_interrupt_mid_text_keeps_the_partial_text_and_reasoning(stack: St
     await _continue_after(stack, chat_id, name)
 
 
+async def test_interrupt_mid_text_keeps_the_partial_text_and_reasoning(stack: Stack) -> None:
+    await _interrupt_mid_text(stack)
+
+
+async def test_an_unannounced_interrupt_reaches_the_stream_with_a_heartbeat(
+    make_stack: StackFactory,
+) -> None:
+    """The worker doesn't listen for announcements: the workflow's cancellation, carried by
+    the answer to a heartbeat, stops the stream (the path a CLI-sent signal takes too)."""
+    async with make_stack(announced_interrupts=False) as stack:
+        await _interrupt_mid_text(stack)
+
+
 async def test_an_announced_interrupt_stops_the_stream_without_waiting_for_a_heartbeat(
     stack: Stack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With no heartbeat for a minute, the workflow's cancellation can't reach the step in
     time: only the gateway's announcement (Postgres NOTIFY) can cut the stream short."""
     monkeypatch.setattr(activities.heartbeat, "FIRST_BEAT_S", 60.0)
-    chat_id, name = await _start(
-        stack,
-        FakeResponse(parts=[FakeText(text=_LONG_TEXT, chunk_size=4)], delta_delay_s=0.15),
-    )
-    events = await _interrupt_when(stack, chat_id, _is_text_delta)
-    assert events[-1].event == "status" and events[-1].data["status"] == "waiting"
-    messages = await stack.messages(chat_id)
-    text = messages[1]["parts"][0]["text"]
-    assert text and _LONG_TEXT.startswith(text)
-    assert text != _LONG_TEXT, "the stream was cut short"
-    await _continue_after(stack, chat_id, name)
+    await _interrupt_mid_text(stack)
 
 
 async def test_interrupt_mid_tool_arguments_keeps_the_call_with_an_interrupted_result(

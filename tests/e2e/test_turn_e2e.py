@@ -423,11 +423,18 @@ async def test_a_turn_begun_by_an_older_release_still_finishes(stack: Stack) -> 
     assert (row["status"], row["turn_id"]) == ("waiting", None)  # an ended turn is no one's
 
 
-async def test_an_interrupt_is_announced_with_the_running_turn_id_only(stack: Stack) -> None:
-    """Workers key announced interrupts by turn: an idle chat announces nothing."""
+async def test_an_interrupt_is_announced_only_for_the_turn_still_running(stack: Stack) -> None:
+    """Workers key announced interrupts by turn id; a turn that ended (or never began) is
+    not announced, so a later turn of the chat is never named by a stale interrupt."""
     chat_id = uuid.UUID((await stack.create_chat(model=_model()))["id"])
     transcript, turns = TranscriptStore(stack.pool), TurnStore(stack.pool)
     heard: asyncio.Queue[str] = asyncio.Queue()
+
+    async def nothing_heard() -> None:
+        sentinel = str(uuid.uuid4())  # notifications arrive in order: this one comes next
+        await stack.pool.execute("SELECT pg_notify($1, $2)", INTERRUPT_CHANNEL, sentinel)
+        assert await asyncio.wait_for(heard.get(), 10) == sentinel
+
     async with stack.pool.acquire() as conn:
 
         def on_notify(_conn: object, _pid: int, _channel: str, payload: object) -> None:
@@ -435,14 +442,17 @@ async def test_an_interrupt_is_announced_with_the_running_turn_id_only(stack: St
 
         await conn.add_listener(INTERRUPT_CHANNEL, on_notify)
         try:
-            await turns.request_interrupt(chat_id)  # idle: no turn to stop
-            sentinel = str(uuid.uuid4())  # notifications arrive in order: this one comes next
-            await stack.pool.execute("SELECT pg_notify($1, $2)", INTERRUPT_CHANNEL, sentinel)
-            assert await asyncio.wait_for(heard.get(), 10) == sentinel
-            queued, _ = await transcript.enqueue(chat_id, [TextPart(text="go")], None)
-            assert await turns.begin(chat_id, str(queued.id))
-            await turns.request_interrupt(chat_id)
-            assert await asyncio.wait_for(heard.get(), 10) == str(queued.id)
+            first, _ = await transcript.enqueue(chat_id, [TextPart(text="one")], None)
+            await turns.announce_interrupt(chat_id, str(first.id))  # not begun
+            await nothing_heard()
+            assert await turns.begin(chat_id, str(first.id))
+            await turns.announce_interrupt(chat_id, str(first.id))
+            assert await asyncio.wait_for(heard.get(), 10) == str(first.id)
+            await turns.finish(chat_id, str(first.id), "waiting")
+            second, _ = await transcript.enqueue(chat_id, [TextPart(text="two")], None)
+            assert await turns.begin(chat_id, str(second.id))
+            await turns.announce_interrupt(chat_id, str(first.id))  # stale: the turn ended
+            await nothing_heard()
         finally:
             await conn.remove_listener(INTERRUPT_CHANNEL, on_notify)
 
