@@ -25,6 +25,7 @@ from chatd.parts import (
 from chatd.store.events import NOTIFY_CHANNEL, Conn, append_events
 
 __all__ = [
+    "INSERT_STEP",
     "ROW_ID_AND_TIME",
     "NewMessage",
     "QueuedMessage",
@@ -346,14 +347,27 @@ ROW_ID_AND_TIME = (
 )
 """The `id` and `created_at` of a `message` event, from the inserted `messages` row `m`."""
 
+INSERT_STEP = """INSERT INTO messages (chat_id, turn_id, step_key, role, parts, usage, response_id)
+    VALUES ({chat_id}, {turn_id}, {step_key}, {role}, {parts}, {usage}, {response_id})
+    ON CONFLICT (chat_id, step_key) DO NOTHING RETURNING *"""
+"""Insert a step's message unless its step key is taken: the `m` of a statement that saves
+a step. Format it with the statement's parameters (`$n`) for each column."""
+
 # One statement, atomic on its own: insert the message unless its step key is taken, and
 # only then publish the events before it and its `message` event (given with a stand-in id
 # and time; the row's replace them), numbered as `events.append_events` numbers events.
+_SAVE_INSERT = INSERT_STEP.format(
+    chat_id="$1",
+    turn_id="$2",
+    step_key="$3",
+    role="$4",
+    parts="$5",
+    usage="$6",
+    response_id="$7",
+)
 _SAVE = f"""
 WITH m AS (
-    INSERT INTO messages (chat_id, turn_id, step_key, role, parts, usage, response_id)
-    VALUES ($1, $2, $3, $4, $5, $6, $7)
-    ON CONFLICT (chat_id, step_key) DO NOTHING RETURNING *
+    {_SAVE_INSERT}
 ), c AS (
     UPDATE chats SET last_event_seq = last_event_seq + cardinality($8::text[]) + 1
     FROM m WHERE chats.id = $1

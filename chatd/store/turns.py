@@ -13,6 +13,7 @@ from chatd.parts import Usage
 from chatd.store.chats import ChatStatus
 from chatd.store.events import NOTIFY_CHANNEL
 from chatd.store.transcript import (
+    INSERT_STEP,
     ROW_ID_AND_TIME,
     NewMessage,
     StoredMessage,
@@ -25,23 +26,24 @@ __all__ = ["INTERRUPT_CHANNEL", "TurnStore"]
 INTERRUPT_CHANNEL = "chatd_interrupts"
 """NOTIFY channel of interrupt requests; the payload is the turn's id."""
 
-# Chat usage is derived from the persisted steps, so recounting it is idempotent.
-_USAGE_FIELDS = ", ".join(
-    f"'{k}', coalesce(sum((usage ->> '{k}')::bigint), 0)" for k in Usage.model_fields
-)
-_USAGE_SUM = f"SELECT jsonb_build_object({_USAGE_FIELDS}) FROM messages WHERE chat_id = $1"
+
+def _usage_sum(*, plus_step: str | None = None) -> str:
+    """SQL: chat $1's usage summed over its messages, with the step being saved in the same
+    statement (CTE `plus_step`, not yet visible in the table) counted in, if given.
+
+    Chat usage is derived from the persisted steps, so recounting it is idempotent.
+    """
+    step = " + coalesce((SELECT ({m}.usage ->> '{k}')::bigint FROM {m}), 0)"
+    fields = ", ".join(
+        f"'{k}', coalesce(sum((usage ->> '{k}')::bigint), 0)"
+        + (step.format(m=plus_step, k=k) if plus_step else "")
+        for k in Usage.model_fields
+    )
+    return f"SELECT jsonb_build_object({fields}) FROM messages WHERE chat_id = $1"
 
 
-# The same with the step being saved in the same statement (CTE `m`, not yet visible in the
-# table) counted in.
-_USAGE_WITH_STEP = ", ".join(
-    f"'{k}', coalesce(sum((usage ->> '{k}')::bigint), 0)"
-    f" + coalesce((SELECT (m.usage ->> '{k}')::bigint FROM m), 0)"
-    for k in Usage.model_fields
-)
-_USAGE_SUM_WITH_STEP = (
-    f"SELECT jsonb_build_object({_USAGE_WITH_STEP}) FROM messages WHERE chat_id = $1"
-)
+_USAGE_SUM = _usage_sum()
+_USAGE_SUM_WITH_STEP = _usage_sum(plus_step="m")
 
 
 _IN_TURN = """
@@ -103,11 +105,18 @@ SELECT EXISTS (SELECT 1 FROM m) AS promoted,
 # step key is taken), its `message` event, and, if the chat is still in the turn, the status
 # `waiting` with the usage recounted and its `status` event; then notify. One statement, one
 # round trip where `save` then `finish` took two.
+_SAVE_LAST_STEP_INSERT = INSERT_STEP.format(
+    chat_id="$1",
+    turn_id="$7",
+    step_key="$2",
+    role="$9",
+    parts="$3",
+    usage="$4",
+    response_id="$5",
+)
 _SAVE_LAST_STEP = f"""
 WITH m AS (
-    INSERT INTO messages (chat_id, turn_id, step_key, role, parts, usage, response_id)
-    VALUES ($1, $7, $2, $9, $3, $4, $5)
-    ON CONFLICT (chat_id, step_key) DO NOTHING RETURNING *
+    {_SAVE_LAST_STEP_INSERT}
 ), ending AS (
     SELECT true {_IN_TURN} AS yes
     -- Locked after the insert (as every writer does: insert, then lock the chat), and only
