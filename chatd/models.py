@@ -20,8 +20,11 @@ ErrorKind = Literal[
     "config",
     "context_exceeded",
     "invalid_request",
+    "unavailable",
+    "internal",
     "generic",
 ]
+"""`unavailable`: a dependency stayed down past the turn's deadline; `internal`: our own bug."""
 
 
 class WebSearchConfig(BaseModel):
