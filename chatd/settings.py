@@ -6,7 +6,7 @@ import os
 
 from pydantic import BaseModel
 
-__all__ = ["ProviderSettings", "TemporalSettings", "titles_enabled"]
+__all__ = ["ProviderSettings", "TemporalSettings", "retry_deadline_s", "titles_enabled"]
 
 DEFAULT_TASK_QUEUE = "chatd"
 
@@ -68,3 +68,13 @@ class TemporalSettings(BaseModel):
             tls_ca_path=env.get("TEMPORAL_TLS_CA") or None,
             api_key=env.get("TEMPORAL_API_KEY") or None,
         )
+
+
+DEFAULT_RETRY_DEADLINE_S = 1800
+
+
+def retry_deadline_s() -> int:
+    """CHATD_RETRY_DEADLINE_S (default 30 min): how long a turn keeps retrying a failing
+    dependency (the provider, a tool's backend) before it ends with kind `unavailable`."""
+    value = os.environ.get("CHATD_RETRY_DEADLINE_S", "")
+    return int(value) if value.isdigit() and int(value) > 0 else DEFAULT_RETRY_DEADLINE_S
