@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import time
+from typing import NamedTuple
 
 import httpx
 
@@ -11,6 +13,7 @@ from chatd.settings import ProviderSettings
 
 __all__ = [
     "DEFAULT_CONTEXT_LIMIT",
+    "FAILED_LOOKUP_TTL_S",
     "KNOWN_CONTEXT_LIMITS",
     "context_limit",
     "estimate_tokens",
@@ -61,31 +64,58 @@ def estimate_tokens(text_chars: int) -> int:
 
 _REPORTED_FIELDS = ("max_model_len", "context_length", "context_window", "max_context_length")
 """Where OpenAI-compatible servers (vLLM, OpenRouter, LM Studio ...) put a model's window."""
-_reported: dict[tuple[str, str], int | None] = {}
+
+FAILED_LOOKUP_TTL_S = 60.0
+"""How long a failed lookup is remembered: long enough not to ask on every step of a busy
+chat, short enough that a server that was down is asked again soon."""
+
+
+class _Lookup(NamedTuple):
+    limit: int | None
+    expires_at: float | None
+    """`time.monotonic()` after which to ask again; None for an answer kept for good."""
+
+
+class _LookupFailed(Exception):
+    """The server did not answer the lookup (transport error, non-200, not JSON)."""
+
+
+_reported: dict[tuple[str, str], _Lookup] = {}
 
 
 async def reported_context_limit(model: ModelConfig, settings: ProviderSettings) -> int | None:
     """The window an OpenAI-compatible server reports at `GET /models/{name}` (cached).
 
     Anthropic's and OpenAI's own APIs report none, so only a custom OpenAI base URL is asked.
+    An answer is kept for good; a failed lookup only briefly, so a small-window model is not
+    sized with the default window for the life of the worker.
     """
     base = settings.openai_base_url
     if model.provider != "openai" or not base or model.context_limit:
         return None
     key = (base, model.name)
-    if key not in _reported:
-        _reported[key] = await _ask_for_limit(base, model.name, settings.openai_api_key)
-    return _reported[key]
+    cached = _reported.get(key)
+    if cached is None or (cached.expires_at is not None and time.monotonic() >= cached.expires_at):
+        try:
+            limit = await _ask_for_limit(base, model.name, settings.openai_api_key)
+            cached = _Lookup(limit, None)
+        except _LookupFailed:
+            cached = _Lookup(None, time.monotonic() + FAILED_LOOKUP_TTL_S)
+        _reported[key] = cached
+    return cached.limit
 
 
 async def _ask_for_limit(base: str, name: str, api_key: str | None) -> int | None:
+    """The reported window, or None when the server answers without one."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
         async with httpx.AsyncClient(timeout=2.0) as http:
             response = await http.get(f"{base.rstrip('/')}/models/{name}", headers=headers)
-        data = response.json() if response.status_code == 200 else {}
-    except (httpx.HTTPError, ValueError):
-        return None
+        if response.status_code != 200:
+            raise _LookupFailed(f"GET /models/{name}: HTTP {response.status_code}")
+        data = response.json()
+    except (httpx.HTTPError, ValueError) as exc:
+        raise _LookupFailed(str(exc)) from exc
     if not isinstance(data, dict):
         return None
     values = [data.get(f) for f in _REPORTED_FIELDS]
