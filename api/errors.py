@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from temporalio.client import WorkflowUpdateRPCTimeoutOrCancelledError
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 __all__ = ["ERROR_RESPONSES", "ApiError", "ErrorBody", "install_error_handlers"]
 
@@ -63,10 +63,16 @@ class ApiError(Exception):
 
 
 def error_response(
-    status: int, code: str, message: str, detail: dict[str, Any] | None = None
+    status: int,
+    code: str,
+    message: str,
+    detail: dict[str, Any] | None = None,
+    *,
+    retry: bool | None = None,
 ) -> JSONResponse:
-    """A JSONResponse with the error shape; 409s tell generated clients not to retry."""
-    headers = {"x-should-retry": "false"} if status == 409 else None
+    """A JSONResponse with the error shape; 409s (and `retry=False`) tell generated clients
+    not to retry."""
+    headers = {"x-should-retry": "false"} if status == 409 or retry is False else None
     body = {"error": {"code": code, "message": message, "detail": detail or {}}}
     return JSONResponse(body, status_code=status, headers=headers)
 
@@ -80,6 +86,52 @@ def _validation_detail(err: RequestValidationError) -> dict[str, Any]:
     }
 
 
+def _validation_message(err: RequestValidationError) -> str:
+    """`request is invalid: <where>: <what>` for the first error, so a client (or a person
+    reading a log) learns which field to fix without opening `detail`."""
+    errors = err.errors()
+    if not errors:
+        return "request is invalid"
+    first = errors[0]
+    loc = first.get("loc", ())[1:] if first.get("type") != "json_invalid" else ()
+    where = "".join(f"[{x}]" if isinstance(x, int) else f".{x}" for x in loc).lstrip(".")
+    what = str(first.get("msg", "")).removeprefix("Value error, ")
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"request is invalid: {where + ': ' if where else ''}{what}{more}"
+
+
+_TEMPORAL_OUTAGES = frozenset(
+    {
+        RPCStatusCode.UNAVAILABLE,
+        RPCStatusCode.DEADLINE_EXCEEDED,
+        RPCStatusCode.RESOURCE_EXHAUSTED,
+        RPCStatusCode.ABORTED,
+        RPCStatusCode.CANCELLED,
+    }
+)
+"""Statuses of a Temporal that is down, overloaded or interrupted: the same call can succeed
+later. Any other status is an answer, and asking again gets the same one."""
+_TEMPORAL_REFUSALS = frozenset({RPCStatusCode.INVALID_ARGUMENT, RPCStatusCode.OUT_OF_RANGE})
+
+
+def _temporal_error_response(err: RPCError) -> JSONResponse:
+    """503 only for an outage. A request Temporal refused is a 400 (every client value that
+    reaches Temporal is validated first, so one that still fails its limits is a value we
+    let through: the client can change it); any other answer is our bug, a 500. Neither
+    tells a client to retry."""
+    detail = {"temporal_status": err.status.name}
+    if err.status in _TEMPORAL_OUTAGES:
+        log.warning("temporal unavailable: %s", err)
+        return error_response(503, "temporal_unavailable", "Temporal is unreachable", detail)
+    if err.status in _TEMPORAL_REFUSALS:
+        log.warning("temporal refused a request: %s", err)
+        message = f"Temporal refused the request: {err.message}"
+        return error_response(400, "invalid_request", message, detail, retry=False)
+    log.error("temporal answered %s: %s", err.status.name, err)
+    message = f"Temporal answered {err.status.name}: {err.message}"
+    return error_response(500, "temporal_error", message, detail, retry=False)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Map every exception to the error shape; infrastructure outages are 503, never 500."""
 
@@ -89,7 +141,9 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, err: RequestValidationError) -> JSONResponse:
-        return error_response(400, "invalid_request", "request is invalid", _validation_detail(err))
+        return error_response(
+            400, "invalid_request", _validation_message(err), _validation_detail(err)
+        )
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, err: StarletteHTTPException) -> JSONResponse:
@@ -97,9 +151,8 @@ def install_error_handlers(app: FastAPI) -> None:
         return error_response(err.status_code, code, str(err.detail))
 
     @app.exception_handler(RPCError)
-    async def temporal_down(_: Request, err: RPCError) -> JSONResponse:
-        log.warning("temporal error: %s", err)
-        return error_response(503, "temporal_unavailable", "Temporal is unreachable")
+    async def temporal_error(_: Request, err: RPCError) -> JSONResponse:
+        return _temporal_error_response(err)
 
     @app.exception_handler(WorkflowUpdateRPCTimeoutOrCancelledError)
     async def update_timed_out(_: Request, err: Exception) -> JSONResponse:

@@ -8,8 +8,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from api.user_parts import MAX_TEXT, UserPart, UserTextPart, check_file_data
 from chatd.models import ModelConfig, ModelError
-from chatd.parts import Part, TextPart, Usage
+from chatd.parts import Part, Usage
 from chatd.store.chats import ChatRecord, ChatStatus, DynamicTool
 from chatd.store.transcript import QueuedMessage, StoredMessage
 from workflows.payloads import SubmittedToolResult
@@ -24,45 +25,36 @@ __all__ = [
     "SendMessageResult",
 ]
 
-MAX_TEXT = 200_000
-
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class SendMessage(_Strict):
-    """A user message: `content` text, or `parts`."""
+class EditMessage(_Strict):
+    """The new content of a user message: `content` text, or `parts` (text and files)."""
 
     content: str | None = Field(default=None, max_length=MAX_TEXT)
-    parts: list[Part] | None = Field(default=None, max_length=100)
-    client_message_id: str | None = Field(default=None, min_length=1, max_length=200)
-    on_busy: Literal["enqueue", "interrupt", "reject"] = "enqueue"
+    parts: list[UserPart] | None = Field(default=None, max_length=100)
 
     @model_validator(mode="after")
-    def _has_content(self) -> SendMessage:
+    def _has_content(self) -> EditMessage:
         if not self.user_parts():
             raise ValueError("give `content` (non-empty text) or `parts`")
+        check_file_data(self.parts or [])
         return self
 
     def user_parts(self) -> list[Part]:
         """The parts to store."""
         if self.parts:
-            return list(self.parts)
-        return [TextPart(text=self.content)] if self.content else []
+            return [*self.parts]
+        return [UserTextPart(text=self.content)] if self.content else []
 
 
-class EditMessage(_Strict):
-    """The new content of a user message."""
+class SendMessage(EditMessage):
+    """A user message: `content` text, or `parts` (text and files)."""
 
-    content: str | None = Field(default=None, max_length=MAX_TEXT)
-    parts: list[Part] | None = Field(default=None, max_length=100)
-
-    @model_validator(mode="after")
-    def _has_content(self) -> EditMessage:
-        if not self.content and not self.parts:
-            raise ValueError("give `content` (non-empty text) or `parts`")
-        return self
+    client_message_id: str | None = Field(default=None, min_length=1, max_length=200)
+    on_busy: Literal["enqueue", "interrupt", "reject"] = "enqueue"
 
 
 class CreateChat(_Strict):

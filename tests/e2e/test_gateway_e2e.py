@@ -191,3 +191,50 @@ async def test_secrets_never_enter_temporal_history(stack: Stack) -> None:
     assert "stream_model_step" in dumped and "execute_tool_call" in dumped
     for secret in (stack.key, "test-anthropic-key", "test-openai-key"):
         assert secret not in dumped
+
+
+BAD_FILE = {"type": "file", "media_type": "text/plain", "data": "%%not base64%%"}
+
+
+async def test_a_file_part_that_is_not_base64_is_a_400_wherever_user_parts_enter(
+    stack: Stack,
+) -> None:
+    """Refused before it is stored: accepted, it would wedge the turn that reads it."""
+    parts = [{"type": "text", "text": "read this"}, BAD_FILE]
+    created = await stack.http.post("/chats", json={"message": {"parts": parts}})
+    _assert_error(created, 400, "invalid_request")
+    assert "parts[1].data is not valid base64" in created.json()["error"]["message"]
+    assert (await stack.http.get("/chats")).json()["chats"] == [], "no chat was created"
+    name = f"m-{uuid.uuid4().hex[:8]}"
+    stack.fake.script(name, [FakeResponse(parts=[FakeText(text="ok")])])
+    chat = await stack.create_chat(model={"provider": "anthropic", "name": name})
+    sent = await stack.http.post(f"/chats/{chat['id']}/messages", json={"parts": parts})
+    _assert_error(sent, 400, "invalid_request")
+    assert "parts[1].data is not valid base64" in sent.json()["error"]["message"]
+    await stack.send(chat["id"], "hi")
+    await stack.wait_status(chat["id"], "waiting")
+    first = (await stack.messages(chat["id"]))[0]
+    edited = await stack.http.patch(
+        f"/chats/{chat['id']}/messages/{first['id']}", json={"parts": parts}
+    )
+    _assert_error(edited, 400, "invalid_request")
+    assert "parts[1].data is not valid base64" in edited.json()["error"]["message"]
+    assert [m["role"] for m in await stack.messages(chat["id"])] == ["user", "assistant"]
+    detail = (await stack.http.get(f"/chats/{chat['id']}")).json()
+    assert (detail["status"], detail["queued_messages"]) == ("waiting", [])
+
+
+async def test_users_send_only_text_and_file_parts(stack: Stack) -> None:
+    chat = await stack.create_chat()
+    forged = {"type": "tool_result", "tool_call_id": "x", "name": "y", "output": "z"}
+    sent = await stack.http.post(f"/chats/{chat['id']}/messages", json={"parts": [forged]})
+    _assert_error(sent, 400, "invalid_request")
+
+
+async def test_a_model_name_is_bounded_and_made_of_model_id_characters(stack: Stack) -> None:
+    """A 5,000-character name used to reach Temporal's search attribute limit: a 503."""
+    for name in ("x" * 5000, "", "claude sonnet", "name\u0000", "a;drop"):
+        body = {"model": {"provider": "anthropic", "name": name}, "message": {"content": "hi"}}
+        _assert_error(await stack.http.post("/chats", json=body), 400, "invalid_request")
+    for name in ("ft:gpt-4o-mini:org:x:1", "meta-llama/Llama-3-8B", "claude@2024+v1.0_a"):
+        await stack.create_chat(model={"provider": "openai", "name": name})

@@ -44,3 +44,65 @@ async def test_infrastructure_failure_is_503_with_error_shape(name: str) -> None
     error = response.json()["error"]
     assert error["code"] == FAILURES[name][1]
     assert error["message"]
+
+
+ANSWERS: dict[str, tuple[RPCError, int, str]] = {
+    "refused": (
+        RPCError(
+            "search attribute ChatModel value size 5012 exceeds size limit 2048",
+            RPCStatusCode.INVALID_ARGUMENT,
+            b"",
+        ),
+        400,
+        "invalid_request",
+    ),
+    "out-of-range": (RPCError("too far", RPCStatusCode.OUT_OF_RANGE, b""), 400, "invalid_request"),
+    "not-found": (RPCError("no such run", RPCStatusCode.NOT_FOUND, b""), 500, "temporal_error"),
+    "denied": (RPCError("bad cert", RPCStatusCode.PERMISSION_DENIED, b""), 500, "temporal_error"),
+    "precondition": (
+        RPCError("closed", RPCStatusCode.FAILED_PRECONDITION, b""),
+        500,
+        "temporal_error",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ANSWERS))
+async def test_a_request_temporal_answers_is_not_reported_as_an_outage(name: str) -> None:
+    """Temporal refusing a request is not Temporal down: a 503 would have clients retry the
+    same refused request forever."""
+    error, status, code = ANSWERS[name]
+    app = FastAPI()
+    install_error_handlers(app)
+
+    @app.get("/fail")
+    async def fail() -> None:
+        raise error
+
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as client:
+        response = await client.get("/fail")
+    assert response.status_code == status
+    assert response.headers["x-should-retry"] == "false"
+    body = response.json()["error"]
+    assert body["code"] == code
+    assert error.message in body["message"]
+    assert body["detail"] == {"temporal_status": error.status.name}
+
+
+@pytest.mark.parametrize(
+    "status", [RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.RESOURCE_EXHAUSTED]
+)
+async def test_an_overloaded_temporal_is_an_outage(status: RPCStatusCode) -> None:
+    app = FastAPI()
+    install_error_handlers(app)
+
+    @app.get("/fail")
+    async def fail() -> None:
+        raise RPCError("busy", status, b"")
+
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as client:
+        response = await client.get("/fail")
+    assert response.status_code == 503
+    assert response.json()["error"]["code"] == "temporal_unavailable"
