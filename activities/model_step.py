@@ -12,7 +12,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +20,7 @@ import asyncpg
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.failures import classified_failures, model_failure
 from activities.heartbeat import heartbeating
 from activities.publishing import DeltaPublisher, EventBatcher
 from activities.tools import assistant_step_key, error_result
@@ -42,7 +43,6 @@ from chatd.store.hub import NotifyHub
 from chatd.store.transcript import NewMessage, StoredMessage, TranscriptStore
 from chatd.telemetry import METRICS, TRACER
 from chatd.tools.base import ToolRegistry
-from workflows.constants import MODEL_ERROR_TYPE
 from workflows.decide import INTERRUPTED_RESULT, step_finishes_turn
 from workflows.payloads import BeginTurnResult, StreamStepInput, StreamStepResult, ToolCallRef
 
@@ -98,7 +98,8 @@ class ModelStepActivities:
         """
         started = time.monotonic()
         try:
-            return await self._stream_step(input)
+            async with classified_failures(f"model step {input.step}"):
+                return await self._stream_step(input)
         except asyncio.CancelledError:
             if not _interrupted():  # shutdown, or the server gave up on this attempt
                 log.warning(
@@ -110,15 +111,6 @@ class ModelStepActivities:
                     activity.cancellation_details(),
                 )
             raise
-
-    @activity.defn(name="stream_first_model_step")
-    async def stream_first_model_step(self, input: StreamStepInput) -> StreamStepResult:
-        """A turn's first step, which begins the turn (`input.begin`) before it streams.
-
-        A name of its own: a worker of a release before steps began turns doesn't know it,
-        so during a rolling deploy it can't run the step without beginning the turn first.
-        """
-        return await self.stream_model_step(input)
 
     async def _stream_step(self, input: StreamStepInput) -> StreamStepResult:
         chat_id = uuid.UUID(input.chat_id)
@@ -157,13 +149,12 @@ class ModelStepActivities:
                     input.attempt,
                 )
                 try:
-                    request = self._request(chat, context)
                     finish = await _unless_stopped(
-                        self._stream(request, accumulator, publisher), interrupt_requested
+                        self._stream(chat, context, accumulator, publisher), interrupt_requested
                     )
                 except ProviderError as err:
                     await publisher.drain()
-                    raise _model_error(err.error) from None  # the classified error says it all
+                    raise model_failure(err.error) from None  # the classified error says it all
                 except _InterruptRequested:
                     return await _to_completion(
                         self._persist_interrupted(chat, input, began, accumulator, publisher)
@@ -257,21 +248,28 @@ class ModelStepActivities:
             self._shared_batcher = EventBatcher(self._events)
         return self._shared_batcher
 
-    def _request(self, chat: ChatRecord, context: list[Message]) -> ModelRequest:
+    def _provider_stream(
+        self, chat: ChatRecord, context: list[Message]
+    ) -> AsyncIterator[StreamEvent]:
         tools = [t.spec() for t in self._registry.active(chat.active_tools)]
         tools += [ToolSpec.model_validate(t.model_dump()) for t in chat.dynamic_tools]
-        return ModelRequest(
+        request = ModelRequest(
             model=chat.model, system=chat.system_prompt, messages=context, tools=tools
         )
+        return make_provider(request.model, self._settings).stream_step(request)
 
     async def _stream(
-        self, request: ModelRequest, accumulator: StepAccumulator, publisher: DeltaPublisher
+        self,
+        chat: ChatRecord,
+        context: list[Message],
+        accumulator: StepAccumulator,
+        publisher: DeltaPublisher,
     ) -> StepFinish:
-        model = request.model.label
+        model = chat.model.label
         with TRACER.start_as_current_span(
             "provider.stream_step", attributes={"chatd.model": model}
         ) as span:
-            events = make_provider(request.model, self._settings).stream_step(request)
+            events = _sent(lambda: self._provider_stream(chat, context))
             started, finish, first = time.monotonic(), None, True
             async for event in _with_silence_limits(events, self._timeouts):
                 if first:
@@ -443,11 +441,25 @@ def _record_usage(model: str, finish: StepFinish) -> None:
             METRICS.tokens.add(count, {"model": model, "kind": kind.removesuffix("_tokens")})
 
 
-def _model_error(error: ModelError) -> ApplicationError:
-    """Classified provider errors are the workflow's to retry (with its own backoff)."""
-    return ApplicationError(
-        error.message, error.model_dump(mode="json"), type=MODEL_ERROR_TYPE, non_retryable=True
-    )
+async def _sent(
+    open_stream: Callable[[], AsyncIterator[StreamEvent]],
+) -> AsyncIterator[StreamEvent]:
+    """The provider's stream; a failure before its first event other than a classified
+    provider error means the request could not be built or sent, which no retry mends."""
+    try:
+        events = open_stream()
+        first = await anext(events)
+    except StopAsyncIteration:
+        return
+    except (ProviderError, asyncio.CancelledError):
+        raise
+    except Exception as err:
+        log.warning("model request could not be built: %r", err)
+        message = f"the model request could not be built: {type(err).__name__}: {err}"
+        raise ProviderError(ModelError(message=message[:500], kind="invalid_request")) from err
+    yield first
+    async for event in events:
+        yield event
 
 
 def _client_part(delta: PartDelta) -> dict[str, Any]:

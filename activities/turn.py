@@ -1,5 +1,9 @@
-"""A turn's edges: begin and finish (inside its first and last steps, or as local activities),
-status changes within it, and retry notices."""
+"""A turn's edges, begin and finish, and the status changes and retry notices within it.
+
+A turn begins in `TurnEdges.begin` and ends in `TurnEdges.finish` (or `save_last_step`, its
+one-statement form for a last step): called inside the turn's first and last model steps,
+or as the `begin_turn` / `finish_turn` local activities when those steps didn't.
+"""
 
 from __future__ import annotations
 
@@ -11,11 +15,12 @@ from typing import Any
 import asyncpg
 from temporalio import activity
 
+from activities.failures import classified_failures
 from activities.tools import assistant_step_key
 from chatd.context import context_limit, reported_context_limit
 from chatd.models import ModelError
 from chatd.parts import ToolCallPart
-from chatd.settings import ProviderSettings
+from chatd.settings import ProviderSettings, retry_deadline_s
 from chatd.store.chats import ChatRecord, ChatStatus, ChatStore
 from chatd.store.events import EventLog
 from chatd.store.transcript import NewMessage, StoredMessage, TranscriptStore
@@ -40,10 +45,7 @@ class TurnEdges:
     costs a workflow-task round trip on the turn's critical path); the writes are the same.
     """
 
-    def __init__(
-        self, pool: asyncpg.Pool, providers: ProviderSettings, *, generate_titles: bool = True
-    ) -> None:
-        self._titles = generate_titles
+    def __init__(self, pool: asyncpg.Pool, providers: ProviderSettings) -> None:
         self._providers = providers
         self._chats = ChatStore(pool)
         self._turns = TurnStore(pool)
@@ -71,10 +73,9 @@ class TurnEdges:
             model_label=chat.model.label,
             action_timeout_s=chat.action_timeout_s,
             compact_at_tokens=round(limit * chat.compaction_threshold),
+            retry_deadline_s=retry_deadline_s(),
         )
-        return chat, BeginTurnResult(
-            started=True, plan=plan, needs_title=self._titles and chat.title is None
-        )
+        return chat, BeginTurnResult(started=True, plan=plan)
 
     async def save_last_step(
         self, chat_id: uuid.UUID, turn_id: str, step: NewMessage
@@ -112,18 +113,26 @@ class TurnActivities:
 
     @activity.defn(name="begin_turn")
     async def begin_turn(self, input: BeginTurnInput) -> BeginTurnResult:
-        """Begin a turn whose first step did not (an interrupt came first, or old code)."""
-        _, began = await self._edges.begin(uuid.UUID(input.chat_id), input.turn_id)
+        """Begin a turn whose first step did not (an interrupt came first, or it failed)."""
+        async with classified_failures("beginning the turn"):
+            _, began = await self._edges.begin(uuid.UUID(input.chat_id), input.turn_id)
         return began
 
     @activity.defn(name="finish_turn")
     async def finish_turn(self, input: FinishTurnInput) -> None:
-        """Record the turn's final status, usage and error."""
+        """Record the turn's final status, usage and error.
+
+        Retried until it succeeds: while Postgres is down nothing else can be recorded.
+        """
         await self._edges.finish(uuid.UUID(input.chat_id), input.turn_id, input.status, input.error)
 
     @activity.defn(name="set_status")
     async def set_status(self, input: SetStatusInput) -> None:
         """Enter requires_action (with the pending calls' arguments) or go back to running."""
+        async with classified_failures("a status change"):
+            await self._set_status(input)
+
+    async def _set_status(self, input: SetStatusInput) -> None:
         chat_id = uuid.UUID(input.chat_id)
         pending: list[dict[str, Any]] | None = None
         if input.status == "requires_action":

@@ -1,7 +1,10 @@
 """The ChatTurn workflow: one run per chat turn, read top to bottom as the story of a turn.
 
-begin (promote the user message) -> generate -> tools (maybe requires_action) -> maybe
-compact -> generate ... -> finish, then continue-as-new into the next queued message.
+A turn begins with its first model step (which promotes the user message), then makes the
+moves `decide.next_move` picks: generate, run tools (maybe waiting in requires_action),
+compact, until a `Finish`. Every way out of the loop, an exception included, reaches the
+one `_finish`: a turn always ends. Then the run continues-as-new into the next queued
+message.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
@@ -17,15 +21,24 @@ with workflow.unsafe.imports_passed_through():
     from activities.tools import ToolActivities
     from activities.turn import TurnActivities
     from chatd.models import ModelError
-    from workflows.constants import CHAT_MODEL, EDGES_IN_STEPS_PATCH
+    from workflows.constants import CHAT_MODEL, LOCAL_TIMEOUT
     from workflows.controls import TurnControls
     from workflows.decide import (
-        MAX_COMPACTIONS_PER_TURN,
         STEPS_PER_RUN,
-        Compactions,
+        Compact,
+        Compacted,
+        Failed,
+        Finish,
+        Generate,
+        Interrupted,
+        Move,
+        Outcome,
+        RunTools,
         StepOutcome,
-        after_step,
-        over_threshold,
+        Streamed,
+        ToolsDone,
+        TurnProgress,
+        next_move,
     )
     from workflows.generation import Generation
     from workflows.payloads import (
@@ -35,7 +48,6 @@ with workflow.unsafe.imports_passed_through():
         CompactInput,
         FinishTurnInput,
         StageToolResultsInput,
-        StreamStepResult,
         SubmitMessageInput,
         SubmitMessageResult,
         SubmitToolResultsInput,
@@ -45,14 +57,15 @@ with workflow.unsafe.imports_passed_through():
         TurnResume,
         TurnState,
     )
-    from workflows.tool_step import LOCAL_TIMEOUT, ToolStep
+    from workflows.retries import activity_error, retry_policy
+    from workflows.tool_step import ToolStep
 
 __all__ = ["ChatTurn"]
 
 _IDLE_START_TIMEOUT = timedelta(minutes=1)
-_EXPIRED = ModelError(
-    message="no tool results were submitted before the wait expired", kind="timeout"
-)
+_FINISH_RETRY = RetryPolicy(maximum_interval=timedelta(seconds=30))
+"""Finishing is retried until it is written: while Postgres is down nothing else can be."""
+_COMPACT_RETRY = retry_policy()
 
 
 @workflow.defn(name="ChatTurn")
@@ -73,6 +86,9 @@ class ChatTurn:
         self._generation = Generation(self._chat_id, self._controls)
         self._untitled = False
         """The message that started this run found the chat without a title."""
+        self._plan: TurnPlan | None = input.resume.plan if input.resume is not None else None
+        self._end_recorded = False
+        """The turn's last step recorded its end itself (`StreamStepResult.finished_turn`)."""
 
     @workflow.update(name="submit_message")
     def submit_message(self, input: SubmitMessageInput) -> SubmitMessageResult:
@@ -128,11 +144,7 @@ class ChatTurn:
     @workflow.run
     async def run(self, input: ChatTurnInput) -> None:
         """Run this turn, then hand queued messages to the next run."""
-        # Runs recorded before this patch began and finished every turn with local activities.
-        edges_in_steps = workflow.patched(EDGES_IN_STEPS_PATCH)
-        self._generation.edges_in_steps = edges_in_steps
-        resume = input.resume
-        if resume is None:
+        if input.resume is None:
             try:
                 await workflow.wait_condition(
                     lambda: self._turn_id is not None, timeout=_IDLE_START_TIMEOUT
@@ -140,31 +152,101 @@ class ChatTurn:
             except TimeoutError:
                 return  # started without a message (by hand): nothing to do
         assert self._turn_id is not None
-        if resume is not None or edges_in_steps:
-            await self._run_steps(self._turn_id, resume)
-        elif (resume := await self._begin(self._turn_id)) is not None:
-            await self._run_steps(self._turn_id, resume)
+        finish = await self._turn(self._turn_id, input.resume)
+        await self._finish(self._turn_id, finish)
         # Rule 6: a message accepted while we were finishing must not be lost.
         await workflow.wait_condition(workflow.all_handlers_finished)
         if self._queue:
             workflow.continue_as_new(ChatTurnInput(chat_id=self._chat_id, queued=self._queue))
 
-    async def _begin(self, turn_id: str) -> TurnResume | None:
-        """Begin the turn with a local activity, before its first step (runs before the patch)."""
-        begin = await self._begin_turn(turn_id)
-        if not begin.started or begin.plan is None:
-            return None
-        self._controls.set_status("running")
-        if begin.needs_title:
-            self._start_title(TitleInput(chat_id=self._chat_id))
-        return TurnResume(plan=begin.plan, next_step=0)
+    async def _turn(self, turn_id: str, resume: TurnResume | None) -> Finish | None:
+        """The turn's moves until one says finish; None if it never began (its message, or
+        the chat, was deleted first). Whatever fails, the turn still finishes (rule 8)."""
+        try:
+            return await self._moves(turn_id, resume)
+        except workflow.NondeterminismError:
+            raise  # a code change broke replay: fail the task until a fixed worker runs it
+        except Exception as err:  # out of attempts, or our own bug
+            workflow.logger.exception("turn %s of chat %s failed", turn_id, self._chat_id)
+            if isinstance(err, ActivityError):
+                return Finish(activity_error(err, "the turn"))
+            return Finish(ModelError(message=f"the turn failed: {err!r}"[:500], kind="internal"))
 
-    async def _begin_turn(self, turn_id: str) -> BeginTurnResult:
-        return await workflow.execute_local_activity_method(
-            TurnActivities.begin_turn,
-            BeginTurnInput(chat_id=self._chat_id, turn_id=turn_id),
-            start_to_close_timeout=LOCAL_TIMEOUT,
+    async def _moves(self, turn_id: str, resume: TurnResume | None) -> Finish | None:
+        """generate -> tools -> maybe compact -> generate ... as `decide.next_move` says."""
+        begun = await self._first_move(turn_id, resume)
+        if begun is None:
+            return None
+        progress, move = begun
+        first_step = progress.step
+        while True:
+            match move:
+                case Generate(step=step):
+                    await self._continue_long_turn(first_step, step, progress)
+                    progress.step = step
+                    move = next_move(progress, await self._generate(turn_id, step))
+                case RunTools(result=result):
+                    assert self._plan is not None
+                    tools = ToolStep(self._chat_id, self._plan, progress.step, self._controls)
+                    done = await tools.run(result.tool_calls)
+                    move = next_move(progress, ToolsDone(done, result.input_tokens))
+                case Compact() as compact:
+                    move = next_move(progress, await self._compact(progress, compact))
+                case Finish():
+                    return move
+
+    async def _first_move(
+        self, turn_id: str, resume: TurnResume | None
+    ) -> tuple[TurnProgress, Move] | None:
+        """A new turn's first step (which begins it), or where a long turn left off."""
+        self._start_turn(turn_id)
+        if resume is not None:
+            plan = resume.plan
+            progress = TurnProgress(
+                resume.next_step, plan.max_steps, plan.compact_at_tokens, resume.compactions
+            )
+            return progress, Generate(resume.next_step)
+        outcome = await self._generate(turn_id, 0)
+        if self._plan is None:
+            return None
+        progress = TurnProgress(0, self._plan.max_steps, self._plan.compact_at_tokens)
+        return progress, next_move(progress, outcome)
+
+    def _start_turn(self, turn_id: str) -> None:
+        """Show the turn running; a new turn's title is made alongside its first step."""
+        if self._plan is not None:
+            self._generation.model_label = self._plan.model_label
+            return
+        self._controls.show_status("running")
+        if self._untitled:
+            self._start_title(TitleInput(chat_id=self._chat_id, turn_id=turn_id))
+        self._generation.model_label = (
+            workflow.info().typed_search_attributes.get(CHAT_MODEL) or "model"
         )
+
+    async def _generate(self, turn_id: str, step: int) -> StepOutcome:
+        """One model step; the turn's first begins the turn and brings its plan."""
+        self._step = step
+        outcome = await self._generation.step(turn_id, step, self._plan)
+        result = outcome.result if isinstance(outcome, Streamed) else None
+        self._end_recorded = result is not None and result.finished_turn
+        if self._plan is None:
+            await self._began(turn_id, result.began if result else None)
+        return outcome
+
+    async def _began(self, turn_id: str, began: BeginTurnResult | None) -> None:
+        """The plan of a turn its first step began; begun here if that step did not run."""
+        if began is None:  # interrupted before the step ran, or the step failed
+            began = await workflow.execute_local_activity_method(
+                TurnActivities.begin_turn,
+                BeginTurnInput(chat_id=self._chat_id, turn_id=turn_id),
+                start_to_close_timeout=LOCAL_TIMEOUT,
+            )
+        if began.started and began.plan is not None:
+            self._plan = began.plan
+            self._generation.model_label = began.plan.model_label
+        elif began.chat_status is not None:
+            self._controls.show_status(began.chat_status)  # no turn after all
 
     def _start_title(self, input: TitleInput) -> None:
         """Best effort, in the background: never awaited, so it can't delay the turn."""
@@ -177,85 +259,11 @@ class ChatTurn:
             summary="generate title",
         )
 
-    async def _began(self, turn_id: str, first: StreamStepResult | None) -> TurnPlan | None:
-        """The plan of a turn its first step began; begun here if that step did not run."""
-        began = first.began if first is not None else None
-        if began is None:  # interrupted before the step ran, or the step failed
-            began = await self._begin_turn(turn_id)
-        if not began.started or began.plan is None:
-            if began.chat_status is not None:
-                self._controls.show_status(began.chat_status)  # no turn after all
-            return None
-        self._generation.model_label = began.plan.model_label
-        return began.plan
-
-    async def _run_steps(self, turn_id: str, resume: TurnResume | None) -> None:
-        """generate -> tools -> maybe compact, until the model is done or a limit is hit.
-
-        A new turn (no `resume`) is begun by its first step, which brings the plan; a step
-        that ends the turn finishes it too (`finished_turn`), or `_finish` does.
-        """
-        plan = resume.plan if resume is not None else None
-        first_step = step = resume.next_step if resume is not None else 0
-        compactions = Compactions(count=resume.compactions if resume is not None else 0)
-        if plan is None:  # a new turn; its title is made alongside its first step
-            self._controls.show_status("running")
-            if self._untitled:
-                self._start_title(TitleInput(chat_id=self._chat_id, turn_id=turn_id))
-            self._generation.model_label = (
-                workflow.info().typed_search_attributes.get(CHAT_MODEL) or "model"
-            )
-        else:
-            self._generation.model_label = plan.model_label
-        error: ModelError | None = None
-        finished = False
-        while plan is None or step < plan.max_steps:
-            await self._continue_long_turn(plan, first_step, step, compactions.count)
-            self._step = step
-            result, error = await self._generation.step(turn_id, step, plan)
-            if plan is None and (plan := await self._began(turn_id, result)) is None:
-                return  # its message (or the chat) was deleted before the turn began
-            if result is None:
-                if self._compacts_overflow(error, compactions):
-                    error = await self._compact(plan, step, compactions)
-                    if error is None:
-                        continue  # the same step again, on the summarised context
-                break
-            finished = result.finished_turn
-            another, error = await self._after_model_step(plan, step, result, compactions)
-            if not another:
-                break
-            step += 1
-        if finished:
-            self._controls.set_status("waiting")  # the last step recorded the turn's end
-        else:
-            await self._finish(turn_id, error)
-
-    async def _after_model_step(
-        self, plan: TurnPlan, step: int, result: StreamStepResult, compactions: Compactions
-    ) -> tuple[bool, ModelError | None]:
-        """Tools, then maybe a compaction: whether another step follows, and any turn error."""
-        outcome = await self._tools(plan, step, result)
-        error = _EXPIRED if outcome == "expired" else None
-        move = after_step(
-            outcome,
-            over_threshold=over_threshold(result.input_tokens, plan.compact_at_tokens),
-            just_compacted=compactions.just_compacted,
-            compactions=compactions.count,
-        )
-        compactions.just_compacted = False
-        if move == "context_exceeded":
-            return False, _too_long(result.input_tokens, plan)
-        if move in ("compact_then_next", "compact_then_end"):
-            error = await self._compact(plan, step, compactions) or error
-            return error is None and move == "compact_then_next", error
-        return move == "next", error
-
-    async def _continue_long_turn(
-        self, plan: TurnPlan | None, first_step: int, step: int, compactions: int
-    ) -> None:
+    async def _continue_long_turn(self, first_step: int, step: int, progress: TurnProgress) -> None:
         """Keep history bounded: a long turn goes on in a new run (between two steps)."""
-        if plan is None or step == first_step or self._controls.interrupted:
+        if self._plan is None or step == first_step:
+            return
+        if self._controls.interrupted:
             return  # an interrupt ends the turn in this run (a new run would not know of it)
         if step - first_step < STEPS_PER_RUN and not (
             workflow.info().is_continue_as_new_suggested()
@@ -266,64 +274,56 @@ class ChatTurn:
             ChatTurnInput(
                 chat_id=self._chat_id,
                 queued=self._queue,
-                resume=TurnResume(plan=plan, next_step=step, compactions=compactions),
+                resume=TurnResume(
+                    plan=self._plan, next_step=step, compactions=progress.compactions
+                ),
             )
         )
 
-    async def _tools(self, plan: TurnPlan, step: int, result: StreamStepResult) -> StepOutcome:
-        if result.interrupted:
-            return "interrupted"
-        if not result.tool_calls:
-            return "finished"
-        tools = ToolStep(self._chat_id, plan.turn_id, step, self._controls, plan.action_timeout_s)
-        return await tools.run(result.tool_calls)
-
-    @staticmethod
-    def _compacts_overflow(error: ModelError | None, compactions: Compactions) -> bool:
-        """A provider context_exceeded error gets one compaction and one retry."""
-        if error is None or error.kind != "context_exceeded" or compactions.for_overflow:
-            return False
-        if compactions.count >= MAX_COMPACTIONS_PER_TURN:
-            return False
-        compactions.for_overflow = True
-        return True
-
-    async def _compact(
-        self, plan: TurnPlan, step: int, compactions: Compactions
-    ) -> ModelError | None:
-        """Summarise the context; an error if even the summary doesn't fit."""
-        result = await workflow.execute_activity_method(
+    async def _compact(self, progress: TurnProgress, move: Compact) -> Outcome:
+        """Summarise the context; an interrupt cancels the summary."""
+        assert self._plan is not None
+        progress.compactions += 1
+        progress.compacted_for = move.then.step if isinstance(move.then, Generate) else None
+        progress.overflow_compacted |= move.for_overflow
+        handle = workflow.start_activity_method(
             CompactionActivities.compact_context,
             CompactInput(
-                chat_id=self._chat_id, turn_id=plan.turn_id, step=step, index=compactions.count
+                chat_id=self._chat_id,
+                turn_id=self._plan.turn_id,
+                step=progress.step,
+                index=progress.compactions - 1,
             ),
             start_to_close_timeout=timedelta(minutes=10),
+            schedule_to_close_timeout=timedelta(seconds=self._plan.retry_deadline_s),
             heartbeat_timeout=timedelta(seconds=30),
-            retry_policy=RetryPolicy(maximum_attempts=5),
-            summary=f"compact context after step {step}",
+            retry_policy=_COMPACT_RETRY,
+            cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            summary=f"compact context after step {progress.step}",
         )
-        compactions.count += 1
-        compactions.just_compacted = True
-        if result.estimated_tokens >= plan.compact_at_tokens > 0:
-            return _too_long(result.estimated_tokens, plan)
-        return None
+        await workflow.wait_condition(lambda: handle.done() or self._controls.interrupted)
+        if not handle.done():
+            handle.cancel()
+        try:
+            result = await handle
+        except ActivityError as err:
+            if self._controls.interrupted:
+                return Interrupted()
+            return Failed(activity_error(err, "compaction"))
+        return Compacted(move, result.estimated_tokens)
 
-    async def _finish(self, turn_id: str, error: ModelError | None) -> None:
-        status = "error" if error else "waiting"
-        await workflow.execute_local_activity_method(
-            TurnActivities.finish_turn,
-            FinishTurnInput(chat_id=self._chat_id, turn_id=turn_id, status=status, error=error),
-            start_to_close_timeout=LOCAL_TIMEOUT,
-        )
+    async def _finish(self, turn_id: str, finish: Finish | None) -> None:
+        """The one end of every turn: its status, usage and error are recorded."""
+        if finish is None:
+            return  # it never began
+        status = "error" if finish.error else "waiting"
+        if not self._end_recorded or finish.error:
+            await workflow.execute_local_activity_method(
+                TurnActivities.finish_turn,
+                FinishTurnInput(
+                    chat_id=self._chat_id, turn_id=turn_id, status=status, error=finish.error
+                ),
+                start_to_close_timeout=LOCAL_TIMEOUT,
+                retry_policy=_FINISH_RETRY,
+            )
         self._controls.set_status(status)
-
-
-def _too_long(tokens: int, plan: TurnPlan) -> ModelError:
-    return ModelError(
-        message=(
-            f"the context is still {tokens} tokens after compaction, over the "
-            f"{plan.compact_at_tokens}-token threshold"
-        ),
-        kind="context_exceeded",
-        detail={"tokens": tokens, "threshold": plan.compact_at_tokens},
-    )

@@ -9,7 +9,7 @@ __all__ = [
     "CHAT_MODEL",
     "CHAT_OWNER",
     "CHAT_STATUS",
-    "EDGES_IN_STEPS_PATCH",
+    "LOCAL_TIMEOUT",
     "MODEL_ERROR_TYPE",
     "WORKFLOW_ID_PREFIX",
     "WORKFLOW_TASK_TIMEOUT",
@@ -29,11 +29,8 @@ keep the task alive with heartbeats. Runs continued-as-new inherit it.
 MODEL_ERROR_TYPE = "ModelError"
 """ApplicationError type of classified provider errors; the workflow owns their retries."""
 
-EDGES_IN_STEPS_PATCH = "turn-edges-in-steps"
-"""`workflow.patched` id: a turn's first step begins it and a step that ends it finishes it.
-
-Runs recorded before it began and finished every turn with a local activity each.
-"""
+LOCAL_TIMEOUT = timedelta(seconds=30)
+"""Start-to-close of each attempt of a local activity (a Postgres write or two)."""
 
 CHAT_ID = SearchAttributeKey.for_keyword("ChatId")
 CHAT_STATUS = SearchAttributeKey.for_keyword("ChatStatus")

@@ -15,22 +15,36 @@ from workflows.payloads import BeginTurnResult, StreamStepInput, StreamStepResul
 __all__ = [
     "BACKOFF_CAP",
     "DEFAULT_MAX_MODEL_ATTEMPTS",
+    "EXPIRED",
     "INTERRUPTED_RESULT",
     "MAX_COMPACTIONS_PER_TURN",
     "STEPS_PER_RUN",
-    "Compactions",
-    "NextMove",
+    "Compact",
+    "Compacted",
+    "Failed",
+    "Finish",
+    "Generate",
+    "Interrupted",
+    "Move",
+    "Outcome",
+    "RunTools",
     "StepOutcome",
-    "after_step",
+    "Streamed",
+    "ToolsDone",
+    "ToolsOutcome",
+    "TurnProgress",
     "backoff_delay",
     "ends_turn",
     "exclusive_violation",
     "expired_result",
+    "gave_up",
+    "next_move",
     "over_threshold",
     "should_retry",
     "split_calls",
     "step_finishes_turn",
     "stops_turn",
+    "too_long",
 ]
 
 BACKOFF_CAP = timedelta(seconds=60)
@@ -41,39 +55,169 @@ MAX_COMPACTIONS_PER_TURN = 3
 STEPS_PER_RUN = 100
 """A long turn continues as a new run after this many steps (or when Temporal suggests)."""
 
+EXPIRED = ModelError(
+    message="no tool results were submitted before the wait expired", kind="timeout"
+)
+
+# Moves and outcomes are defined here, not in the workflow's module: the sandbox runs that
+# module anew for every run, and making a dataclass takes a while.
+
 
 @dataclass
-class Compactions:
-    """Compaction bookkeeping of one turn (defined here, not in the workflow's module: the
-    sandbox runs that module anew for every run, and a dataclass takes a while to make)."""
+class TurnProgress:
+    """Where a turn stands: its step, its limits and its compactions (the workflow's own)."""
 
-    count: int = 0
-    just_compacted: bool = False
-    for_overflow: bool = False
+    step: int
+    max_steps: int
+    compact_at_tokens: int
+    compactions: int = 0
+    compacted_for: int | None = None
+    """The step that followed the last compaction: still over the threshold after it means
+    the context can't fit."""
+    overflow_compacted: bool = False
     """A provider context_exceeded error already got its compaction."""
 
 
-StepOutcome = Literal["finished", "continue", "stop", "interrupted", "expired"]
-"""How a step's tool phase ended: no calls, calls answered, stop-after, interrupt, expiry."""
-NextMove = Literal["next", "end", "compact_then_next", "compact_then_end", "context_exceeded"]
+@dataclass(frozen=True)
+class Generate:
+    """Stream model step `step`."""
+
+    step: int
 
 
-def after_step(
-    outcome: StepOutcome, *, over_threshold: bool, just_compacted: bool, compactions: int
-) -> NextMove:
-    """What follows a step whose tool phase is done.
+@dataclass(frozen=True)
+class RunTools:
+    """Run the tool calls of a streamed step."""
+
+    result: StreamStepResult
+
+
+@dataclass(frozen=True)
+class Compact:
+    """Summarise the context, then make the move `then`."""
+
+    then: Generate | Finish
+    for_overflow: bool = False
+
+
+@dataclass(frozen=True)
+class Finish:
+    """End the turn: `waiting`, or `error` with `error`."""
+
+    error: ModelError | None = None
+
+
+Move = Generate | RunTools | Compact | Finish
+
+
+@dataclass(frozen=True)
+class Streamed:
+    """The step was generated and persisted."""
+
+    result: StreamStepResult
+
+
+@dataclass(frozen=True)
+class Failed:
+    """The step failed for good (not retryable, or out of attempts or time)."""
+
+    error: ModelError
+
+
+@dataclass(frozen=True)
+class Interrupted:
+    """An interrupt stopped the step; whatever it produced is persisted."""
+
+
+StepOutcome = Streamed | Failed | Interrupted
+"""How a model step (with its workflow-timer retries) ended."""
+
+ToolsOutcome = Literal["continue", "stop", "interrupted", "expired"]
+"""How a step's tool phase ended: calls answered, stop-after, interrupt, expiry."""
+
+
+@dataclass(frozen=True)
+class ToolsDone:
+    """The tool phase of a step ended; `input_tokens` is that step's prompt."""
+
+    outcome: ToolsOutcome
+    input_tokens: int
+
+
+@dataclass(frozen=True)
+class Compacted:
+    """A compaction for `move` succeeded: the prompt is now about `estimated_tokens`."""
+
+    move: Compact
+    estimated_tokens: int
+
+
+Outcome = StepOutcome | ToolsDone | Compacted
+
+
+def next_move(turn: TurnProgress, last: Outcome) -> Move:
+    """What the turn does after `last`: the whole turn's control flow, in one place."""
+    match last:
+        case Interrupted():
+            return Finish()
+        case Failed(error=error):
+            if error.kind == "context_exceeded" and _may_compact(turn, overflow=True):
+                return Compact(then=Generate(turn.step), for_overflow=True)  # the step again
+            return Finish(error)
+        case Streamed(result=result) if result.interrupted:
+            return Finish()
+        case Streamed(result=result) if result.tool_calls:
+            return RunTools(result)
+        case Streamed(result=result):
+            return _after_tools("finished", result.input_tokens, turn)
+        case ToolsDone(outcome=outcome, input_tokens=tokens):
+            return _after_tools(outcome, tokens, turn)
+        case Compacted(move=move, estimated_tokens=tokens):
+            if over_threshold(tokens, turn.compact_at_tokens):
+                return Finish(too_long(tokens, turn.compact_at_tokens))
+            return move.then
+
+
+def _after_tools(
+    outcome: ToolsOutcome | Literal["finished"], input_tokens: int, turn: TurnProgress
+) -> Move:
+    """After a step whose tool phase is done (`finished`: it made no calls).
 
     Over the compaction threshold the context is compacted, even on the model's final step
     (the summary then asks it to continue) and on early exits (so they can't grow the
     context without bound); still over right after a compaction means it can't fit.
     """
     if outcome == "interrupted":
-        return "end"
-    if over_threshold and just_compacted:
-        return "context_exceeded"
-    if over_threshold and compactions < MAX_COMPACTIONS_PER_TURN:
-        return "compact_then_end" if outcome in ("stop", "expired") else "compact_then_next"
-    return "next" if outcome == "continue" else "end"
+        return Finish()
+    over = over_threshold(input_tokens, turn.compact_at_tokens)
+    if over and turn.compacted_for == turn.step:
+        return Finish(too_long(input_tokens, turn.compact_at_tokens))
+    end = Finish(EXPIRED if outcome == "expired" else None)
+    follow: Generate | Finish = (
+        Generate(turn.step + 1) if turn.step + 1 < turn.max_steps else Finish()
+    )
+    if over and _may_compact(turn, overflow=False):
+        return Compact(then=end if outcome in ("stop", "expired") else follow)
+    return follow if outcome == "continue" else end
+
+
+def _may_compact(turn: TurnProgress, *, overflow: bool) -> bool:
+    """At most three compactions a turn, and one for a provider's context_exceeded."""
+    if overflow and turn.overflow_compacted:
+        return False
+    return turn.compactions < MAX_COMPACTIONS_PER_TURN
+
+
+def too_long(tokens: int, compact_at_tokens: int) -> ModelError:
+    """The turn's error when even a compacted context is over the threshold."""
+    return ModelError(
+        message=(
+            f"the context is still {tokens} tokens after compaction, over the "
+            f"{compact_at_tokens}-token threshold"
+        ),
+        kind="context_exceeded",
+        detail={"tokens": tokens, "threshold": compact_at_tokens},
+    )
 
 
 def over_threshold(input_tokens: int, compact_at_tokens: int) -> bool:
@@ -86,8 +230,8 @@ def ends_turn(
 ) -> bool:
     """Whether a step ends its turn with nothing left to do: no calls, no compaction.
 
-    The model-step activity asks this to finish the turn itself (one local activity fewer);
-    `after_step` says "end" for every such step, so the two cannot disagree.
+    `next_move` answers `Finish()` for every such step, so the model-step activity, which
+    asks this to finish the turn itself (one local activity fewer), can't disagree with it.
     """
     return (
         tool_calls == 0 and not interrupted and not over_threshold(input_tokens, compact_at_tokens)
@@ -97,9 +241,9 @@ def ends_turn(
 def step_finishes_turn(
     input: StreamStepInput, began: BeginTurnResult | None, result: StreamStepResult
 ) -> bool:
-    """Whether the model-step activity finishes its turn itself: it may (`may_finish`) and
-    the step ends the turn, under the threshold of the plan it began the turn with (if so),
-    else of the one it was given."""
+    """Whether the model-step activity finishes its turn itself: the workflow allowed it
+    (`may_finish`) and the step ends the turn, under the threshold of the plan it began the
+    turn with (if so), else of the one it was given."""
     plan = began.plan if began else None
     return input.may_finish and ends_turn(
         tool_calls=len(result.tool_calls),
@@ -118,9 +262,32 @@ def backoff_delay(attempt: int, retry_after_ms: int | None = None) -> timedelta:
     return delay
 
 
-def should_retry(error: ModelError, attempt: int, max_attempts: int) -> bool:
-    """Retry retryable errors until `max_attempts` attempts have been made."""
-    return error.retryable and attempt < max_attempts
+def should_retry(
+    error: ModelError,
+    attempt: int,
+    max_attempts: int,
+    failing_for: timedelta = timedelta(0),
+    deadline: timedelta | None = None,
+) -> bool:
+    """Retry retryable errors until `max_attempts` attempts were made or, failing since
+    `failing_for` ago, the `deadline` for a failing dependency has passed."""
+    in_time = deadline is None or failing_for < deadline
+    return error.retryable and attempt < max_attempts and in_time
+
+
+def gave_up(error: ModelError, failing_for: timedelta, deadline: timedelta) -> ModelError:
+    """The turn's error when retries stop: out of time is `unavailable`, naming the last
+    error; otherwise the error as classified."""
+    if not error.retryable or failing_for < deadline:
+        return error
+    minutes = int(failing_for.total_seconds() // 60)
+    return ModelError(
+        message=f"still failing after {minutes} min of retries: {error.message}",
+        kind="unavailable",
+        provider=error.provider,
+        status_code=error.status_code,
+        detail={"last_error": error.model_dump(mode="json", exclude={"detail"})},
+    )
 
 
 INTERRUPTED_RESULT = "tool call was interrupted before it produced a result"

@@ -6,20 +6,28 @@ Deterministic workflow code; whether to retry, and how long to wait, come from
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.exceptions import ActivityError
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
     from activities.model_step import ModelStepActivities
     from activities.turn import TurnActivities
     from chatd.models import ModelError
-    from workflows.constants import MODEL_ERROR_TYPE
+    from workflows.constants import LOCAL_TIMEOUT, MODEL_ERROR_TYPE
     from workflows.controls import TurnControls
-    from workflows.decide import DEFAULT_MAX_MODEL_ATTEMPTS, backoff_delay, should_retry
+    from workflows.decide import (
+        DEFAULT_MAX_MODEL_ATTEMPTS,
+        Failed,
+        Interrupted,
+        StepOutcome,
+        Streamed,
+        backoff_delay,
+        gave_up,
+        should_retry,
+    )
     from workflows.payloads import (
         PublishRetryInput,
         RetryState,
@@ -27,15 +35,13 @@ with workflow.unsafe.imports_passed_through():
         StreamStepResult,
         TurnPlan,
     )
-    from workflows.tool_step import LOCAL_TIMEOUT
+    from workflows.retries import activity_error, retry_policy
 
 __all__ = ["Generation"]
 
-_MODEL_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    maximum_interval=timedelta(seconds=10),
-    non_retryable_error_types=[MODEL_ERROR_TYPE],
-)
+
+_MODEL_RETRY = retry_policy(non_retryable=[MODEL_ERROR_TYPE])
+"""Classified provider errors are the workflow's to retry, with its timers."""
 
 
 class Generation:
@@ -44,21 +50,18 @@ class Generation:
     def __init__(self, chat_id: str, controls: TurnControls) -> None:
         self._chat_id = chat_id
         self._controls = controls
-        self.edges_in_steps = False
-        """Set by the run: it took the `turn-edges-in-steps` patch, so steps may finish it."""
         self.model_label = ""
         """Shown in the step activities' summaries."""
         self.retry: RetryState | None = None
 
-    async def step(
-        self, turn_id: str, step: int, plan: TurnPlan | None
-    ) -> tuple[StreamStepResult | None, ModelError | None]:
+    async def step(self, turn_id: str, step: int, plan: TurnPlan | None) -> StepOutcome:
         """One model step, retried with workflow-timer backoff on retryable model errors.
 
-        Without a `plan` yet, the step begins the turn (each attempt: beginning is idempotent)
-        and is the turn's first: `stream_first_model_step`. A step may finish the turn
-        (`finished_turn`) only in runs that took the `turn-edges-in-steps` patch.
+        Without a `plan` yet, the step begins the turn (each attempt: beginning is
+        idempotent). A step that ends the turn finishes it too (`finished_turn`).
         """
+        deadline = timedelta(seconds=plan.retry_deadline_s if plan else 1800)
+        failing_since: datetime | None = None
         attempt = 1
         while not self._controls.interrupted:
             try:
@@ -69,34 +72,35 @@ class Generation:
                         step=step,
                         attempt=attempt,
                         begin=plan is None,
-                        may_finish=self.edges_in_steps,
                         compact_at_tokens=plan.compact_at_tokens if plan is not None else 0,
-                    )
+                    ),
+                    deadline,
                 )
-                self.retry = None
-                return result, None
             except ActivityError as err:
-                error = _model_error(err)
-            if self._controls.interrupted or not should_retry(
-                error, attempt, DEFAULT_MAX_MODEL_ATTEMPTS
-            ):
+                error = activity_error(err, "the model step")
+            else:
                 self.retry = None
-                return None, None if self._controls.interrupted else error
+                return Streamed(result)  # interrupted or not: its partial step is persisted
+            failing_since = failing_since or workflow.now()
+            failing_for = workflow.now() - failing_since
+            if self._controls.interrupted:
+                break
+            if not should_retry(error, attempt, DEFAULT_MAX_MODEL_ATTEMPTS, failing_for, deadline):
+                self.retry = None
+                return Failed(gave_up(error, failing_for, deadline))
             await self._back_off(attempt, error)
             self.retry = None
             attempt += 1
-        return None, None
+        self.retry = None
+        return Interrupted()
 
-    async def _stream(self, input: StreamStepInput) -> StreamStepResult:
+    async def _stream(self, input: StreamStepInput, deadline: timedelta) -> StreamStepResult:
         """The model-step activity; an interrupt cancels it and it returns its partial step."""
         handle = workflow.start_activity_method(
-            (
-                ModelStepActivities.stream_first_model_step
-                if input.begin
-                else ModelStepActivities.stream_model_step
-            ),
+            ModelStepActivities.stream_model_step,
             input,
             start_to_close_timeout=timedelta(minutes=15),
+            schedule_to_close_timeout=deadline,
             heartbeat_timeout=timedelta(seconds=5),
             retry_policy=_MODEL_RETRY,
             cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
@@ -131,13 +135,3 @@ class Generation:
             )
         except TimeoutError:
             pass
-
-
-def _model_error(err: ActivityError) -> ModelError:
-    """The classified error the activity raised, or a generic one for anything else."""
-    cause = err.cause
-    if isinstance(cause, ApplicationError) and cause.type == MODEL_ERROR_TYPE and cause.details:
-        return ModelError.model_validate(cause.details[0])
-    if isinstance(cause, CancelledError):
-        return ModelError(message="the model step was cancelled", kind="generic")
-    return ModelError(message=str(cause or err), kind="generic", retryable=False)

@@ -55,6 +55,8 @@ class TurnPlan(_Payload):
     action_timeout_s: int = 600
     compact_at_tokens: int = 0
     """Compact after a step whose prompt reached this many tokens (0: never)."""
+    retry_deadline_s: int = 1800
+    """How long a failing dependency is retried before the turn ends `unavailable`."""
 
 
 class TurnResume(_Payload):
@@ -103,8 +105,6 @@ class BeginTurnResult(_Payload):
     started: bool
     """False if the queued message (or the chat) was deleted before its turn began."""
     plan: TurnPlan | None = None
-    needs_title: bool = False
-    """Runs before the `turn-edges-in-steps` patch name the chat when this says so."""
     chat_status: str | None = None
     """Without a turn: the chat's status, for the ChatStatus search attribute."""
 
@@ -119,8 +119,9 @@ class StreamStepInput(_Payload):
     """Workflow-level attempt (model retries); >1 means clients must drop the shown partial."""
     begin: bool = False
     """The turn's first step begins the turn too (see `StreamStepResult.began`)."""
-    may_finish: bool = False
-    """The step finishes the turn too if it ends it (`decide.ends_turn`): no local activity."""
+    may_finish: bool = True
+    """The workflow's instruction: finish the turn too if the step ends it
+    (`decide.ends_turn`), sparing a local activity."""
     compact_at_tokens: int = 0
     """The turn's compaction threshold, for `decide.ends_turn` (with `begin`, the new plan's)."""
 

@@ -10,17 +10,17 @@ from datetime import datetime, timedelta
 from typing import Literal
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, CancelledError
 from temporalio.workflow import ActivityCancellationType, ActivityHandle
 
 with workflow.unsafe.imports_passed_through():
     from activities.tools import ToolActivities
     from activities.turn import TurnActivities
+    from workflows.constants import LOCAL_TIMEOUT
     from workflows.controls import TurnControls
     from workflows.decide import (
         INTERRUPTED_RESULT,
-        StepOutcome,
+        ToolsOutcome,
         exclusive_violation,
         expired_result,
         split_calls,
@@ -32,29 +32,27 @@ with workflow.unsafe.imports_passed_through():
         RecordToolResultsInput,
         SetStatusInput,
         ToolCallRef,
+        TurnPlan,
     )
+    from workflows.retries import activity_error, retry_policy
 
 __all__ = ["ToolStep"]
 
-LOCAL_TIMEOUT = timedelta(seconds=30)
-_TOOL_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=10)
-)
+_TOOL_RETRY = retry_policy()
 
 
 class ToolStep:
     """Runs the tool calls of one persisted model step."""
 
-    def __init__(
-        self, chat_id: str, turn_id: str, step: int, controls: TurnControls, action_timeout_s: int
-    ) -> None:
+    def __init__(self, chat_id: str, plan: TurnPlan, step: int, controls: TurnControls) -> None:
         self._chat_id = chat_id
-        self._turn_id = turn_id
+        self._turn_id = plan.turn_id
         self._step = step
         self._controls = controls
-        self._action_timeout = timedelta(seconds=action_timeout_s)
+        self._action_timeout = timedelta(seconds=plan.action_timeout_s)
+        self._deadline = timedelta(seconds=plan.retry_deadline_s)
 
-    async def run(self, calls: list[ToolCallRef]) -> StepOutcome:
+    async def run(self, calls: list[ToolCallRef]) -> ToolsOutcome:
         """Built-in calls first (persisted), then the client's; say how the turn goes on."""
         policy_errors = exclusive_violation(calls)
         if policy_errors:
@@ -86,9 +84,9 @@ class ToolStep:
                 handle.cancel()
         results = await asyncio.gather(*handles, return_exceptions=True)
         errors = {
-            call.id: INTERRUPTED_RESULT
+            call.id: _failure_result(call, result)
             for call, result in zip(calls, results, strict=True)
-            if isinstance(result, ActivityError | asyncio.CancelledError)
+            if isinstance(result, BaseException)
         }
         await self._record(calls, errors)
         return {
@@ -104,13 +102,14 @@ class ToolStep:
                 chat_id=self._chat_id, turn_id=self._turn_id, step=self._step, call=call
             ),
             start_to_close_timeout=timedelta(minutes=30),
+            schedule_to_close_timeout=max(self._deadline, timedelta(minutes=30)),
             heartbeat_timeout=timedelta(seconds=10),
             retry_policy=_TOOL_RETRY,
             cancellation_type=ActivityCancellationType.TRY_CANCEL,
             summary=f"tool {call.name} (step {self._step})",
         )
 
-    async def _await_client(self, calls: list[ToolCallRef]) -> StepOutcome:
+    async def _await_client(self, calls: list[ToolCallRef]) -> ToolsOutcome:
         """requires_action: wait durably for the client's results, an interrupt, or expiry."""
         controls = self._controls
         expires_at = workflow.now() + self._action_timeout
@@ -171,3 +170,11 @@ class ToolStep:
             start_to_close_timeout=LOCAL_TIMEOUT,
         )
         self._controls.set_status(status)
+
+
+def _failure_result(call: ToolCallRef, failure: BaseException) -> str:
+    """What the model sees of a call whose activity was cancelled or gave up: errors are
+    tool results, and the turn goes on."""
+    if isinstance(failure, ActivityError) and not isinstance(failure.cause, CancelledError):
+        return f"{call.name} could not be run: {activity_error(failure, call.name).message}"
+    return INTERRUPTED_RESULT

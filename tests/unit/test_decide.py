@@ -6,53 +6,132 @@ import pytest
 
 from chatd.models import ModelError
 from workflows.decide import (
-    StepOutcome,
-    after_step,
+    EXPIRED,
+    Compact,
+    Compacted,
+    Failed,
+    Finish,
+    Generate,
+    Interrupted,
+    RunTools,
+    Streamed,
+    ToolsDone,
+    ToolsOutcome,
+    TurnProgress,
     backoff_delay,
     ends_turn,
-    over_threshold,
+    gave_up,
+    next_move,
     should_retry,
     step_finishes_turn,
 )
-from workflows.payloads import BeginTurnResult, StreamStepInput, StreamStepResult, TurnPlan
+from workflows.payloads import (
+    BeginTurnResult,
+    StreamStepInput,
+    StreamStepResult,
+    ToolCallRef,
+    TurnPlan,
+)
+
+THRESHOLD = 100
 
 
-def _next(outcome: StepOutcome, *, over: bool = False, just: bool = False, count: int = 0) -> str:
-    return after_step(outcome, over_threshold=over, just_compacted=just, compactions=count)
+def _turn(step: int = 0, *, compactions: int = 0, just_compacted: bool = False) -> TurnProgress:
+    return TurnProgress(
+        step=step,
+        max_steps=25,
+        compact_at_tokens=THRESHOLD,
+        compactions=compactions,
+        compacted_for=step if just_compacted else None,
+    )
+
+
+def _after_tools(
+    outcome: ToolsOutcome, *, over: bool = False, compactions: int = 0, just_compacted: bool = False
+) -> object:
+    tokens = THRESHOLD if over else THRESHOLD - 1
+    turn = _turn(compactions=compactions, just_compacted=just_compacted)
+    return next_move(turn, ToolsDone(outcome, tokens))
+
+
+def _streamed(tokens: int = 10, *, calls: int = 0, interrupted: bool = False) -> Streamed:
+    return Streamed(
+        StreamStepResult(
+            message_id=1,
+            input_tokens=tokens,
+            interrupted=interrupted,
+            tool_calls=[ToolCallRef(id=f"c{n}", name="t") for n in range(calls)],
+        )
+    )
+
+
+def test_a_step_with_calls_runs_them_and_one_without_ends_the_turn() -> None:
+    with_calls = _streamed(calls=2)
+    assert next_move(_turn(), with_calls) == RunTools(with_calls.result)
+    assert next_move(_turn(), _streamed()) == Finish()
 
 
 def test_the_turn_goes_on_while_tool_calls_are_answered_and_ends_otherwise() -> None:
-    assert _next("continue") == "next"
-    assert _next("finished") == "end"
-    assert _next("stop") == "end"
-    assert _next("expired") == "end"
-    assert _next("interrupted") == "end"
+    assert _after_tools("continue") == Generate(1)
+    assert _after_tools("stop") == Finish()
+    assert _after_tools("expired") == Finish(EXPIRED)
+    assert _after_tools("interrupted") == Finish()
+
+
+def test_the_step_limit_ends_the_turn() -> None:
+    last = TurnProgress(step=24, max_steps=25, compact_at_tokens=0)
+    assert next_move(last, ToolsDone("continue", 10)) == Finish()
 
 
 def test_over_the_threshold_the_context_is_compacted_and_the_turn_goes_on() -> None:
-    assert _next("continue", over=True) == "compact_then_next"
+    assert _after_tools("continue", over=True) == Compact(then=Generate(1))
     # On the model's final step too: the summary asks it to continue the work.
-    assert _next("finished", over=True) == "compact_then_next"
+    assert next_move(_turn(), _streamed(THRESHOLD)) == Compact(then=Generate(1))
 
 
 def test_early_exits_compact_before_ending() -> None:
-    assert _next("stop", over=True) == "compact_then_end"
-    assert _next("expired", over=True) == "compact_then_end"
+    assert _after_tools("stop", over=True) == Compact(then=Finish())
+    assert _after_tools("expired", over=True) == Compact(then=Finish(EXPIRED))
 
 
 def test_still_over_right_after_a_compaction_is_context_exceeded() -> None:
-    assert _next("continue", over=True, just=True, count=1) == "context_exceeded"
-    assert _next("continue", over=False, just=True, count=1) == "next"
+    move = _after_tools("continue", over=True, compactions=1, just_compacted=True)
+    assert isinstance(move, Finish) and move.error is not None
+    assert move.error.kind == "context_exceeded"
+    assert _after_tools("continue", compactions=1, just_compacted=True) == Generate(1)
+
+
+def test_a_compaction_leads_to_its_move_unless_the_summary_is_still_too_long() -> None:
+    compact = Compact(then=Generate(3))
+    assert next_move(_turn(2), Compacted(compact, THRESHOLD - 1)) == Generate(3)
+    still = next_move(_turn(2), Compacted(compact, THRESHOLD))
+    assert isinstance(still, Finish) and still.error is not None
+    assert still.error.kind == "context_exceeded"
 
 
 def test_at_most_three_compactions_per_turn() -> None:
-    assert _next("continue", over=True, count=2) == "compact_then_next"
-    assert _next("continue", over=True, count=3) == "next"
-    assert _next("finished", over=True, count=3) == "end"
+    assert _after_tools("continue", over=True, compactions=2) == Compact(then=Generate(1))
+    assert _after_tools("continue", over=True, compactions=3) == Generate(1)
+    assert next_move(_turn(compactions=3), _streamed(THRESHOLD)) == Finish()
 
 
 def test_an_interrupt_ends_the_turn_without_compacting() -> None:
-    assert _next("interrupted", over=True) == "end"
+    assert _after_tools("interrupted", over=True) == Finish()
+    assert next_move(_turn(), Interrupted()) == Finish()
+    assert next_move(_turn(), _streamed(THRESHOLD, calls=1, interrupted=True)) == Finish()
+
+
+def test_a_failed_step_ends_the_turn_with_its_error() -> None:
+    error = ModelError(message="bad key", kind="auth")
+    assert next_move(_turn(), Failed(error)) == Finish(error)
+
+
+def test_a_provider_overflow_gets_one_compaction_and_the_same_step_again() -> None:
+    error = ModelError(message="prompt is too long", kind="context_exceeded")
+    assert next_move(_turn(4), Failed(error)) == Compact(then=Generate(4), for_overflow=True)
+    once = _turn(4)
+    once.overflow_compacted = True
+    assert next_move(once, Failed(error)) == Finish(error)
 
 
 @pytest.mark.parametrize(
@@ -73,6 +152,18 @@ def test_only_retryable_errors_are_retried_and_only_up_to_the_limit() -> None:
     assert should_retry(retryable, attempt=1, max_attempts=25)
     assert not should_retry(retryable, attempt=25, max_attempts=25)
     assert not should_retry(fatal, attempt=1, max_attempts=25)
+
+
+def test_a_dependency_failing_past_the_deadline_is_unavailable() -> None:
+    down = ModelError(message="connection refused", kind="overloaded", retryable=True)
+    deadline = timedelta(minutes=30)
+    assert should_retry(down, 3, 25, timedelta(minutes=29), deadline)
+    assert not should_retry(down, 3, 25, timedelta(minutes=30), deadline)
+    ended = gave_up(down, timedelta(minutes=31), deadline)
+    assert ended.kind == "unavailable" and "connection refused" in ended.message
+    assert ended.detail["last_error"]["kind"] == "overloaded"
+    # Out of attempts in time, or not retryable: the error as classified.
+    assert gave_up(down, timedelta(minutes=20), deadline) == down
 
 
 def test_the_context_limit_comes_from_config_then_provider_then_table_then_fallback() -> None:
@@ -99,10 +190,10 @@ def test_a_step_finishes_its_turn_only_where_the_workflow_would_end_it(
     )
     assert ends == (calls == 0 and not interrupted and not (threshold and tokens >= threshold))
     if ends:
-        over = over_threshold(tokens, threshold)
-        for just in (False, True):
+        for compacted_for in (None, 0):
             for count in range(4):
-                assert _next("finished", over=over, just=just, count=count) == "end"
+                turn = TurnProgress(0, 25, threshold, count, compacted_for)
+                assert next_move(turn, _streamed(tokens)) == Finish()
 
 
 def test_a_step_finishes_its_turn_only_if_allowed_and_under_its_plans_threshold() -> None:

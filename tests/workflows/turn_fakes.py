@@ -185,7 +185,6 @@ class FakeActivities:
             self.set_status,
             self.publish_retry,
             self.stream_model_step,
-            self.stream_first_model_step,
             self.execute_tool_call,
             self.record_tool_results,
             self.stage_tool_results,
@@ -232,12 +231,6 @@ class FakeActivities:
     @activity.defn(name="publish_retry")
     async def publish_retry(self, input: PublishRetryInput) -> None:
         await self._record("publish_retry", input)
-
-    @activity.defn(name="stream_first_model_step")
-    async def stream_first_model_step(self, input: StreamStepInput) -> StreamStepResult:
-        """Recorded under both names: `stream_model_step` lists every step."""
-        await self._record("stream_first_model_step", input)
-        return await self.stream_model_step(input)
 
     @activity.defn(name="stream_model_step")
     async def stream_model_step(self, input: StreamStepInput) -> StreamStepResult:
