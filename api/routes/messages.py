@@ -1,4 +1,4 @@
-"""Messages: send (start or queue a turn) and read the transcript."""
+"""Messages: send (start or queue a turn), read the transcript, edit a user message."""
 
 from __future__ import annotations
 
@@ -7,16 +7,17 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Query, Request
 
 from api.access import OwnedChat
+from api.edits import BUSY, cut_and_queue
 from api.errors import ApiError
 from api.schemas import EditMessage, MessageList, SendMessage, SendMessageResult
 from api.state import state_of
 from api.turns import interrupt_turn, submit_message, until_begun
 from chatd.store.chats import ChatRecord
+from chatd.store.transcript import QueuedMessage
 
 __all__ = ["accept_message", "router"]
 
 router = APIRouter(prefix="/chats/{chat_id}/messages", tags=["messages"])
-_BUSY = ("running", "requires_action")
 
 
 async def accept_message(
@@ -24,12 +25,22 @@ async def accept_message(
 ) -> SendMessageResult:
     """Store the message, then start its turn or queue it (a retried send is answered once)."""
     state = state_of(request)
-    if body.on_busy == "reject" and chat.status in _BUSY:
+    if body.on_busy == "reject" and chat.status in BUSY:
         raise ApiError(409, "chat_busy", "a turn is running", {"status": chat.status})
-    if body.on_busy == "interrupt" and chat.status in _BUSY:
+    if body.on_busy == "interrupt" and chat.status in BUSY:
         await interrupt_turn(state.temporal, state.turns, chat)
     client_id = idempotency_key or body.client_message_id
     queued, created = await state.transcript.enqueue(chat.id, body.user_parts(), client_id)
+    return await _hand_over(request, chat, queued, created)
+
+
+async def _hand_over(
+    request: Request, chat: ChatRecord, queued: QueuedMessage, created: bool
+) -> SendMessageResult:
+    """Start the stored message's turn or queue it in the running one. A message stored by
+    an earlier call (`created` False) is handed over again (the same update, which Temporal
+    deduplicates) unless its turn has taken it."""
+    state = state_of(request)
     # Subscribed before anything can begin the turn: `until_begun` then misses no wake-up.
     with state.hub.subscribe(chat.id) as notified:
         if not created and await state.transcript.is_promoted(queued.id):
@@ -82,20 +93,13 @@ async def edit_message(
     message_id: int,
     body: EditMessage,
     request: Request,
+    idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
 ) -> SendMessageResult:
     """Replace a user message: it and everything after it leave the transcript, and the
-    edited text starts a new turn as a new message."""
-    chat_id = chat.id
-    if chat.status in _BUSY:
-        raise ApiError(409, "chat_busy", "a turn is running", {"status": chat.status})
-    transcript = state_of(request).transcript
-    message = await transcript.get(chat_id, message_id)
-    if message is None:
-        raise ApiError(404, "message_not_found", f"message {message_id} not found")
-    if message.role != "user":
-        raise ApiError(400, "not_a_user_message", "only user messages can be edited")
-    if message.compressed:
-        raise ApiError(409, "message_compacted", "the message was summarised by a compaction")
-    await transcript.truncate_from(chat_id, message_id)
-    resend = SendMessage(content=body.content, parts=body.parts)
-    return await accept_message(request, chat, resend, idempotency_key=None)
+    edited text starts a new turn as a new message. With an `Idempotency-Key`, a retried
+    edit (after a 503) is answered as the first one was, instead of with a 404."""
+    state = state_of(request)
+    queued, created = await cut_and_queue(
+        state.pool, chat.id, message_id, body.user_parts(), idempotency_key
+    )
+    return await _hand_over(request, chat, queued, created)

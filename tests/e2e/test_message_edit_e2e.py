@@ -1,0 +1,128 @@
+"""Editing a message is atomic with the turns of its chat, and a retried edit is answered once."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+from typing import Any, cast
+
+import asyncpg
+import pytest
+from harness import Stack, StackFactory
+
+import api.turns
+from chatd.fake_provider.script import FakeResponse, FakeText
+from chatd.parts import TextPart
+from chatd.store.transcript import TranscriptStore
+from chatd.store.turns import TurnStore
+from chatd.tools.defaults import default_registry
+from workers.worker import WorkerConfig, build_worker
+
+
+def _texts(message: dict[str, Any]) -> str:
+    return "".join(p["text"] for p in message["parts"] if p["type"] == "text")
+
+
+async def _first_turn(stack: Stack, reply: str) -> tuple[str, str, int]:
+    """A chat whose first turn ended: (chat id, model name, id of its user message)."""
+    name = f"m-{uuid.uuid4().hex[:10]}"
+    stack.fake.script(name, [FakeResponse(parts=[FakeText(text=reply)])])
+    chat = await stack.create_chat(model={"provider": "anthropic", "name": name})
+    await stack.send(chat["id"], "one")
+    await stack.wait_status(chat["id"], "waiting")
+    messages = await stack.messages(chat["id"])
+    assert [m["role"] for m in messages] == ["user", "assistant"]
+    return chat["id"], name, messages[0]["id"]
+
+
+async def _until_a_query_waits_on_a_lock(pool: asyncpg.Pool) -> None:
+    """Return once another session of this database waits for a lock (the edit, on ours)."""
+    for _ in range(1000):
+        waiting = await pool.fetchval(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        )
+        if waiting:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the edit never waited for the chat's lock")
+
+
+async def test_a_turn_that_begins_while_an_edit_checks_the_chat_loses_no_message(
+    stack: Stack,
+) -> None:
+    """A turn begins (the queued message promoted, the chat running) while the edit runs:
+    the edit either sees the turn and is refused, or cuts the transcript before the turn's
+    message lands. It used to read `waiting`, then delete what the turn had begun on."""
+    chat_id, _, user_id = await _first_turn(stack, "first answer")
+    queued, _ = await TranscriptStore(stack.pool).enqueue(
+        uuid.UUID(chat_id), [TextPart(text="two")], None
+    )
+    async with stack.pool.acquire() as conn, conn.transaction():
+        # The real begin, held open: the chat's row stays locked until it commits.
+        turns = TurnStore(cast(asyncpg.Pool, conn))
+        assert await turns.begin(uuid.UUID(chat_id), str(queued.id))
+        edit = asyncio.create_task(
+            stack.http.patch(f"/chats/{chat_id}/messages/{user_id}", json={"content": "uno"})
+        )
+        await _until_a_query_waits_on_a_lock(stack.pool)
+    response = await edit
+    assert response.status_code == 409, response.text
+    assert response.json()["error"]["detail"] == {"status": "running"}
+    messages = await stack.messages(chat_id)
+    assert [(m["role"], _texts(m)) for m in messages] == [
+        ("user", "one"),
+        ("assistant", "first answer"),
+        ("user", "two"),
+    ]
+    assert (await stack.http.get(f"/chats/{chat_id}")).json()["queued_messages"] == []
+
+
+async def test_an_edit_retried_after_a_503_is_answered_once(
+    make_stack: StackFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first call cut the transcript and queued the new text, then no worker took it in
+    time (503). The retry, with the same Idempotency-Key, hands that message over again: it
+    used to be a 404 (the message it edits was gone), with the chat left truncated."""
+    async with make_stack() as stack:
+        chat_id, name, user_id = await _first_turn(stack, "first answer")
+    monkeypatch.setattr(api.turns, "SUBMIT_TIMEOUT_S", 1.0)
+    async with make_stack(with_worker=False, task_queue=stack.task_queue) as stack:
+        path = f"/chats/{chat_id}/messages/{user_id}"
+        edit = {"json": {"content": "uno"}, "headers": {"Idempotency-Key": "edit-1"}}
+        first = await stack.http.patch(path, **edit)
+        assert first.status_code == 503, first.text
+        assert first.json()["error"]["code"] == "worker_unavailable"
+        assert await stack.messages(chat_id) == [], "cut; the new text waits in the queue"
+        stack.fake.script(name, [FakeResponse(parts=[FakeText(text="second answer")])])
+        config = WorkerConfig(
+            task_queue=stack.task_queue,
+            providers=stack.fake.provider_settings(),
+            registry=default_registry(),
+            workspace_root=tmp_path,
+            generate_titles=False,
+        )
+        async with build_worker(stack.temporal, stack.pool, config):
+            before = await _last_event(stack, chat_id)
+            retried = await stack.http.patch(path, **edit)
+            assert retried.status_code == 202, retried.text
+            await stack.wait_status(chat_id, "waiting", after=before)
+            again = await stack.http.patch(path, **edit)
+        assert again.status_code == 202, again.text
+        assert again.json() == {**retried.json(), "queued": False}
+        messages = await stack.messages(chat_id)
+        assert [(m["role"], _texts(m)) for m in messages] == [
+            ("user", "uno"),
+            ("assistant", "second answer"),
+        ]
+        assert str(retried.json()["message_id"]) == messages[0]["turn_id"]
+        other = await stack.http.patch(path, json={"content": "x"})
+        assert other.status_code == 404, "without the key, the edited message is gone"
+
+
+async def _last_event(stack: Stack, chat_id: str) -> int:
+    seq = await stack.pool.fetchval(
+        "SELECT last_event_seq FROM chats WHERE id = $1", uuid.UUID(chat_id)
+    )
+    return int(seq)
