@@ -40,6 +40,11 @@ class ResponsesEncoder:
         include = request.body.get("include") or []
         self._encrypted = "reasoning.encrypted_content" in include
 
+    @property
+    def response_id(self) -> str:
+        """The `resp_...` id of this response (what a later request chains from)."""
+        return self._id
+
     def events(self) -> Iterator[SseEvent]:
         """All frames of a successful stream, in order."""
         yield self._event("response.created", "head", response=self._snapshot("in_progress"))

@@ -247,8 +247,13 @@ class ScriptBook:
         self._responders: dict[str, Responder] = {}
         self._requests: dict[str, list[FakeRequest]] = {}
         self._deltas: dict[str, list[DeltaRecord]] = {}
+        self._stored: set[str] = set()
         self.model_info: dict[str, dict[str, Any]] = {}
         """Extra fields `GET /v1/models/{model}` reports (e.g. vLLM's `max_model_len`)."""
+        self.context_windows: dict[str, int] = {}
+        """Per-model context windows (tokens): a longer prompt gets the "too long" error."""
+        self.default_context_window: int | None = None
+        """The window of every model without its own entry (None: unlimited)."""
 
     def set(self, model: str, script: Sequence[FakeResponse] | Responder) -> None:
         """Replace the script of `model` with a list (consumed in order) or a responder."""
@@ -277,6 +282,25 @@ class ScriptBook:
         """How many scripted responses of `model` are left (0 for responders)."""
         with self._lock:
             return len(self._queues.get(model, ()))
+
+    def context_window(self, model: str) -> int | None:
+        """The context window enforced for `model`, if any."""
+        return self.context_windows.get(model, self.default_context_window)
+
+    def store_response(self, response_id: str) -> None:
+        """Remember a stored Responses response, so a later request may chain from it."""
+        with self._lock:
+            self._stored.add(response_id)
+
+    def forget_response(self, response_id: str) -> None:
+        """Drop a stored response, as its expiry or a `DELETE /v1/responses/{id}` would."""
+        with self._lock:
+            self._stored.discard(response_id)
+
+    def has_response(self, response_id: str) -> bool:
+        """Whether `response_id` is stored (a chained request may continue it)."""
+        with self._lock:
+            return response_id in self._stored
 
     def record_request(self, request: FakeRequest) -> None:
         """Log a received request."""

@@ -21,6 +21,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from chatd.fake_provider import anthropic_wire, openai_chat_wire
+from chatd.fake_provider.admission import refusal
 from chatd.fake_provider.anthropic_wire import AnthropicEncoder
 from chatd.fake_provider.demo import DEMO_MODEL, demo_responder
 from chatd.fake_provider.openai_chat_wire import ChatEncoder
@@ -117,6 +118,9 @@ class ProviderEndpoint:
                 raise InvalidRequest("The fake provider only streams: set `stream: true`.")
         except InvalidRequest as exc:
             return self._invalid(exc)
+        refused = refusal(self._book, self._api, fake.model, body)
+        if refused is not None:
+            return error_response(self._api, refused)
         try:
             response = self._book.next_response(fake)
         except Exception as exc:  # a responder bug or an exhausted script: fail loudly
@@ -127,6 +131,8 @@ class ProviderEndpoint:
         if response.error is not None:
             return error_response(self._api, response.error)
         encoder = _ENCODERS[self._api](fake, response)
+        if isinstance(encoder, ResponsesEncoder) and body.get("store", True) is not False:
+            self._book.store_response(encoder.response_id)
         return _Stream(self._book, fake, response, encoder, self._closing)
 
     def _invalid(self, exc: InvalidRequest) -> Response:

@@ -8,6 +8,7 @@ from typing import Any
 
 import httpx2
 import openai
+from openai import AsyncStream
 from openai.types.responses import ResponseStreamEvent, ResponseUsage
 
 from chatd.models import ModelConfig
@@ -24,7 +25,7 @@ from chatd.parts import (
     Usage,
 )
 from chatd.providers.base import ModelRequest, ProviderError, StepFinish, StreamEvent
-from chatd.providers.errors import incomplete_stream_error
+from chatd.providers.errors import error_fields, incomplete_stream_error
 from chatd.providers.openai_chat import (
     classify_openai_error,
     classify_openai_payload,
@@ -32,7 +33,12 @@ from chatd.providers.openai_chat import (
     tool_output_text,
 )
 
-__all__ = ["OpenAIResponsesProvider", "build_responses_input", "build_responses_request"]
+__all__ = [
+    "OpenAIResponsesProvider",
+    "build_responses_input",
+    "build_responses_request",
+    "previous_response_missing",
+]
 
 _INCOMPLETE_REASONS = {"max_output_tokens": "max_tokens"}
 
@@ -46,10 +52,9 @@ class OpenAIResponsesProvider:
 
     async def stream_step(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
         """Yield deltas in stream order, then one `StepFinish`; raise `ProviderError`."""
-        kwargs = build_responses_request(request)
         mapper = _ResponsesStreamMapper(self._provider_name)
         try:
-            stream = await self._client.responses.create(**kwargs, stream=True)
+            stream = await self._open_stream(request)
             async with stream:
                 async for event in stream:
                     for delta in mapper.feed(event):
@@ -58,13 +63,47 @@ class OpenAIResponsesProvider:
             raise ProviderError(classify_openai_error(exc, self._provider_name)) from exc
         yield mapper.finish()
 
+    async def _open_stream(self, request: ModelRequest) -> AsyncStream[ResponseStreamEvent]:
+        """Start the stream; a chained request whose stored response is gone (expired or
+        deleted) is sent once more with the whole transcript, which starts a new chain."""
+        kwargs = build_responses_request(request)
+        stream: AsyncStream[ResponseStreamEvent]
+        try:
+            stream = await self._client.responses.create(**kwargs, stream=True)
+        except openai.APIStatusError as exc:
+            if "previous_response_id" not in kwargs or not previous_response_missing(exc):
+                raise
+            kwargs = build_responses_request(request, chain=False)
+            stream = await self._client.responses.create(**kwargs, stream=True)
+        return stream
+
+
+def previous_response_missing(exc: openai.APIStatusError) -> bool:
+    """Whether OpenAI refused a request because its `previous_response_id` is not stored.
+
+    OpenAI answers 400 with code `previous_response_not_found`; compatible servers use 404
+    or only name the parameter.
+    """
+    if exc.status_code not in (400, 404):
+        return False
+    fields = error_fields(exc.body)
+    if (exc.code or fields.get("code")) == "previous_response_not_found":
+        return True
+    message = str(fields.get("message") or exc.message).lower()
+    param = exc.param or fields.get("param")
+    return param == "previous_response_id" and "not found" in message
+
 
 # --- request mapping -------------------------------------------------------------------------
 
 
-def build_responses_request(request: ModelRequest) -> dict[str, Any]:
-    """The `responses.create` kwargs (without `stream`) for a request."""
-    previous_id, messages = _chain_start(request)
+def build_responses_request(request: ModelRequest, *, chain: bool = True) -> dict[str, Any]:
+    """The `responses.create` kwargs (without `stream`) for a request.
+
+    `chain=False` sends the whole transcript even where chain mode would continue a stored
+    response (the response is still stored, so the next turn chains from this one).
+    """
+    previous_id, messages = _chain_start(request) if chain else (None, request.messages)
     kwargs: dict[str, Any] = {
         "model": request.model.name,
         "input": build_responses_input(messages),
