@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
-__all__ = ["ProviderSettings", "TemporalSettings", "retry_deadline_s", "titles_enabled"]
+__all__ = [
+    "ProviderSettings",
+    "ReconcilerSettings",
+    "TemporalSettings",
+    "retry_deadline_s",
+    "titles_enabled",
+]
 
 DEFAULT_TASK_QUEUE = "chatd"
 
@@ -78,3 +85,28 @@ def retry_deadline_s() -> int:
     dependency (the provider, a tool's backend) before it ends with kind `unavailable`."""
     value = os.environ.get("CHATD_RETRY_DEADLINE_S", "")
     return int(value) if value.isdigit() and int(value) > 0 else DEFAULT_RETRY_DEADLINE_S
+
+
+class ReconcilerSettings(BaseModel):
+    """How often a worker looks for chats whose turn no workflow runs, and how long a turn
+    must have been quiet before it may be ended (ARCHITECTURE rule 8, defence in depth)."""
+
+    interval: timedelta = Field(default=timedelta(seconds=30), gt=timedelta(0))
+    grace: timedelta = Field(default=timedelta(seconds=60), gt=timedelta(0))
+    """At least the gap between a gateway beginning a turn and its workflow starting."""
+    batch: int = Field(default=100, gt=0)
+    """Chats examined per sweep (one `describe` each); later sweeps carry on from there."""
+
+    @classmethod
+    def from_env(cls) -> ReconcilerSettings:
+        """Read `CHATD_RECONCILE_INTERVAL_SECONDS` and `CHATD_RECONCILE_GRACE_SECONDS`."""
+        defaults = cls()
+        return cls(
+            interval=_seconds("CHATD_RECONCILE_INTERVAL_SECONDS", defaults.interval),
+            grace=_seconds("CHATD_RECONCILE_GRACE_SECONDS", defaults.grace),
+        )
+
+
+def _seconds(name: str, default: timedelta) -> timedelta:
+    value = os.environ.get(name)
+    return timedelta(seconds=float(value)) if value else default

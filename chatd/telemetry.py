@@ -32,6 +32,7 @@ class Metrics:
     retries: Counter
     compactions: Counter
     active_turns: UpDownCounter
+    stuck_turns: Counter
 
     @classmethod
     def create(cls) -> Metrics:
@@ -54,6 +55,13 @@ class Metrics:
                 description=(
                     "turns begun and not yet finished; sum it over gateways and workers "
                     "(the one that begins a turn counts it, a worker counts its end)"
+                ),
+            ),
+            stuck_turns=meter.create_counter(
+                "chatd.reconciler.stuck_turns",
+                description=(
+                    "turns the reconciler ended because no workflow ran them, by the "
+                    "workflow's status (a bug to investigate: a turn should always end itself)"
                 ),
             ),
         )

@@ -6,20 +6,29 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
 import asyncpg
-from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.client import Client, WorkflowHistory
+from temporalio.worker import (
+    Plugin,
+    Replayer,
+    ReplayerConfig,
+    Worker,
+    WorkflowReplayResult,
+)
+from temporalio.worker import WorkerConfig as TemporalWorkerConfig
 
 from activities.compaction import CompactionActivities
 from activities.model_step import ModelStepActivities, StreamTimeouts
 from activities.tools import ToolActivities
 from activities.turn import TurnActivities, TurnEdges
-from chatd.settings import ProviderSettings
+from chatd.reconciler import Reconciler
+from chatd.settings import ProviderSettings, ReconcilerSettings
 from chatd.store.hub import NotifyHub
 from chatd.store.turns import INTERRUPT_CHANNEL
 from chatd.tools.base import ToolRegistry
@@ -43,6 +52,7 @@ class WorkerConfig:
     max_concurrent_activities: int = 1000
     stream_timeouts: StreamTimeouts = field(default_factory=StreamTimeouts)
     generate_titles: bool = True
+    reconciler: ReconcilerSettings = field(default_factory=ReconcilerSettings.from_env)
 
 
 def build_worker(
@@ -60,7 +70,7 @@ def build_worker(
     `interrupts`, a started hub on `INTERRUPT_CHANNEL` (see `listen_for_interrupts`), stops a
     streaming step as soon as the gateway announces an interrupt, not at its next heartbeat.
     """
-    edges = TurnEdges(pool, config.providers, generate_titles=config.generate_titles)
+    edges = TurnEdges(pool, config.providers)
     model = ModelStepActivities(
         pool,
         config.registry,
@@ -81,7 +91,6 @@ def build_worker(
         workflows=[ChatTurn],
         activities=[
             model.stream_model_step,
-            model.stream_first_model_step,
             tools.execute_tool_call,
             tools.record_tool_results,
             tools.stage_tool_results,
@@ -100,7 +109,36 @@ def build_worker(
         max_concurrent_workflow_tasks=200,
         # A dead worker's sticky queue would hold the turn's next workflow task this long.
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=2),
+        plugins=[ReconcilerPlugin(Reconciler(pool, client, config.reconciler))],
     )
+
+
+class ReconcilerPlugin(Plugin):
+    """Runs the reconciler for as long as the worker runs (`async with worker` or `run()`)."""
+
+    def __init__(self, reconciler: Reconciler) -> None:
+        self._reconciler = reconciler
+
+    def configure_worker(self, config: TemporalWorkerConfig) -> TemporalWorkerConfig:
+        return config
+
+    async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
+        async with self._reconciler.running():
+            await next(worker)
+
+    def configure_replayer(self, config: ReplayerConfig) -> ReplayerConfig:
+        return config
+
+    def run_replayer(
+        self,
+        replayer: Replayer,
+        histories: AsyncIterator[WorkflowHistory],
+        next: Callable[
+            [Replayer, AsyncIterator[WorkflowHistory]],
+            AbstractAsyncContextManager[AsyncIterator[WorkflowReplayResult]],
+        ],
+    ) -> AbstractAsyncContextManager[AsyncIterator[WorkflowReplayResult]]:
+        return next(replayer, histories)
 
 
 @contextlib.asynccontextmanager
