@@ -7,17 +7,19 @@ import json
 import logging
 import uuid
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import asyncpg
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from temporalio import activity
 
 from activities.heartbeat import heartbeating
 from chatd.parts import ToolCallPart, ToolResultPart
 from chatd.store.chats import ChatRecord, ChatStore
+from chatd.store.tool_calls import CallKey, Start, ToolCallStore
 from chatd.store.transcript import TranscriptStore
 from chatd.telemetry import METRICS
-from chatd.tools.base import MediaOutput, ToolContext, ToolOutput, ToolRegistry
+from chatd.tools.base import MediaOutput, Tool, ToolContext, ToolOutput, ToolRegistry
 from workflows.payloads import (
     ExecuteToolInput,
     ExecuteToolResult,
@@ -29,6 +31,10 @@ from workflows.payloads import (
 __all__ = ["ToolActivities", "assistant_step_key", "error_result"]
 
 log = logging.getLogger("chatd.tools")
+REPEATED_ID = (
+    "This call was not run: an earlier call in the same response has the same id. "
+    "Call it again if it is still needed."
+)
 CRASHED_NON_IDEMPOTENT = (
     "The worker failed while this tool was running; it may or may not have completed. "
     "It was not run again because it is not idempotent."
@@ -53,6 +59,7 @@ class ToolActivities:
     def __init__(self, pool: asyncpg.Pool, registry: ToolRegistry, workspace_root: Path) -> None:
         self._chats = ChatStore(pool)
         self._transcript = TranscriptStore(pool)
+        self._calls = ToolCallStore(pool)
         self._registry = registry
         self._workspace_root = workspace_root
 
@@ -65,44 +72,56 @@ class ToolActivities:
             return await self._execute(input)
 
     async def _execute(self, input: ExecuteToolInput) -> ExecuteToolResult:
-        chat_id = uuid.UUID(input.chat_id)
-        staged = await self._transcript.staged_tool_results(chat_id, [input.call.id])
-        if input.call.id in staged:
-            return ExecuteToolResult(is_error=staged[input.call.id].is_error)
-        chat = await self._chats.get(chat_id)
-        step = await self._transcript.find(chat_id, input.turn_id, assistant_step_key(input.step))
-        calls = [p for p in (step.parts if step else []) if isinstance(p, ToolCallPart)]
-        call = next((c for c in calls if c.id == input.call.id), None)
-        if chat is None or call is None:
-            raise RuntimeError(f"tool call {input.call.id} is not in the transcript")
+        key = CallKey(uuid.UUID(input.chat_id), input.turn_id, input.step, input.call.id)
+        staged = await self._calls.staged(key.chat_id, key.turn_id, key.step, [key.tool_call_id])
+        if key.tool_call_id in staged:
+            return ExecuteToolResult(is_error=staged[key.tool_call_id].is_error)
+        result = await self._result(key, input.call)
+        if result is None:  # another call of the step with this id runs: see `_in_call_order`
+            return ExecuteToolResult(is_error=True)
+        stored = await self._calls.stage(key, result)
+        METRICS.tool_calls.add(1, {"tool": input.call.name})
+        if stored.is_error:
+            METRICS.tool_errors.add(1, {"tool": input.call.name})
+        return ExecuteToolResult(is_error=stored.is_error)
+
+    async def _result(self, key: CallKey, ref: ToolCallRef) -> ToolResultPart | None:
+        """The call's result: its output, or why it did not run."""
         log.info(
             "tool call: chat=%s turn=%s step=%d tool=%s call=%s",
-            input.chat_id,
-            input.turn_id,
-            input.step,
-            call.name,
-            call.id,
+            key.chat_id,
+            key.turn_id,
+            key.step,
+            ref.name,
+            ref.id,
         )
-        result = await self._run(chat, call)
-        stored = await self._transcript.stage_tool_result(chat_id, result)
-        METRICS.tool_calls.add(1, {"tool": call.name})
-        if stored.is_error:
-            METRICS.tool_errors.add(1, {"tool": call.name})
-        return ExecuteToolResult(is_error=stored.is_error)
+        chat = await self._chats.get(key.chat_id)
+        step = await self._transcript.find(key.chat_id, key.turn_id, assistant_step_key(key.step))
+        calls = [p for p in (step.parts if step else []) if isinstance(p, ToolCallPart)]
+        call = next((c for c in calls if c.id == ref.id), None)
+        if chat is None or call is None:
+            return error_result(ref, "This tool call is not in the transcript.")
+        prepared = await self._prepare(chat, call)
+        if isinstance(prepared, ToolResultPart):
+            return prepared
+        return await self._start(key, prepared, shared=sum(c.id == ref.id for c in calls) > 1)
 
     @activity.defn(name="stage_tool_results")
     async def stage_tool_results(self, input: StageToolResultsInput) -> None:
         """Stage the client's results for dynamic calls (first write wins per call)."""
-        chat_id = uuid.UUID(input.chat_id)
         names = {c.id: c.name for c in input.calls}
-        for result in input.results:
-            part = ToolResultPart(
-                tool_call_id=result.tool_call_id,
-                name=names.get(result.tool_call_id, ""),
-                output=result.output,
-                is_error=result.is_error,
-            )
-            await self._transcript.stage_tool_result(chat_id, part)
+        await self._calls.stage_client_results(
+            uuid.UUID(input.chat_id),
+            [
+                ToolResultPart(
+                    tool_call_id=result.tool_call_id,
+                    name=names.get(result.tool_call_id, ""),
+                    output=result.output,
+                    is_error=result.is_error,
+                )
+                for result in input.results
+            ],
+        )
 
     @activity.defn(name="record_tool_results")
     async def record_tool_results(self, input: RecordToolResultsInput) -> None:
@@ -112,13 +131,10 @@ class ToolActivities:
         any other its staged result.
         """
         chat_id = uuid.UUID(input.chat_id)
-        staged = await self._transcript.staged_tool_results(chat_id, [c.id for c in input.calls])
-        parts = [
-            error_result(c, input.errors[c.id])
-            if c.id in input.errors
-            else staged.get(c.id) or error_result(c, "no result was recorded for this call")
-            for c in input.calls
-        ]
+        staged = await self._calls.staged(
+            chat_id, input.turn_id, input.step, [c.id for c in input.calls]
+        )
+        parts = _in_call_order(input.calls, input.errors, staged)
         await self._transcript.save(
             chat_id,
             turn_id=input.turn_id,
@@ -131,14 +147,14 @@ class ToolActivities:
             ],
         )
 
-    async def _run(self, chat: ChatRecord, call: ToolCallPart) -> ToolResultPart:
+    async def _prepare(self, chat: ChatRecord, call: ToolCallPart) -> _Prepared | ToolResultPart:
+        """Everything before the tool starts; any failure is a result the model sees (the
+        tool never ran, so there is nothing for a retry to be unsure about)."""
         tool = self._registry.get(call.name)
         if tool is None:
             return error_result(call, f"Tool not found: {call.name}")
         if chat.active_tools is not None and call.name not in chat.active_tools:
             return error_result(call, f"Tool not active in this turn: {call.name}")
-        if not tool.idempotent and activity.info().attempt > 1:
-            return error_result(call, CRASHED_NON_IDEMPOTENT)
         try:
             args = tool.args.model_validate(json.loads(call.arguments or "{}"))
         except json.JSONDecodeError as err:
@@ -148,15 +164,71 @@ class ToolActivities:
                 call, f"Invalid arguments for {call.name}: they don't fit the schema: {err}"
             )
         workspace = self._workspace_root / str(chat.id)
-        await asyncio.to_thread(workspace.mkdir, parents=True, exist_ok=True)
-        context = ToolContext(chat_id=str(chat.id), tool_call_id=call.id, workspace=workspace)
         try:
-            output = await asyncio.wait_for(tool.run(args, context), tool.timeout.total_seconds())
+            await asyncio.to_thread(workspace.mkdir, parents=True, exist_ok=True)
+        except OSError as err:
+            return error_result(
+                call, f"{call.name} was not run: its workspace could not be created: {err}"
+            )
+        context = ToolContext(chat_id=str(chat.id), tool_call_id=call.id, workspace=workspace)
+        return _Prepared(tool, call, args, context)
+
+    async def _start(
+        self, key: CallKey, prepared: _Prepared, shared: bool
+    ) -> ToolResultPart | None:
+        """Mark the call started, then run it; unless it started before: then a non-idempotent
+        tool is not run again, and a call whose id another call of the step shares (whose
+        activity started it) is left to that one (None)."""
+        info = activity.info()
+        first = await self._calls.mark_started(key, Start(info.activity_id, info.attempt))
+        if first.activity_id != info.activity_id and shared:
+            return None
+        if first != Start(info.activity_id, info.attempt) and not prepared.tool.idempotent:
+            return error_result(prepared.call, CRASHED_NON_IDEMPOTENT)
+        return await prepared.run()
+
+
+class _Prepared(NamedTuple):
+    """A call ready to run: its tool, validated arguments and context."""
+
+    tool: Tool[Any]
+    call: ToolCallPart
+    args: BaseModel
+    context: ToolContext
+
+    async def run(self) -> ToolResultPart:
+        """Run the tool; a failure or timeout is a result the model sees."""
+        tool, call = self.tool, self.call
+        try:
+            output = await asyncio.wait_for(
+                tool.run(self.args, self.context), tool.timeout.total_seconds()
+            )
         except TimeoutError:
             return error_result(call, f"{call.name} timed out after {tool.timeout}")
         except Exception as err:  # the model sees every tool failure as a result
             return error_result(call, f"{call.name} failed: {type(err).__name__}: {err}")
         return _result_part(call, output)
+
+
+def _in_call_order(
+    calls: list[ToolCallRef], errors: dict[str, str], staged: dict[str, ToolResultPart]
+) -> list[ToolResultPart]:
+    """One result per call, in call order. A call whose id an earlier call of the step has
+    already (a server that repeats ids) was not run: results are keyed by id, so only the
+    first call with an id runs, and the model is told so of the others."""
+    seen: set[str] = set()
+    parts: list[ToolResultPart] = []
+    for call in calls:
+        if call.id in errors:
+            parts.append(error_result(call, errors[call.id]))
+        elif call.id in seen:
+            parts.append(error_result(call, REPEATED_ID))
+        else:
+            parts.append(
+                staged.get(call.id) or error_result(call, "no result was recorded for this call")
+            )
+        seen.add(call.id)
+    return parts
 
 
 def _result_part(call: ToolCallPart, output: ToolOutput) -> ToolResultPart:

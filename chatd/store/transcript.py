@@ -1,4 +1,4 @@
-"""The transcript: persisted messages, queued user messages and staged tool results.
+"""The transcript: persisted messages and queued user messages.
 
 Every write is keyed by `step_key` (turn, step, kind) so a retried activity is a no-op
 that returns the existing row; the `message` event is appended in the same statement.
@@ -18,7 +18,6 @@ from chatd.parts import (
     Message,
     Part,
     Role,
-    ToolResultPart,
     Usage,
     without_provider_metadata,
 )
@@ -290,31 +289,6 @@ class TranscriptStore:
             )
             for r in rows
         ]
-
-    async def stage_tool_result(self, chat_id: uuid.UUID, part: ToolResultPart) -> ToolResultPart:
-        """Store one tool call's result once; return the stored one (first write wins)."""
-        row = await self._pool.fetchrow(
-            """INSERT INTO tool_results (chat_id, tool_call_id, part) VALUES ($1, $2, $3)
-               ON CONFLICT (chat_id, tool_call_id) DO UPDATE SET part = tool_results.part
-               RETURNING part""",
-            chat_id,
-            part.tool_call_id,
-            part.model_dump(exclude_none=True),
-        )
-        assert row is not None
-        return ToolResultPart.model_validate(row["part"])
-
-    async def staged_tool_results(
-        self, chat_id: uuid.UUID, call_ids: list[str]
-    ) -> dict[str, ToolResultPart]:
-        """Staged results for these calls, by call id."""
-        rows = await self._pool.fetch(
-            "SELECT tool_call_id, part FROM tool_results"
-            " WHERE chat_id = $1 AND tool_call_id = ANY($2::text[])",
-            chat_id,
-            call_ids,
-        )
-        return {r["tool_call_id"]: ToolResultPart.model_validate(r["part"]) for r in rows}
 
 
 class NewMessage(NamedTuple):
