@@ -10,8 +10,14 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import heartbeating
-from chatd.context import estimate_tokens
-from chatd.models import ModelConfig
+from chatd.context import (
+    context_limit,
+    estimate_message_tokens,
+    estimate_tokens,
+    newest_that_fit,
+    reported_context_limit,
+)
+from chatd.models import ModelConfig, ModelError
 from chatd.parts import Message, Part, PartDelta, TextPart
 from chatd.providers import make_provider
 from chatd.providers.base import ModelRequest, ProviderError
@@ -20,9 +26,10 @@ from chatd.store.chats import ChatStore
 from chatd.store.events import EventLog
 from chatd.store.transcript import TranscriptStore
 from chatd.telemetry import METRICS
+from workflows.constants import MODEL_ERROR_TYPE
 from workflows.payloads import CompactInput, CompactResult, TitleInput
 
-__all__ = ["SUMMARY_PREAMBLE", "CompactionActivities"]
+__all__ = ["SUMMARY_PREAMBLE", "CompactionActivities", "summarise_transcript"]
 
 SUMMARY_TOOL = "chat_summarized"
 SUMMARY_PREAMBLE = (
@@ -41,6 +48,16 @@ alone. Include:
    (the last action, its arguments, and what it was waiting for).
 6. What remains to be done, in order.
 Write it as notes for the assistant itself. Do not answer the user; do not call tools."""
+TRIMMED_NOTE = (
+    "[The {count} oldest messages of this conversation are left out here: they do not fit "
+    "the context window. Summarise what follows, and say that earlier context was lost.]"
+)
+SUMMARY_OUTPUT_RESERVE = 4096
+"""Tokens of the window kept for the summary when the chat's model sets no output limit."""
+ESTIMATE_MARGIN = 0.9
+"""Our token estimate is rough: fill at most this share of what the window leaves."""
+MAX_SUMMARY_ATTEMPTS = 4
+"""Summary requests per compaction, each leaving out more when the provider says too long."""
 TITLE_INSTRUCTIONS = (
     "Write a short title (at most 6 words) for a chat that starts with the message below. "
     "Answer with the title only, no quotes."
@@ -75,22 +92,27 @@ class CompactionActivities:
             return CompactResult(message_id=done.id, estimated_tokens=_estimate(done.parts))
         chat = await self._chats.get(chat_id)
         if chat is None:
-            raise ApplicationError(f"chat {chat_id} not found", non_retryable=True)
+            raise _model_error(ModelError(message=f"chat {chat_id} not found", kind="internal"))
         call_id = f"compaction-{input.turn_id}-{input.index}"
         await self._events.publish(chat_id, [_summary_part(call_id, "running")])
         messages = await self._transcript.for_model(chat_id)
-        request = ModelRequest(
-            model=chat.model,
-            system=SUMMARY_INSTRUCTIONS,
-            messages=[*messages, _user(SUMMARY_INSTRUCTIONS)],
-        )
-        summary = await _complete(request, self._settings)
+        limit = context_limit(chat.model, await reported_context_limit(chat.model, self._settings))
+        try:
+            summary = await summarise_transcript(chat.model, messages, limit, self._settings)
+        except ProviderError as err:
+            # The transcript stays as it was: nothing is compressed without its summary.
+            await self._events.publish(
+                chat_id, [_summary_part(call_id, "error", err.error.message)]
+            )
+            raise _model_error(err.error) from None  # the classified error says it all
         saved = await self._transcript.replace_with_summary(
             chat_id,
             turn_id=input.turn_id,
             step_key=step_key,
             summary=[TextPart(text=f"{SUMMARY_PREAMBLE}\n\n{summary}")],
-            events=[_summary_part(call_id, "completed", len(messages))],
+            events=[
+                _summary_part(call_id, "completed", f"summarised {len(messages)} earlier messages")
+            ],
         )
         METRICS.compactions.add(1)
         return CompactResult(message_id=saved.id, estimated_tokens=_estimate(saved.parts))
@@ -113,7 +135,11 @@ class CompactionActivities:
         request = ModelRequest(
             model=_title_model(chat.model), system=TITLE_INSTRUCTIONS, messages=[_user(first)]
         )
-        title = _clean_title(await _complete(request, self._settings)) or _clean_title(first)
+        try:
+            answer = await _complete(request, self._settings)
+        except ProviderError as err:
+            raise _model_error(err.error) from None
+        title = _clean_title(answer) or _clean_title(first)
         if title:
             await self._chats.set_generated_title(chat_id, title)
 
@@ -127,18 +153,92 @@ class CompactionActivities:
         return messages[0].parts if messages else []
 
 
+async def summarise_transcript(
+    model: ModelConfig, messages: list[Message], limit: int, settings: ProviderSettings
+) -> str:
+    """The summary of `messages`, from a request that fits the model's `limit`.
+
+    The compaction that follows a "prompt too long" error must not send that prompt again:
+    the oldest messages that don't fit the window are left out, and more of them each time
+    the provider still finds the request too long. Raises `ProviderError`.
+    """
+    budget = _transcript_budget(model, limit)
+    for _ in range(MAX_SUMMARY_ATTEMPTS):
+        kept = newest_that_fit(messages, budget)
+        if not kept:
+            raise ProviderError(_newest_too_long(model, limit))
+        try:
+            summary = await _complete(_summary_request(model, messages, kept), settings)
+        except ProviderError as err:
+            if err.error.kind != "context_exceeded":
+                raise
+            budget = sum(map(estimate_message_tokens, kept)) // 2  # our estimate was too low
+            continue
+        if not summary:  # e.g. the model spent all its output tokens on reasoning
+            raise ProviderError(_no_summary(model))
+        return summary
+    raise ProviderError(_newest_too_long(model, limit))
+
+
+def _transcript_budget(model: ModelConfig, limit: int) -> int:
+    """Tokens the transcript may take in a summary request: the window less room for the
+    summary, the instructions (sent twice) and a margin for our rough estimate."""
+    reserve = min(model.max_output_tokens or SUMMARY_OUTPUT_RESERVE, limit // 4)
+    instructions = 2 * estimate_tokens(len(SUMMARY_INSTRUCTIONS))
+    return int((limit - reserve) * ESTIMATE_MARGIN) - instructions
+
+
+def _summary_request(
+    model: ModelConfig, messages: list[Message], kept: list[Message]
+) -> ModelRequest:
+    """The summary request for the `kept` newest of `messages`, saying what was left out."""
+    left_out = len(messages) - len(kept)
+    note = [_user(TRIMMED_NOTE.format(count=left_out))] if left_out else []
+    return ModelRequest(
+        model=model,
+        system=SUMMARY_INSTRUCTIONS,
+        messages=[*note, *kept, _user(SUMMARY_INSTRUCTIONS)],
+    )
+
+
+def _newest_too_long(model: ModelConfig, limit: int) -> ModelError:
+    return ModelError(
+        message=(
+            f"compaction could not fit the newest messages into the model's {limit}-token "
+            "context window"
+        ),
+        kind="context_exceeded",
+        provider=model.provider,
+        detail={"limit": limit},
+    )
+
+
+def _no_summary(model: ModelConfig) -> ModelError:
+    return ModelError(
+        message="compaction produced no summary",
+        kind="generic",
+        provider=model.provider,
+        detail={"type": "empty_summary"},
+    )
+
+
 async def _complete(request: ModelRequest, settings: ProviderSettings) -> str:
-    """The text of one non-tool model step (raising classified errors as retryable)."""
+    """The text of one non-tool model step; raises `ProviderError`."""
     text: list[str] = []
-    try:
-        async for event in make_provider(request.model, settings).stream_step(request):
-            if isinstance(event, PartDelta) and event.type == "text" and event.text:
-                text.append(event.text)
-    except ProviderError as err:
-        raise ApplicationError(
-            err.error.message, type=err.error.kind, non_retryable=not err.error.retryable
-        ) from err
+    async for event in make_provider(request.model, settings).stream_step(request):
+        if isinstance(event, PartDelta) and event.type == "text" and event.text:
+            text.append(event.text)
     return "".join(text).strip()
+
+
+def _model_error(error: ModelError) -> ApplicationError:
+    """A classified error as the workflow expects it: details[0] is the `ModelError`."""
+    return ApplicationError(
+        error.message,
+        error.model_dump(mode="json"),
+        type=MODEL_ERROR_TYPE,
+        non_retryable=not error.retryable,
+    )
 
 
 def _user(text: str) -> Message:
@@ -158,22 +258,17 @@ def _estimate(parts: Sequence[Part]) -> int:
     return estimate_tokens(sum(len(p.text) for p in parts if isinstance(p, TextPart)))
 
 
-def _summary_part(
-    call_id: str, status: str, compacted: int | None = None
-) -> tuple[str, dict[str, object]]:
+def _summary_part(call_id: str, status: str, output: str = "") -> tuple[str, dict[str, object]]:
+    """The `chat_summarized` call (`running`) or its result (`completed`, `error`)."""
+    part: dict[str, object]
     if status == "running":
-        part: dict[str, object] = {
-            "type": "tool_call",
-            "id": call_id,
-            "name": SUMMARY_TOOL,
-            "status": "running",
-        }
+        part = {"type": "tool_call", "id": call_id, "name": SUMMARY_TOOL, "status": "running"}
     else:
         part = {
             "type": "tool_result",
             "tool_call_id": call_id,
             "name": SUMMARY_TOOL,
-            "output": f"summarised {compacted} earlier messages",
-            "status": "completed",
+            "output": output,
+            "status": status,
         }
     return ("message_part", {"role": "assistant", "part": part})

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import httpx
 
 from chatd.models import ModelConfig
+from chatd.parts import Message
 from chatd.settings import ProviderSettings
 
 __all__ = [
@@ -16,7 +18,9 @@ __all__ = [
     "FAILED_LOOKUP_TTL_S",
     "KNOWN_CONTEXT_LIMITS",
     "context_limit",
+    "estimate_message_tokens",
     "estimate_tokens",
+    "newest_that_fit",
     "reported_context_limit",
 ]
 
@@ -60,6 +64,27 @@ def context_limit(model: ModelConfig, reported: int | None = None) -> int:
 def estimate_tokens(text_chars: int) -> int:
     """A rough token count for text of this many characters (about four per token)."""
     return (text_chars + 3) // 4
+
+
+def estimate_message_tokens(message: Message) -> int:
+    """A rough token count of a message as a provider gets it (its parts' JSON, so file data
+    and replayed provider data count in full: an overestimate, the safe side when fitting)."""
+    return estimate_tokens(sum(len(part.model_dump_json()) for part in message.parts))
+
+
+def newest_that_fit(messages: Sequence[Message], budget: int) -> list[Message]:
+    """The newest messages whose estimates fit `budget`, never opening on tool results.
+
+    A tool message's calls live in the assistant message before it, so a transcript cut
+    just before one would answer calls the provider never saw: it is dropped as well.
+    """
+    start, used = len(messages), 0
+    while start > 0 and used + estimate_message_tokens(messages[start - 1]) <= budget:
+        start -= 1
+        used += estimate_message_tokens(messages[start])
+    while start < len(messages) and messages[start].role == "tool":
+        start += 1
+    return list(messages[start:])
 
 
 _REPORTED_FIELDS = ("max_model_len", "context_length", "context_window", "max_context_length")

@@ -11,7 +11,14 @@ import pytest
 from harness import Stack, StackFactory
 
 from activities.compaction import SUMMARY_PREAMBLE
-from chatd.fake_provider.script import FakeError, FakeResponse, FakeText, FakeToolCall, FakeUsage
+from chatd.fake_provider.script import (
+    FakeError,
+    FakeReasoning,
+    FakeResponse,
+    FakeText,
+    FakeToolCall,
+    FakeUsage,
+)
 
 LIMIT = 1000  # threshold 0.7 -> compaction at 700 prompt tokens
 
@@ -279,3 +286,57 @@ async def test_an_openai_compatible_servers_reported_window_sets_the_threshold(
     await stack.wait_status(chat["id"], "waiting")
     assert len(stack.fake.requests(name)) == 3, "70% of 2000 reached: compacted, went on"
     assert any(SUMMARY_PREAMBLE in _texts(m) for m in await stack.messages(chat["id"]))
+
+
+async def test_a_compaction_without_summary_ends_the_turn_and_compresses_nothing(
+    stack: Stack,
+) -> None:
+    """The model spent its output on reasoning: an error, and the context is kept."""
+    reasoning_only = FakeResponse(
+        parts=[FakeReasoning(text="let me think about how to summarise this")],
+        stop_reason="max_tokens",
+        usage=FakeUsage(input_tokens=900),
+    )
+    chat_id, name = await _chat(
+        stack, [_answer("first half", 800, FakeToolCall(name="current_time")), reasoning_only]
+    )
+    events = await stack.wait_status(chat_id, "error")
+    messages = await stack.messages(chat_id)
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool"]
+    assert not any(m["compressed"] for m in messages), "nothing compressed without a summary"
+    error = (await stack.http.get(f"/chats/{chat_id}")).json()["last_error"]
+    assert error["message"] == "compaction produced no summary"
+    assert len(stack.fake.requests(name)) == 2, "an empty summary is not retried"
+    parts = [e.data["part"] for e in events if e.event == "message_part"]
+    marks = [(p["type"], p.get("status")) for p in parts if p.get("name") == "chat_summarized"]
+    assert marks == [("tool_call", "running"), ("tool_result", "error")]
+
+
+async def test_after_a_prompt_too_long_error_compaction_leaves_out_the_oldest_and_succeeds(
+    stack: Stack,
+) -> None:
+    """A real provider refuses the overflowing transcript, so the summary request trims it."""
+    window = 4000  # tokens, as the fake counts them (the prompt's JSON over four)
+    name = f"m-{uuid.uuid4().hex[:10]}"
+    stack.fake.book.context_windows[name] = window
+    stack.fake.script(
+        name,
+        [_answer("noted", 50), _summary("the user sent two long notes"), _answer("fits now", 50)],
+    )
+    model = {"provider": "anthropic", "name": name, "context_limit": window}
+    chat = await stack.create_chat(model=model)
+    await stack.send(chat["id"], "first note: " + "a" * 8000)
+    seen = await stack.wait_status(chat["id"], "waiting")
+    await stack.send(chat["id"], "second note: " + "b" * 8400)  # the two overflow the window
+    await stack.wait_status(chat["id"], "waiting", after=seen[-1].id or 0)
+
+    messages = await stack.messages(chat["id"])
+    assert _texts(messages[-1]) == "fits now"
+    assert [m["compressed"] for m in messages] == [True, True, True, False, False]
+    requests = stack.fake.requests(name)
+    refused, summary = requests[1].body, requests[2].body
+    assert "a" * 8000 in _sent_text(refused) and "b" * 8400 in _sent_text(refused)
+    sent = _sent_text(summary)
+    assert "a" * 8000 not in sent and "b" * 8400 in sent, "the oldest messages left out"
+    assert "oldest messages of this conversation are left out" in sent
+    assert len(requests) == 4, "refused step, summary, retried step"
