@@ -27,11 +27,6 @@ ErrorKind = Literal[
 """`unavailable`: a dependency stayed down past the turn's deadline; `internal`: our own bug."""
 
 
-MODEL_NAME_PATTERN = r"^[A-Za-z0-9._:/@+-]+$"
-"""The characters real model ids use. The name reaches Temporal as part of the `ChatModel`
-search attribute, which has a size limit of its own: bounded here, a name is a 400."""
-
-
 class WebSearchConfig(BaseModel):
     """Opt-in provider-executed web search (Anthropic `web_search`, OpenAI Responses)."""
 
@@ -46,8 +41,12 @@ class ModelConfig(BaseModel):
     """Which model a chat uses and how it is called."""
 
     provider: ProviderName = "demo"
-    name: str = Field(default="demo", min_length=1, max_length=200, pattern=MODEL_NAME_PATTERN)
-    """The provider's model id (`claude-sonnet-4-5`, `ft:gpt-4o:org::id`, `org/model@v1`)."""
+    name: str = Field(
+        default="demo", min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._:/@+-]+$"
+    )
+    """The provider's model id (`claude-sonnet-4-5`, `ft:gpt-4o:org::id`, `org/model@v1`), in
+    the characters real ids use. It reaches Temporal in the `ChatModel` search attribute,
+    which has a size limit of its own: bounded here, a bad name is a 400, not a refusal."""
     openai_api: Literal["chat", "responses"] = "chat"
     """Which OpenAI API to stream from (ignored for other providers)."""
     max_output_tokens: int | None = Field(default=None, ge=1, le=1_000_000)
