@@ -1,7 +1,8 @@
 """The per-chat event log behind the SSE stream.
 
 Each event gets the next per-chat sequence number (its SSE id) in the same transaction
-that inserts it, and a `pg_notify` wakes the gateways' listeners when it commits.
+that inserts it, and a `pg_notify` wakes the gateways' listeners when it commits: all three
+in `chatd_append_events` (migration 007), which every publishing statement calls.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pydantic import BaseModel
 __all__ = ["NOTIFY_CHANNEL", "ChatEvent", "Conn", "EventLog", "append_events"]
 
 NOTIFY_CHANNEL = "chatd_events"
+"""The channel `chatd_append_events` notifies; the payload is `<chat id>:<last seq>`."""
 
 
 class ChatEvent(BaseModel):
@@ -32,20 +34,9 @@ Conn: TypeAlias = "asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyn
 """A plain or pooled connection."""
 
 
-# One statement (one round trip, atomic on its own): take the next sequence numbers,
-# insert the events under them, and notify the gateways when it commits.
-_APPEND = """
-WITH c AS (
-    UPDATE chats SET last_event_seq = last_event_seq + $2 WHERE id = $1
-    RETURNING last_event_seq
-), ins AS (
-    INSERT INTO chat_events (chat_id, seq, event, data)
-    SELECT $1, c.last_event_seq - $2 + t.n, t.e, t.d
-    FROM c, unnest($3::text[], $4::jsonb[]) WITH ORDINALITY AS t(e, d, n)
-)
-SELECT c.last_event_seq
-FROM c, LATERAL (SELECT pg_notify($5, $1::text || ':' || c.last_event_seq)) AS notified
-"""
+# Every write that publishes events appends them with `chatd_append_events` (migration 007):
+# next sequence numbers, the events under them, and a notification when it commits.
+_APPEND = "SELECT chatd_append_events($1, $2::text[], $3::jsonb[])"
 
 
 async def append_events(
@@ -55,35 +46,22 @@ async def append_events(
     if not events:
         return 0
     last = await conn.fetchval(
-        _APPEND,
-        chat_id,
-        len(events),
-        [name for name, _ in events],
-        [data for _, data in events],
-        NOTIFY_CHANNEL,
+        _APPEND, chat_id, [name for name, _ in events], [data for _, data in events]
     )
     if last is None:
         raise LookupError(f"chat {chat_id} does not exist")
     return int(last)
 
 
-# The same for events of many chats at once (the worker's delta batches).
+# The same for events of many chats at once (the worker's delta batches): each chat's in
+# their order, the chats in id order (so concurrent batches lock their rows in one order).
 _APPEND_MANY = """
-WITH batch AS (
-    SELECT * FROM unnest($1::uuid[], $2::text[], $3::jsonb[]) WITH ORDINALITY AS t(chat, e, d, n)
-), counts AS (
-    SELECT chat, count(*) AS k FROM batch GROUP BY chat
-), c AS (
-    UPDATE chats SET last_event_seq = chats.last_event_seq + counts.k
-    FROM counts WHERE chats.id = counts.chat
-    RETURNING chats.id, chats.last_event_seq, counts.k
-), ins AS (
-    INSERT INTO chat_events (chat_id, seq, event, data)
-    SELECT b.chat, c.last_event_seq - c.k + row_number() OVER (PARTITION BY b.chat ORDER BY b.n),
-           b.e, b.d
-    FROM batch b JOIN c ON c.id = b.chat
-)
-SELECT count(*) FROM c, LATERAL (SELECT pg_notify($4, c.id::text || ':' || c.last_event_seq)) AS x
+SELECT chatd_append_events(batch.chat, batch.names, batch.payloads)
+FROM (
+    SELECT chat, array_agg(e ORDER BY n) AS names, array_agg(d ORDER BY n) AS payloads
+    FROM unnest($1::uuid[], $2::text[], $3::jsonb[]) WITH ORDINALITY AS t(chat, e, d, n)
+    GROUP BY chat ORDER BY chat
+) AS batch
 """
 
 
@@ -100,12 +78,11 @@ class EventLog:
     async def publish_many(self, events: list[tuple[uuid.UUID, str, dict[str, Any]]]) -> None:
         """Append events of several chats, each chat's in the given order, in one statement."""
         if events:
-            await self._pool.fetchval(
+            await self._pool.execute(
                 _APPEND_MANY,
                 [chat for chat, _, _ in events],
                 [name for _, name, _ in events],
                 [data for _, _, data in events],
-                NOTIFY_CHANNEL,
             )
 
     async def read_after(self, chat_id: uuid.UUID, seq: int, limit: int = 500) -> list[ChatEvent]:

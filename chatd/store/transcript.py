@@ -7,31 +7,29 @@ that returns the existing row; the `message` event is appended in the same state
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, NamedTuple
 
 import asyncpg
 from pydantic import BaseModel, TypeAdapter
 
 from chatd.parts import (
-    INTERNAL_FIELDS,
     Message,
     Part,
     Role,
     Usage,
     without_provider_metadata,
 )
-from chatd.store.events import NOTIFY_CHANNEL, Conn, append_events
+from chatd.store.events import Conn, append_events
 
 __all__ = [
     "INSERT_STEP",
-    "ROW_ID_AND_TIME",
+    "MESSAGE_EVENT_SQL",
     "NewMessage",
     "QueuedMessage",
     "StoredMessage",
     "TranscriptStore",
     "message_event",
-    "new_message_event",
     "user_message_event_sql",
 ]
 
@@ -72,27 +70,15 @@ def message_event(message: StoredMessage) -> tuple[str, dict[str, Any]]:
     return ("message", message.for_client().model_dump(mode="json", exclude_none=True))
 
 
-_ISO_UTC = """to_char({ts} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS')
-    || CASE WHEN date_part('microseconds', {ts} AT TIME ZONE 'UTC')::bigint % 1000000 = 0
-            THEN ''
-            ELSE to_char({ts} AT TIME ZONE 'UTC', '.US') END || 'Z'"""
-"""A timestamp as pydantic writes it in JSON (microseconds only when there are any)."""
+MESSAGE_EVENT_SQL = "chatd_message_event(m)"
+"""The `message` event of the `messages` row `m` a statement inserts: `chatd_message_event`
+(migration 007), `message_event` in SQL, which every statement that saves a message uses."""
 
 
 def user_message_event_sql(row: str) -> str:
-    """`message_event`'s data as SQL over the `messages` row `row` of a user message (no
-    usage), for a statement that writes the message and publishes it at once. A test keeps
-    the two the same."""
-    internal = "".join(f" - '{field}'" for field in INTERNAL_FIELDS)
-    parts = (
-        f"SELECT coalesce(jsonb_agg(p{internal} ORDER BY i), '[]')"
-        f" FROM jsonb_array_elements({row}.parts) WITH ORDINALITY AS x(p, i)"
-    )
-    created_at = _ISO_UTC.format(ts=f"{row}.created_at")
-    return (
-        f"jsonb_build_object('id', {row}.id, 'turn_id', {row}.turn_id, 'role', {row}.role,"
-        f" 'parts', ({parts}), 'compressed', {row}.compressed, 'created_at', {created_at})"
-    )
+    """`chatd_message_event` over any record `row` with a message's columns (a table-less
+    test row, say): the columns it lacks are NULL, as a user message's usage is."""
+    return f"chatd_message_event(jsonb_populate_record(NULL::messages, to_jsonb({row})))"
 
 
 class TranscriptStore:
@@ -301,26 +287,6 @@ class NewMessage(NamedTuple):
     response_id: str | None = None
 
 
-def new_message_event(turn_id: str, new: NewMessage) -> dict[str, Any]:
-    """`message_event`'s data for a message not inserted yet, with a stand-in id and time:
-    the statement that inserts it replaces them with the row's (`ROW_ID_AND_TIME`)."""
-    stand_in = StoredMessage(
-        id=0,
-        turn_id=turn_id,
-        role=new.role,
-        parts=new.parts,
-        compressed=False,
-        usage=new.usage,
-        created_at=datetime.now(UTC),
-    )
-    return message_event(stand_in)[1]
-
-
-ROW_ID_AND_TIME = (
-    f"jsonb_build_object('id', m.id, 'created_at', {_ISO_UTC.format(ts='m.created_at')})"
-)
-"""The `id` and `created_at` of a `message` event, from the inserted `messages` row `m`."""
-
 INSERT_STEP = """INSERT INTO messages (chat_id, turn_id, step_key, role, parts, usage, response_id)
     VALUES ({chat_id}, {turn_id}, {step_key}, {role}, {parts}, {usage}, {response_id})
     ON CONFLICT (chat_id, step_key) DO NOTHING RETURNING *"""
@@ -328,8 +294,7 @@ INSERT_STEP = """INSERT INTO messages (chat_id, turn_id, step_key, role, parts, 
 a step. Format it with the statement's parameters (`$n`) for each column."""
 
 # One statement, atomic on its own: insert the message unless its step key is taken, and
-# only then publish the events before it and its `message` event (given with a stand-in id
-# and time; the row's replace them), numbered as `events.append_events` numbers events.
+# only then publish the events before it and its `message` event.
 _SAVE_INSERT = INSERT_STEP.format(
     chat_id="$1",
     turn_id="$2",
@@ -342,23 +307,13 @@ _SAVE_INSERT = INSERT_STEP.format(
 _SAVE = f"""
 WITH m AS (
     {_SAVE_INSERT}
-), c AS (
-    UPDATE chats SET last_event_seq = last_event_seq + cardinality($8::text[]) + 1
-    FROM m WHERE chats.id = $1
-    RETURNING chats.last_event_seq
-), events AS (
-    SELECT t.e, t.d, t.n FROM unnest($8::text[], $9::jsonb[]) WITH ORDINALITY AS t(e, d, n)
-    UNION ALL
-    SELECT 'message',
-           $10::jsonb || {ROW_ID_AND_TIME},
-           cardinality($8::text[]) + 1
-    FROM m
-), ins AS (
-    INSERT INTO chat_events (chat_id, seq, event, data)
-    SELECT $1, c.last_event_seq - cardinality($8::text[]) - 1 + events.n, events.e, events.d
-    FROM c, events
 )
-SELECT m.*, (SELECT pg_notify($11, $1::text || ':' || last_event_seq) FROM c) AS notified
+SELECT m.*,
+       chatd_append_events(
+           $1,
+           array_append($8::text[], 'message'),
+           array_append($9::jsonb[], {MESSAGE_EVENT_SQL})
+       ) AS last_event_seq
 FROM m
 """
 
@@ -383,8 +338,6 @@ async def _save(
         new.response_id,
         [name for name, _ in events],
         [data for _, data in events],
-        new_message_event(turn_id, new),
-        NOTIFY_CHANNEL,
     )
     if row is None:
         existing = await conn.fetchrow(

@@ -11,15 +11,7 @@ import asyncpg
 from chatd.models import ModelError
 from chatd.parts import Usage
 from chatd.store.chats import ChatStatus
-from chatd.store.events import NOTIFY_CHANNEL
-from chatd.store.transcript import (
-    INSERT_STEP,
-    ROW_ID_AND_TIME,
-    NewMessage,
-    StoredMessage,
-    new_message_event,
-    user_message_event_sql,
-)
+from chatd.store.transcript import INSERT_STEP, MESSAGE_EVENT_SQL, NewMessage, StoredMessage
 
 __all__ = ["INTERRUPT_CHANNEL", "TurnStore"]
 
@@ -83,21 +75,18 @@ WITH queued AS (
     SELECT $1, $3, $3 || ':user', 'user', parts FROM queued RETURNING *
 ), c AS (
     UPDATE chats SET status = 'running', turn_id = $3, last_error = NULL, pending_tool_calls = NULL,
-                     action_expires_at = NULL, updated_at = now(),
-                     last_event_seq = last_event_seq + 3
+                     action_expires_at = NULL, updated_at = now()
     FROM m WHERE chats.id = $1
-    RETURNING chats.last_event_seq
-), ins AS (
-    INSERT INTO chat_events (chat_id, seq, event, data)
-    SELECT $1, c.last_event_seq - 3 + e.n, e.event, e.data
-    FROM c, m, LATERAL (VALUES
-        (1, 'message', {user_message_event_sql("m")}),
-        (2, 'queue', '{{}}'::jsonb),
-        (3, 'status', jsonb_build_object('status', 'running', 'turn_id', $3::text))
-    ) AS e(n, event, data)
+    RETURNING chats.id
 )
-SELECT EXISTS (SELECT 1 FROM m) AS promoted,
-       (SELECT pg_notify($4, $1::text || ':' || last_event_seq) FROM c) AS notified
+SELECT chatd_append_events(
+           $1,
+           ARRAY['message', 'queue', 'status'],
+           ARRAY[{MESSAGE_EVENT_SQL},
+                 '{{}}',
+                 jsonb_build_object('status', 'running', 'turn_id', $3::text)]
+       ) IS NOT NULL AS promoted
+FROM m, c
 """
 
 
@@ -109,7 +98,7 @@ _SAVE_LAST_STEP_INSERT = INSERT_STEP.format(
     chat_id="$1",
     turn_id="$7",
     step_key="$2",
-    role="$9",
+    role="$6",
     parts="$3",
     usage="$4",
     response_id="$5",
@@ -123,32 +112,23 @@ WITH m AS (
     -- if it inserted.
     FROM m, LATERAL (SELECT status, turn_id FROM chats WHERE id = m.chat_id FOR UPDATE) AS before
 ), c AS (
-    UPDATE chats SET
-        status = CASE WHEN ending.yes THEN 'waiting' ELSE chats.status END,
-        pending_tool_calls = CASE WHEN ending.yes THEN NULL ELSE pending_tool_calls END,
-        action_expires_at = CASE WHEN ending.yes THEN NULL ELSE action_expires_at END,
-        usage = CASE WHEN ending.yes THEN ({_USAGE_SUM_WITH_STEP}) ELSE chats.usage END,
-        turn_id = CASE WHEN ending.yes THEN NULL ELSE chats.turn_id END,
-        updated_at = CASE WHEN ending.yes THEN now() ELSE chats.updated_at END,
-        last_event_seq = last_event_seq + 1 + ending.yes::int
-    FROM m, ending WHERE chats.id = $1
-    RETURNING chats.last_event_seq, ending.yes AS ended,
-              CASE WHEN ending.yes THEN ({_USAGE_SUM_WITH_STEP} AND turn_id = $7) END
-                AS turn_usage
-), events AS (
-    SELECT 'message' AS event, $6::jsonb || {ROW_ID_AND_TIME} AS data, 1 AS n FROM m
-    UNION ALL
-    SELECT 'status',
-           jsonb_build_object('status', 'waiting', 'turn_id', $7::text, 'usage', c.turn_usage),
-           2
-    FROM c WHERE c.ended
-), ins AS (
-    INSERT INTO chat_events (chat_id, seq, event, data)
-    SELECT $1, c.last_event_seq - 1 - c.ended::int + events.n, events.event, events.data
-    FROM c, events
+    UPDATE chats SET status = 'waiting', pending_tool_calls = NULL, action_expires_at = NULL,
+                     usage = ({_USAGE_SUM_WITH_STEP}), turn_id = NULL, updated_at = now()
+    FROM ending WHERE chats.id = $1 AND ending.yes
+    RETURNING true AS ended, ({_USAGE_SUM_WITH_STEP} AND turn_id = $7) AS turn_usage
 )
-SELECT m.*, c.ended, (SELECT pg_notify($8, $1::text || ':' || last_event_seq) FROM c) AS notified
-FROM m, c
+SELECT m.*, coalesce(c.ended, false) AS ended,
+       chatd_append_events(
+           $1,
+           array_remove(ARRAY['message', CASE WHEN c.ended THEN 'status' END], NULL),
+           array_remove(
+               ARRAY[{MESSAGE_EVENT_SQL},
+                     CASE WHEN c.ended THEN jsonb_build_object(
+                         'status', 'waiting', 'turn_id', $7::text, 'usage', c.turn_usage) END],
+               NULL
+           )
+       ) AS last_event_seq
+FROM m LEFT JOIN c ON true
 """
 
 
@@ -166,7 +146,7 @@ class TurnStore:
         if this call began the turn, False if it had begun, None if its message was deleted.
         """
         queued_id = uuid.UUID(turn_id)
-        if await self._pool.fetchval(_BEGIN, chat_id, queued_id, str(queued_id), NOTIFY_CHANNEL):
+        if await self._pool.fetchval(_BEGIN, chat_id, queued_id, str(queued_id)):
             return True
         promoted_before = await self._pool.fetchval(
             "SELECT promoted_at IS NOT NULL FROM queued_messages WHERE id = $1 AND chat_id = $2",
@@ -209,10 +189,8 @@ class TurnStore:
             [p.model_dump(exclude_none=True) for p in step.parts],
             step.usage.model_dump() if step.usage else None,
             step.response_id,
-            new_message_event(turn_id, step),
-            turn_id,
-            NOTIFY_CHANNEL,
             step.role,
+            turn_id,
         )
         if row is None:
             return None
@@ -252,8 +230,8 @@ _ANNOUNCE_INTERRUPT = """
 SELECT pg_notify($3, turn_id) FROM chats WHERE id = $1 AND turn_id = $2
 """
 
-# One statement: the status change, the error event (if any) and the `status` event, numbered
-# as `events.append_events` numbers events, and the notification.
+# One statement: the status change, the error event (if any) and the `status` event, and
+# the notification.
 _WRITE_STATUS = """
 WITH c AS (
     UPDATE chats SET
@@ -263,26 +241,25 @@ WITH c AS (
         action_expires_at = $5,
         usage = CASE WHEN $6 THEN ({usage_sum}) ELSE usage END,
         turn_id = CASE WHEN $6 THEN NULL ELSE chats.turn_id END,
-        updated_at = now(),
-        last_event_seq = chats.last_event_seq + 1 + ($3::jsonb IS NOT NULL)::int
+        updated_at = now()
     FROM (SELECT status, turn_id FROM chats WHERE id = $1 FOR UPDATE) AS before
     WHERE id = $1 {guard}
-    RETURNING before.status AS previous, chats.last_event_seq,
+    RETURNING before.status AS previous,
               CASE WHEN $6 THEN ({usage_sum} AND turn_id = $7) END AS turn_usage
-), events AS (
-    SELECT 'error' AS event, $3::jsonb AS data, 0 AS back FROM c WHERE $3::jsonb IS NOT NULL
-    UNION ALL
-    SELECT 'status',
-           jsonb_build_object('status', $2::text, 'turn_id', $7::text)
-             || CASE WHEN $6 THEN jsonb_build_object('usage', c.turn_usage) ELSE '{{}}' END,
-           1
-    FROM c
-), ins AS (
-    INSERT INTO chat_events (chat_id, seq, event, data)
-    SELECT $1, c.last_event_seq - 1 + events.back, events.event, events.data FROM c, events
 )
-SELECT c.previous
-FROM c, LATERAL (SELECT pg_notify($8, $1::text || ':' || c.last_event_seq)) AS notified
+SELECT c.previous,
+       chatd_append_events(
+           $1,
+           array_remove(ARRAY[CASE WHEN $3::jsonb IS NOT NULL THEN 'error' END, 'status'], NULL),
+           array_remove(
+               ARRAY[$3::jsonb,
+                     jsonb_build_object('status', $2::text, 'turn_id', $7::text)
+                     || CASE WHEN $6 THEN jsonb_build_object('usage', c.turn_usage)
+                             ELSE '{{}}' END],
+               NULL
+           )
+       ) AS last_event_seq
+FROM c
 """
 _STATUS_IN_TURN = _WRITE_STATUS.format(usage_sum=_USAGE_SUM, guard=_IN_TURN)
 _STATUS_ANY_TIME = _WRITE_STATUS.format(usage_sum=_USAGE_SUM, guard="")
@@ -315,6 +292,5 @@ async def _write_status(
         action_expires_at,
         ending,
         turn_id,
-        NOTIFY_CHANNEL,
     )
     return previous
