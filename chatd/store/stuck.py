@@ -12,7 +12,7 @@ from typing import Literal
 import asyncpg
 from pydantic import BaseModel
 
-__all__ = ["RECONCILER_LOCK", "QuietTurn", "QuietTurnStore"]
+__all__ = ["QUIET_TURNS_SQL", "RECONCILER_LOCK", "QuietTurn", "QuietTurnStore"]
 
 RECONCILER_LOCK = 7_400_002
 """Advisory lock key of the reconciler's sweep (the migrations hold 7_400_001)."""
@@ -29,7 +29,7 @@ class QuietTurn(BaseModel):
 
 
 # Keyset-paged on the partial index chats_in_turn (migration 006), oldest change first.
-_QUIET_TURNS = """
+QUIET_TURNS_SQL = """
 SELECT id AS chat_id, status, updated_at,
        coalesce(turn_id, (
            SELECT q.id::text FROM queued_messages q
@@ -43,6 +43,7 @@ WHERE status IN ('running', 'requires_action')
 ORDER BY updated_at, id
 LIMIT $4
 """
+"""Keyset-paged on the partial index chats_in_turn (migration 007), oldest change first."""
 
 
 class QuietTurnStore:
@@ -67,7 +68,7 @@ class QuietTurnStore:
         """Chats in a turn whose row is older than `unchanged_for`, after `after` in
         (updated_at, chat id) order; at most `limit`."""
         rows = await self._pool.fetch(
-            _QUIET_TURNS,
+            QUIET_TURNS_SQL,
             unchanged_for,
             after.updated_at if after else None,
             after.chat_id if after else None,

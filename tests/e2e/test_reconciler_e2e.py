@@ -19,7 +19,8 @@ from chatd.fake_provider.script import FakeResponse, FakeText, FakeToolCall
 from chatd.parts import TextPart
 from chatd.reconciler import STUCK_TURN_MESSAGE, Reconciler, SweepReport
 from chatd.settings import ReconcilerSettings
-from chatd.store.stuck import RECONCILER_LOCK
+from chatd.store.db import migrate
+from chatd.store.stuck import QUIET_TURNS_SQL, RECONCILER_LOCK
 from chatd.store.transcript import TranscriptStore
 from chatd.store.turns import TurnStore
 from chatd.tools.defaults import default_registry
@@ -154,8 +155,9 @@ async def test_a_streaming_turn_and_a_wait_for_the_client_are_never_ended(stack:
     await stack.send(waiting["id"], "help me")
     await stack.wait_status(waiting["id"], "requires_action")
 
-    # Both are past the grace period and looked at, while their runs are open.
-    reconciler = Reconciler(stack.pool, stack.temporal, QUICK)
+    # Both are past the grace period and looked at, while their runs are open; one a sweep,
+    # so the second is reached only because a sweep carries on where the last one stopped.
+    reconciler = Reconciler(stack.pool, stack.temporal, QUICK.model_copy(update={"batch": 1}))
     examined: set[str] = set()
 
     async def both_examined() -> bool:
@@ -222,3 +224,16 @@ async def _until(check: Callable[[], Any], within_s: float = 30.0) -> None:
             await asyncio.sleep(0.1)
 
     await asyncio.wait_for(poll(), within_s)
+
+
+async def test_a_sweep_reads_only_the_index_of_chats_in_a_turn(database_url: str) -> None:
+    await migrate(database_url)
+    conn = await asyncpg.connect(database_url)
+    try:
+        await conn.execute("SET enable_seqscan = off")  # an empty table would be scanned
+        plan = await conn.fetchval(
+            f"EXPLAIN (FORMAT JSON) {QUIET_TURNS_SQL}", timedelta(minutes=1), None, None, 100
+        )
+    finally:
+        await conn.close()
+    assert '"Index Name": "chats_in_turn"' in plan
