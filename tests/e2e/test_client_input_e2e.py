@@ -98,7 +98,7 @@ EDGES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("create", {"provider": "openai", "name": "m-edge"}, {"parts": [_file("image/png", b"x")]}),
     ("create", {"provider": "openai", "name": "m-edge"}, {"parts": [_file("audio/wav", b"x")]}),
 ]
-"""Known edges, tried first on every run."""
+"""Known edges, tried first on every run (the first two were a wedged turn and a 503)."""
 
 
 def _answer(_: FakeRequest) -> FakeResponse:
@@ -138,6 +138,8 @@ def _turn_ends(http: httpx.Client, chat_id: str) -> None:
 
 
 def _examples(edges: list[Any]) -> Any:
+    """`@example(request=edge)` for each edge, in order."""
+
     def add(test: Any) -> Any:
         for edge in reversed(edges):
             test = example(request=edge)(test)
