@@ -16,6 +16,7 @@ from temporalio import activity
 from activities.heartbeat import heartbeating
 from chatd.parts import ToolCallPart, ToolResultPart
 from chatd.store.chats import ChatRecord, ChatStore
+from chatd.store.step_keys import StepKey
 from chatd.store.tool_calls import CallKey, Start, ToolCallStore
 from chatd.store.transcript import TranscriptStore
 from chatd.telemetry import METRICS
@@ -44,8 +45,9 @@ MAX_RESULT_CHARS = 32_768
 
 
 def assistant_step_key(step: int) -> str:
-    """Step key of the assistant message of `step` (within its turn)."""
-    return f"{step}:assistant"
+    """Step key of the assistant message of `step` (within its turn): `StepKey.assistant`,
+    for callers not moved to `StepKey` yet."""
+    return str(StepKey.assistant(step))
 
 
 def error_result(call: ToolCallPart | ToolCallRef, message: str) -> ToolResultPart:
@@ -96,7 +98,7 @@ class ToolActivities:
             ref.id,
         )
         chat = await self._chats.get(key.chat_id)
-        step = await self._transcript.find(key.chat_id, key.turn_id, assistant_step_key(key.step))
+        step = await self._transcript.find(key.chat_id, key.turn_id, StepKey.assistant(key.step))
         calls = [p for p in (step.parts if step else []) if isinstance(p, ToolCallPart)]
         call = next((c for c in calls if c.id == ref.id), None)
         if chat is None or call is None:
@@ -138,7 +140,7 @@ class ToolActivities:
         await self._transcript.save(
             chat_id,
             turn_id=input.turn_id,
-            step_key=f"{input.step}:{input.part}",
+            step_key=StepKey.tool_results(input.step, input.part),
             role="tool",
             parts=list(parts),
             extra_events=[

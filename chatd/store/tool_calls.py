@@ -13,6 +13,7 @@ from typing import NamedTuple
 import asyncpg
 
 from chatd.parts import ToolResultPart
+from chatd.store.step_keys import StepKey
 
 __all__ = ["CallKey", "Start", "ToolCallStore"]
 
@@ -96,7 +97,7 @@ class ToolCallStore:
             _STAGE_MANY,
             chat_id,
             turn_id,
-            _step_number(turn_id, step["step_key"]),
+            StepKey.parse(turn_id, step["step_key"]).step,
             [p.tool_call_id for p in parts],
             [p.model_dump(exclude_none=True) for p in parts],
         )
@@ -114,8 +115,3 @@ class ToolCallStore:
             call_ids,
         )
         return {r["tool_call_id"]: ToolResultPart.model_validate(r["part"]) for r in rows}
-
-
-def _step_number(turn_id: str, step_key: str) -> int:
-    """The step of an assistant message's stored key (`<turn>:<step>:assistant`)."""
-    return int(step_key.removeprefix(f"{turn_id}:").split(":", 1)[0])

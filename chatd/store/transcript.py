@@ -21,6 +21,7 @@ from chatd.parts import (
     without_provider_metadata,
 )
 from chatd.store.events import Conn, append_events
+from chatd.store.step_keys import StepKey, stored_key
 
 __all__ = [
     "INSERT_STEP",
@@ -158,7 +159,7 @@ class TranscriptStore:
         chat_id: uuid.UUID,
         *,
         turn_id: str,
-        step_key: str,
+        step_key: StepKey | str,
         role: Role,
         parts: list[Part],
         usage: Usage | None = None,
@@ -186,7 +187,7 @@ class TranscriptStore:
         chat_id: uuid.UUID,
         *,
         turn_id: str,
-        step_key: str,
+        step_key: StepKey | str,
         summary: list[Part],
         events: list[tuple[str, dict[str, Any]]],
     ) -> StoredMessage:
@@ -195,7 +196,7 @@ class TranscriptStore:
             existing = await conn.fetchrow(
                 "SELECT * FROM messages WHERE chat_id = $1 AND step_key = $2",
                 chat_id,
-                f"{turn_id}:{step_key}",
+                stored_key(turn_id, step_key),
             )
             if existing is not None:
                 return _stored(existing)
@@ -220,12 +221,14 @@ class TranscriptStore:
             )
             return len(deleted)
 
-    async def find(self, chat_id: uuid.UUID, turn_id: str, step_key: str) -> StoredMessage | None:
+    async def find(
+        self, chat_id: uuid.UUID, turn_id: str, step_key: StepKey | str
+    ) -> StoredMessage | None:
         """The message saved under (turn, step key), if any."""
         row = await self._pool.fetchrow(
             "SELECT * FROM messages WHERE chat_id = $1 AND step_key = $2",
             chat_id,
-            f"{turn_id}:{step_key}",
+            stored_key(turn_id, step_key),
         )
         return _stored(row) if row else None
 
@@ -280,7 +283,7 @@ class TranscriptStore:
 class NewMessage(NamedTuple):
     """A message to persist under `step_key` (unique within its turn)."""
 
-    step_key: str
+    step_key: StepKey | str
     role: Role
     parts: list[Part]
     usage: Usage | None = None
@@ -325,7 +328,7 @@ async def _save(
     new: NewMessage,
     extra_events: list[tuple[str, dict[str, Any]]] | None,
 ) -> StoredMessage:
-    key = f"{turn_id}:{new.step_key}"
+    key = stored_key(turn_id, new.step_key)
     events = extra_events or []
     row = await conn.fetchrow(
         _SAVE,

@@ -11,6 +11,7 @@ import asyncpg
 from chatd.models import ModelError
 from chatd.parts import Usage
 from chatd.store.chats import ChatStatus
+from chatd.store.step_keys import stored_key, user_message_key
 from chatd.store.transcript import INSERT_STEP, MESSAGE_EVENT_SQL, NewMessage, StoredMessage
 
 __all__ = ["INTERRUPT_CHANNEL", "TurnStore"]
@@ -72,7 +73,7 @@ WITH queued AS (
     WHERE id = $2 AND chat_id = $1 AND promoted_at IS NULL RETURNING parts
 ), m AS (
     INSERT INTO messages (chat_id, turn_id, step_key, role, parts)
-    SELECT $1, $3, $3 || ':user', 'user', parts FROM queued RETURNING *
+    SELECT $1, $3, $4, 'user', parts FROM queued RETURNING *
 ), c AS (
     UPDATE chats SET status = 'running', turn_id = $3, last_error = NULL, pending_tool_calls = NULL,
                      action_expires_at = NULL, updated_at = now()
@@ -146,7 +147,10 @@ class TurnStore:
         if this call began the turn, False if it had begun, None if its message was deleted.
         """
         queued_id = uuid.UUID(turn_id)
-        if await self._pool.fetchval(_BEGIN, chat_id, queued_id, str(queued_id)):
+        begun = await self._pool.fetchval(
+            _BEGIN, chat_id, queued_id, str(queued_id), user_message_key(str(queued_id))
+        )
+        if begun:
             return True
         promoted_before = await self._pool.fetchval(
             "SELECT promoted_at IS NOT NULL FROM queued_messages WHERE id = $1 AND chat_id = $2",
@@ -185,7 +189,7 @@ class TurnStore:
         row = await self._pool.fetchrow(
             _SAVE_LAST_STEP,
             chat_id,
-            f"{turn_id}:{step.step_key}",
+            stored_key(turn_id, step.step_key),
             [p.model_dump(exclude_none=True) for p in step.parts],
             step.usage.model_dump() if step.usage else None,
             step.response_id,
