@@ -2,7 +2,7 @@
 
 Each event gets the next per-chat sequence number (its SSE id) in the same transaction
 that inserts it, and a `pg_notify` wakes the gateways' listeners when it commits: all three
-in `chatd_append_events` (migration 007), which every publishing statement calls.
+in `chatd_append_events` (migration 008), which every publishing statement calls.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ Conn: TypeAlias = "asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyn
 """A plain or pooled connection."""
 
 
-# Every write that publishes events appends them with `chatd_append_events` (migration 007):
+# Every write that publishes events appends them with `chatd_append_events` (migration 008):
 # next sequence numbers, the events under them, and a notification when it commits.
 _APPEND = "SELECT chatd_append_events($1, $2::text[], $3::jsonb[])"
 

@@ -73,7 +73,7 @@ def message_event(message: StoredMessage) -> tuple[str, dict[str, Any]]:
 
 MESSAGE_EVENT_SQL = "chatd_message_event(m)"
 """The `message` event of the `messages` row `m` a statement inserts: `chatd_message_event`
-(migration 007), `message_event` in SQL, which every statement that saves a message uses."""
+(migration 008), `message_event` in SQL, which every statement that saves a message uses."""
 
 
 def user_message_event_sql(row: str) -> str:

@@ -7,7 +7,7 @@
 -- when the transaction commits. Returns the last sequence number; NULL if the chat does not
 -- exist or there are no events. A statement that also updates the chat's row does so in a
 -- CTE that its main query reads before calling this, so the row is updated in that order.
-CREATE FUNCTION chatd_append_events(chat uuid, names text[], payloads jsonb[])
+CREATE OR REPLACE FUNCTION chatd_append_events(chat uuid, names text[], payloads jsonb[])
 RETURNS bigint LANGUAGE sql AS $$
     WITH c AS (
         UPDATE chats SET last_event_seq = last_event_seq + cardinality(names)
@@ -25,7 +25,7 @@ $$;
 -- The `message` event of a transcript message, as `transcript.message_event` makes it in
 -- Python: parts without the fields clients never see (`parts.INTERNAL_FIELDS`), usage only
 -- if there is any, the time as pydantic writes it (microseconds only when there are any).
-CREATE FUNCTION chatd_message_event(m messages) RETURNS jsonb LANGUAGE sql STABLE AS $$
+CREATE OR REPLACE FUNCTION chatd_message_event(m messages) RETURNS jsonb LANGUAGE sql STABLE AS $$
     SELECT jsonb_build_object(
         'id', m.id,
         'turn_id', m.turn_id,
