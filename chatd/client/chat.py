@@ -23,6 +23,7 @@ from chatd.client.http import (
     MessageView,
     PendingCall,
 )
+from chatd.client.prompt import read_line
 from chatd.client.render import (
     Renderer,
     Style,
@@ -84,7 +85,7 @@ def _with_hint(err: ClientError, args: argparse.Namespace) -> str:
 def _read_line(prompt: str) -> str | None:
     """A line typed at `prompt`; None for Ctrl-D or Ctrl-C."""
     try:
-        line = input(prompt)
+        line = read_line(prompt)
     except (EOFError, KeyboardInterrupt):
         print()
         return None
@@ -103,7 +104,7 @@ def _checked_id(chat_id: str) -> str:
 def _ask(call: PendingCall) -> dict[str, Any]:
     """Prompt for one dynamic tool call's result."""
     args = json.dumps(call.arguments, ensure_ascii=False)
-    output = input(f"tool {call.name}({args}) result> ")
+    output = read_line(f"tool {call.name}({args}) result> ")
     return {"tool_call_id": call.id, "output": output, "is_error": False}
 
 

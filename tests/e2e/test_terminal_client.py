@@ -41,6 +41,15 @@ _CTTY = (
     "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"
 )
 """Make the pty the child's controlling terminal, so Ctrl-C (\\x03) becomes SIGINT."""
+_LATE_SELECT = (
+    "import ctypes, functools, readline, runpy; "
+    "readline.set_pre_input_hook(functools.partial(ctypes.CDLL(None).usleep, 300_000)); "
+    "runpy.run_module('chatd.cli', run_name='__main__')"
+)
+"""Run the CLI with readline pausing 0.3 s after showing the prompt, before it waits for keys.
+
+The pause is a C call (no Python code runs in it), so it only widens the window in which a
+loaded machine can deschedule the client between printing the prompt and `select()`."""
 
 
 def _model() -> str:
@@ -55,11 +64,12 @@ def _client_env() -> dict[str, str]:
 class Terminal:
     """A `python -m chatd.cli ...` child on a pseudo-terminal, with an expect helper."""
 
-    def __init__(self, *args: str) -> None:
+    def __init__(self, *args: str, late_select: bool = False) -> None:
         master, slave = pty.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 200, 0, 0))
+        cli = ("-c", _LATE_SELECT) if late_select else ("-m", "chatd.cli")
         self.process = subprocess.Popen(
-            [sys.executable, "-c", _CTTY, "-m", "chatd.cli", *args],
+            [sys.executable, "-c", _CTTY, *cli, *args],
             stdin=slave,
             stdout=slave,
             stderr=slave,
@@ -120,8 +130,10 @@ class Terminal:
 
 
 @contextlib.asynccontextmanager
-async def _terminal(url: str, key: str, *args: str) -> AsyncIterator[Terminal]:
-    term = Terminal(*args, "--url", url, "--api-key", key)
+async def _terminal(
+    url: str, key: str, *args: str, late_select: bool = False
+) -> AsyncIterator[Terminal]:
+    term = Terminal(*args, "--url", url, "--api-key", key, late_select=late_select)
     try:
         yield term
     finally:
@@ -199,6 +211,34 @@ async def test_ctrl_c_interrupts_a_slow_stream_and_the_prompt_returns(stack: Sta
         await t.expect(PROMPT)
         t.send("\x03")
         assert await t.exit_code() == 0, "Ctrl-C at the prompt exits"
+
+
+async def test_ctrl_c_right_after_the_prompt_appears_exits(stack: Stack) -> None:
+    """A SIGINT between the prompt being shown and the client waiting for keys is not lost."""
+    chat = await stack.create_chat(model={"provider": "anthropic", "name": _model()})
+    for delay_s in (0.0, 0.1, 0.2):
+        async with _terminal(stack.base_url, stack.key, "chat", chat["id"], late_select=True) as t:
+            await t.expect(PROMPT)
+            await asyncio.sleep(delay_s)
+            t.send("\x03")
+            assert await t.exit_code() == 0, f"Ctrl-C {delay_s} s after the prompt exits"
+
+
+async def test_ctrl_c_right_after_a_tool_prompt_appears_interrupts_the_turn(stack: Stack) -> None:
+    name = _model()
+    call = FakeToolCall(name="ask_user", arguments={"question": "Why?"})
+    stack.fake.script(name, [FakeResponse(parts=[call])])
+    chat = await stack.create_chat(
+        model={"provider": "anthropic", "name": name}, dynamic_tools=[ASK_USER]
+    )
+    async with _terminal(stack.base_url, stack.key, "chat", chat["id"], late_select=True) as t:
+        await t.expect(PROMPT)
+        t.send("ask me\r")
+        await t.expect(re.escape('tool ask_user({"question": "Why?"}) result> '))
+        t.send("\x03")
+        await t.expect(r"interrupting…\n(.*\n)?interrupted\n")
+        await t.expect(PROMPT)
+    assert (await stack.http.get(f"/chats/{chat['id']}")).json()["status"] == "waiting"
 
 
 async def test_a_dynamic_tool_call_is_answered_at_the_prompt_then_resumed_and_listed(
