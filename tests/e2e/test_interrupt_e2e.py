@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -30,15 +30,29 @@ async def _start(stack: Stack, first: FakeResponse) -> tuple[str, str]:
     return chat["id"], name
 
 
-async def _interrupt_when(stack: Stack, chat_id: str, seen: Any) -> list[SseEvent]:
+Interrupt = Callable[[Stack, str], Awaitable[None]]
+"""How a test interrupts a chat's turn."""
+
+
+async def _by_http(stack: Stack, chat_id: str) -> None:
+    response = await stack.http.post(f"/chats/{chat_id}/interrupt")
+    assert response.status_code == 202, response.text
+
+
+async def _by_temporal_signal(stack: Stack, chat_id: str) -> None:
+    await stack.temporal.get_workflow_handle(f"chat-{chat_id}").signal("interrupt")
+
+
+async def _interrupt_when(
+    stack: Stack, chat_id: str, seen: Any, interrupt: Interrupt = _by_http
+) -> list[SseEvent]:
     """Interrupt once `seen(event)` is true, then collect events until the chat waits."""
     events: list[SseEvent] = []
     async for event in sse_events(stack.http, chat_id):
         events.append(event)
         if seen(event):
             break
-    response = await stack.http.post(f"/chats/{chat_id}/interrupt")
-    assert response.status_code == 202, response.text
+    await interrupt(stack, chat_id)
     events += await stack.wait_status(chat_id, "waiting", after=events[-1].id or 0)
     return events
 
@@ -67,7 +81,7 @@ def _is_text_delta(event: SseEvent) -> bool:
     return event.event == "message_part" and event.data["part"]["type"] == "text"
 
 
-async def _interrupt_mid_text(stack: Stack) -> None:
+async def _interrupt_mid_text(stack: Stack, interrupt: Interrupt = _by_http) -> None:
     """Interrupt after the first text delta: the partial reasoning and text are kept."""
     chat_id, name = await _start(
         stack,
@@ -79,7 +93,7 @@ async def _interrupt_mid_text(stack: Stack) -> None:
             delta_delay_s=0.15,
         ),
     )
-    events = await _interrupt_when(stack, chat_id, _is_text_delta)
+    events = await _interrupt_when(stack, chat_id, _is_text_delta, interrupt)
     assert events[-1].event == "status" and events[-1].data["status"] == "waiting"
     messages = await stack.messages(chat_id)
     assert [m["role"] for m in messages] == ["user", "assistant"]
@@ -172,10 +186,5 @@ async def test_interrupt_during_a_retry_backoff_cancels_the_timer(stack: Stack) 
 
 
 async def test_the_interrupt_signal_from_the_temporal_client_works_too(stack: Stack) -> None:
-    chat_id, _ = await _start(
-        stack,
-        FakeResponse(parts=[FakeText(text="a b c d e f g h", chunk_size=2)], delta_delay_s=0.2),
-    )
-    await stack.events_until(chat_id, _is_text_delta)
-    await stack.temporal.get_workflow_handle(f"chat-{chat_id}").signal("interrupt")
-    await asyncio.wait_for(stack.wait_status(chat_id, "waiting"), 10)
+    """`temporal workflow signal --name interrupt` cuts a long stream short like the API."""
+    await _interrupt_mid_text(stack, _by_temporal_signal)
