@@ -68,8 +68,13 @@ async def test_a_text_turn_streams_deltas_and_persists_the_answer(
     deltas = [e.data["part"]["text"] for e in events if e.event == "message_part"]
     assert len(deltas) > 1, "the answer must arrive as several deltas"
     assert "".join(deltas) == answer
-    kinds = [e.event for e in events]
-    assert kinds.index("message_part") < kinds.index("status", kinds.index("message_part"))
+    running = next(
+        i for i, e in enumerate(events) if e.event == "status" and e.data["status"] == "running"
+    )
+    kinds = [e.event for e in events[running:]]
+    assert kinds == ["status", *["message_part"] * len(deltas), "message", "status"], (
+        "the deltas stream while the turn runs, before the answer is persisted"
+    )
     ids = [e.id for e in events]
     assert ids == sorted(ids) and len(set(ids)) == len(ids)
 
