@@ -7,6 +7,7 @@ authenticated HTTP client, all in this process (like tests/e2e/harness.py). Ever
 torn down, and the temp dir removed, when the context managers exit.
 
 For benchmarks with separate processes: `ChildProcess` / `gateway_process()` (`chatd api`),
+`WorkerProcess` (`chatd worker`, from tests/support),
 `serve_fake_provider()` (the fake provider in a child process), `ProcessMeter` (CPU and peak
 RSS per process, psutil) and `RawSseClient` (a lean SSE client for hundreds of streams).
 
@@ -66,6 +67,10 @@ from chatd.tools.defaults import default_registry
 from workers.client import connect_temporal
 from workers.worker import WorkerConfig, build_worker, listen_for_interrupts
 
+# The helpers shared with the tests live in tests/support (imported there as `support`).
+sys.path.append(str(Path(__file__).resolve().parents[1] / "tests"))
+from support.worker_process import WorkerProcess
+
 __all__ = [
     "BENCH_PG_SETTINGS",
     "BenchStack",
@@ -75,6 +80,7 @@ __all__ = [
     "Services",
     "SseEvent",
     "SseListener",
+    "WorkerProcess",
     "percentile",
     "running_stack",
     "say",

@@ -35,14 +35,13 @@ from typing import Any
 
 import _stack
 import httpx
-from _stack import SseEvent, SseListener, percentile, say
+from _stack import SseEvent, SseListener, WorkerProcess, percentile, say
 from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.client import Client
 
 from activities.compaction import TITLE_INSTRUCTIONS
 from api.app import GatewayConfig, create_app
 from chatd.devstack.ports import free_port
-from chatd.devstack.worker_process import WorkerProcess
 from chatd.fake_provider.script import FakeRequest, FakeResponse, FakeText, FakeToolCall
 from chatd.serving import EmbeddedServer
 from chatd.settings import TemporalSettings

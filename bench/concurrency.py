@@ -45,10 +45,9 @@ import _stack
 import asyncpg
 import httpx
 import psutil  # type: ignore[import-untyped]
-from _stack import ChildProcess, ProcessMeter, RawSseClient, percentile, say
+from _stack import ChildProcess, ProcessMeter, RawSseClient, WorkerProcess, percentile, say
 
 from chatd.devstack.ports import free_port
-from chatd.devstack.worker_process import WorkerProcess
 from chatd.fake_provider.script import FakeRequest, FakeResponse, FakeText
 from chatd.store.db import connect_pool, migrate
 from chatd.store.keys import KeyStore

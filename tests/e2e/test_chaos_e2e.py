@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 from harness import SseEvent, Stack, running_stack
+from support.worker_process import WorkerProcess
 
 from activities.tools import CRASHED_NON_IDEMPOTENT
 from chatd.devstack.temporal import TemporalDevServer
-from chatd.devstack.worker_process import WorkerProcess
 from chatd.fake_provider.script import FakeResponse, FakeText, FakeToolCall
 from chatd.fake_provider.server import FakeProviderServer
 

@@ -1,4 +1,8 @@
-"""`chatd worker` as a child process, for tests and benchmarks that kill workers."""
+"""`chatd worker` as a child process, for tests and benchmarks that kill workers.
+
+Not shipped: it runs the worker from this source checkout (cwd and PYTHONPATH at its root),
+with the chaos tools of `tests/support/chaos_tools.py` loaded.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +19,7 @@ from chatd.fake_provider.server import FakeProviderServer
 __all__ = ["CHAOS_TOOLS", "WorkerProcess"]
 
 ROOT = Path(__file__).resolve().parents[2]
-"""The source checkout (put on the child's PYTHONPATH so `tests.support` imports)."""
+"""The source checkout: the child runs there, with it on PYTHONPATH so `tests.support` imports."""
 CHAOS_TOOLS = "tests.support.chaos_tools:TOOLS"
 """The slow marker tools of the chaos tests (needs a source checkout)."""
 
