@@ -69,10 +69,10 @@ from workers.worker import WorkerConfig, build_worker, listen_for_interrupts
 
 # The helpers shared with the tests live in tests/support (imported there as `support`).
 sys.path.append(str(Path(__file__).resolve().parents[1] / "tests"))
+from support.postgres import THROWAWAY_PG_SETTINGS
 from support.worker_process import WorkerProcess
 
 __all__ = [
-    "BENCH_PG_SETTINGS",
     "BenchStack",
     "ChildProcess",
     "ProcessMeter",
@@ -89,13 +89,6 @@ __all__ = [
     "stored_delta_times",
     "summary",
 ]
-
-BENCH_PG_SETTINGS = {
-    # Throwaway benchmark data only (same as the tests): never for `chatd dev` data.
-    "fsync": "off",
-    "synchronous_commit": "off",
-    "full_page_writes": "off",
-}
 
 _T0 = time.monotonic()
 
@@ -140,7 +133,7 @@ async def services(
     """
     compile_workflow_modules()
     root = Path(tempfile.mkdtemp(prefix="chatd-bench-"))
-    postgres = PostgresProcess(root / "postgres", settings=BENCH_PG_SETTINGS)
+    postgres = PostgresProcess(root / "postgres", settings=THROWAWAY_PG_SETTINGS)
     temporal = TemporalDevServer(
         headless=True, dynamic_config={**DEFAULT_DYNAMIC_CONFIG, **(dynamic_config or {})}
     )

@@ -10,24 +10,18 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from support.postgres import THROWAWAY_PG_SETTINGS
 from temporalio.client import Client
 
 from chatd.devstack.postgres import PostgresProcess
 from chatd.devstack.temporal import TemporalDevServer
-
-TEST_PG_SETTINGS = {
-    # Throwaway test data only: never use these for `chatd dev` data.
-    "fsync": "off",
-    "synchronous_commit": "off",
-    "full_page_writes": "off",
-}
 
 
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[PostgresProcess]:
     """A session-wide PostgreSQL server in a temp dir (fsync=off), started on first use."""
     root = Path(tempfile.mkdtemp(prefix="chatd-test-pg-"))
-    server = PostgresProcess(root, settings=TEST_PG_SETTINGS)
+    server = PostgresProcess(root, settings=THROWAWAY_PG_SETTINGS)
     try:
         server.start()
         yield server

@@ -24,6 +24,7 @@ import httpx
 import pytest
 from harness import SseEvent, Stack, parse_sse, running_stack
 from support.chaos_tools import TOOLS as CHAOS_TOOLS
+from support.postgres import THROWAWAY_PG_SETTINGS
 from temporalio.client import WorkflowExecutionStatus
 
 from activities.compaction import TITLE_INSTRUCTIONS
@@ -41,8 +42,6 @@ from chatd.store.events import NOTIFY_CHANNEL
 from chatd.tools.base import ToolRegistry
 from chatd.tools.defaults import default_registry
 
-PG_SETTINGS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
-"""Throwaway test data only (as in tests/conftest.py)."""
 LONG_TEXT = " ".join(f"word{i}" for i in range(60))
 SLOW_STREAM = FakeResponse(parts=[FakeText(text=LONG_TEXT, chunk_size=6)], delta_delay_s=0.1)
 """About 70 deltas over ~7 s: long enough to restart a server in the middle."""
@@ -210,7 +209,7 @@ async def pg_cluster(
     temporal_server: TemporalDevServer, fake_provider: FakeProviderServer, tmp_path: Path
 ) -> AsyncIterator[PgCluster]:
     """A private PostgreSQL (restartable), the session Temporal server, worker and gateway."""
-    postgres = PostgresProcess(tmp_path / "pg", settings=PG_SETTINGS)
+    postgres = PostgresProcess(tmp_path / "pg", settings=THROWAWAY_PG_SETTINGS)
     await asyncio.to_thread(postgres.start)
     try:
         database_url = await asyncio.to_thread(postgres.create_database, "chatd")
