@@ -42,7 +42,6 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.generation import Generation
     from workflows.payloads import (
-        BeginTurnInput,
         BeginTurnResult,
         ChatTurnInput,
         CompactInput,
@@ -231,17 +230,12 @@ class ChatTurn:
         result = outcome.result if isinstance(outcome, Streamed) else None
         self._end_recorded = result is not None and result.finished_turn
         if self._plan is None:
-            await self._began(turn_id, result.began if result else None)
+            began = (result.began if result else None) or self._generation.began
+            self._began(began or await self._generation.begin(turn_id))
         return outcome
 
-    async def _began(self, turn_id: str, began: BeginTurnResult | None) -> None:
-        """The plan of a turn its first step began; begun here if that step did not run."""
-        if began is None:  # interrupted before the step ran, or the step failed
-            began = await workflow.execute_local_activity_method(
-                TurnActivities.begin_turn,
-                BeginTurnInput(chat_id=self._chat_id, turn_id=turn_id),
-                start_to_close_timeout=LOCAL_TIMEOUT,
-            )
+    def _began(self, began: BeginTurnResult) -> None:
+        """Take the plan of the turn, unless it could not begin after all."""
         if began.started and began.plan is not None:
             self._plan = began.plan
             self._generation.model_label = began.plan.model_label

@@ -16,6 +16,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.model_step import ModelStepActivities
     from activities.turn import TurnActivities
     from chatd.models import ModelError
+    from chatd.settings import DEFAULT_RETRY_DEADLINE_S
     from workflows.constants import LOCAL_TIMEOUT, MODEL_ERROR_TYPE
     from workflows.controls import TurnControls
     from workflows.decide import (
@@ -29,6 +30,8 @@ with workflow.unsafe.imports_passed_through():
         should_retry,
     )
     from workflows.payloads import (
+        BeginTurnInput,
+        BeginTurnResult,
         PublishRetryInput,
         RetryState,
         StreamStepInput,
@@ -53,14 +56,16 @@ class Generation:
         self.model_label = ""
         """Shown in the step activities' summaries."""
         self.retry: RetryState | None = None
+        self.began: BeginTurnResult | None = None
+        """The turn's beginning, once `begin` was asked for it."""
 
     async def step(self, turn_id: str, step: int, plan: TurnPlan | None) -> StepOutcome:
         """One model step, retried with workflow-timer backoff on retryable model errors.
 
-        Without a `plan` yet, the step begins the turn (each attempt: beginning is
-        idempotent). A step that ends the turn finishes it too (`finished_turn`).
+        Without a `plan` yet, the step begins the turn and brings the plan
+        (`StreamStepResult.began`); if it fails, `begin` is asked for the plan instead, and
+        the retries keep to the turn's deadline.
         """
-        deadline = timedelta(seconds=plan.retry_deadline_s if plan else 1800)
         failing_since: datetime | None = None
         attempt = 1
         while not self._controls.interrupted:
@@ -74,17 +79,20 @@ class Generation:
                         begin=plan is None,
                         compact_at_tokens=plan.compact_at_tokens if plan is not None else 0,
                     ),
-                    deadline,
+                    plan,
                 )
             except ActivityError as err:
                 error = activity_error(err, "the model step")
             else:
                 self.retry = None
                 return Streamed(result)  # interrupted or not: its partial step is persisted
-            failing_since = failing_since or workflow.now()
-            failing_for = workflow.now() - failing_since
             if self._controls.interrupted:
                 break
+            if plan is None and (plan := (await self.begin(turn_id)).plan) is None:
+                return Failed(error)  # no turn after all: its message was deleted
+            failing_since = failing_since or workflow.now()
+            failing_for = workflow.now() - failing_since
+            deadline = timedelta(seconds=plan.retry_deadline_s)
             if not should_retry(error, attempt, DEFAULT_MAX_MODEL_ATTEMPTS, failing_for, deadline):
                 self.retry = None
                 return Failed(gave_up(error, failing_for, deadline))
@@ -94,13 +102,25 @@ class Generation:
         self.retry = None
         return Interrupted()
 
-    async def _stream(self, input: StreamStepInput, deadline: timedelta) -> StreamStepResult:
+    async def begin(self, turn_id: str) -> BeginTurnResult:
+        """Begin the turn (idempotent): for a first step that failed or never ran."""
+        began = await workflow.execute_local_activity_method(
+            TurnActivities.begin_turn,
+            BeginTurnInput(chat_id=self._chat_id, turn_id=turn_id),
+            start_to_close_timeout=LOCAL_TIMEOUT,
+        )
+        self.began = began
+        return began
+
+    async def _stream(self, input: StreamStepInput, plan: TurnPlan | None) -> StreamStepResult:
         """The model-step activity; an interrupt cancels it and it returns its partial step."""
         handle = workflow.start_activity_method(
             ModelStepActivities.stream_model_step,
             input,
             start_to_close_timeout=timedelta(minutes=15),
-            schedule_to_close_timeout=deadline,
+            schedule_to_close_timeout=timedelta(
+                seconds=plan.retry_deadline_s if plan is not None else DEFAULT_RETRY_DEADLINE_S
+            ),
             heartbeat_timeout=timedelta(seconds=5),
             retry_policy=_MODEL_RETRY,
             cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,

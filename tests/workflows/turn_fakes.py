@@ -9,7 +9,9 @@ Quirks of the time-skipping test server (temporal-test-server 1.40) the tests wo
 - an update sent to a completed workflow fails with "update ... not found" and leaves time
   skipping locked, so no test sends one (the gateway maps that case to 409 itself);
 - cancelling an activity whose completion is in flight fails the workflow task with
-  ACTIVITY_UNKNOWN (the real server accepts it), so interrupts target blocked activities.
+  ACTIVITY_UNKNOWN (the real server accepts it), so interrupts target blocked activities;
+- after a test that cancels a blocked tool, time skipping can stall for the rest of the
+  session, so tests wait out seconds, never minutes.
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ from workflows.payloads import (
 
 __all__ = [
     "Block",
+    "CompactOutcome",
     "FakeActivities",
     "Turn",
     "calls_step",
@@ -99,7 +102,8 @@ class Block:
 
 
 StreamOutcome = StreamStepResult | ModelError | Exception | Block
-ToolOutcome = ExecuteToolResult | Block
+ToolOutcome = ExecuteToolResult | Exception | Block
+CompactOutcome = CompactResult | ModelError | Exception | Block
 
 
 def text_step() -> StreamStepResult:
@@ -144,6 +148,8 @@ class FakeActivities:
         """Answers of successive stream_model_step calls; a text step once exhausted."""
         self.tool_script: dict[str, ToolOutcome] = {}
         """Answers of execute_tool_call by call id; a successful result if absent."""
+        self.compact_script: list[CompactOutcome] = []
+        """Answers of successive compact_context calls; a short summary once exhausted."""
         self.stream_attempts: list[int] = []
         """Temporal's activity attempt of each stream_model_step call."""
         self.plan: dict[str, Any] = {}
@@ -152,6 +158,9 @@ class FakeActivities:
         self.edges: list[BeginTurnInput | FinishTurnInput] = []
         """Every turn begun and finished, by a local activity or by a model step."""
         self.on_set_status: Callable[[SetStatusInput], Awaitable[None]] | None = None
+        self.on_record_tool_results: Callable[[RecordToolResultsInput], Awaitable[None]] | None = (
+            None
+        )
         self._called = asyncio.Condition()
 
     def of(self, name: str, kind: type[P]) -> list[P]:
@@ -252,15 +261,8 @@ class FakeActivities:
     async def _scripted_step(self) -> StreamStepResult:
         self.stream_attempts.append(activity.info().attempt)
         outcome = self.stream_script.pop(0) if self.stream_script else text_step()
-        if isinstance(outcome, ModelError):
-            raise ApplicationError(
-                outcome.message,
-                outcome.model_dump(mode="json"),
-                type=MODEL_ERROR_TYPE,
-                non_retryable=True,
-            )
-        if isinstance(outcome, Exception):
-            raise outcome
+        if isinstance(outcome, ModelError | Exception):
+            raise _raised(outcome)
         if isinstance(outcome, Block):
             released = await _blocked(outcome)
             if not released:
@@ -274,6 +276,8 @@ class FakeActivities:
     async def execute_tool_call(self, input: ExecuteToolInput) -> ExecuteToolResult:
         await self._record("execute_tool_call", input)
         outcome = self.tool_script.get(input.call.id, ExecuteToolResult(is_error=False))
+        if isinstance(outcome, Exception):
+            raise outcome
         if isinstance(outcome, Block):
             await _blocked(outcome)  # TRY_CANCEL: the workflow doesn't wait for this answer
             then = outcome.then or ExecuteToolResult(is_error=False)
@@ -284,6 +288,8 @@ class FakeActivities:
     @activity.defn(name="record_tool_results")
     async def record_tool_results(self, input: RecordToolResultsInput) -> None:
         await self._record("record_tool_results", input)
+        if self.on_record_tool_results is not None:
+            await self.on_record_tool_results(input)
 
     @activity.defn(name="stage_tool_results")
     async def stage_tool_results(self, input: StageToolResultsInput) -> None:
@@ -292,11 +298,28 @@ class FakeActivities:
     @activity.defn(name="compact_context")
     async def compact_context(self, input: CompactInput) -> CompactResult:
         await self._record("compact_context", input)
-        return CompactResult(message_id=2, estimated_tokens=1)
+        outcome = self.compact_script.pop(0) if self.compact_script else None
+        if isinstance(outcome, ModelError | Exception):
+            raise _raised(outcome)
+        if isinstance(outcome, Block):
+            if not await _blocked(outcome):
+                raise asyncio.CancelledError  # as the real one: a cancelled summary is dropped
+            outcome = None
+        return outcome or CompactResult(message_id=2, estimated_tokens=1)
 
     @activity.defn(name="generate_title")
     async def generate_title(self, input: TitleInput) -> None:
         await self._record("generate_title", input)
+
+
+def _raised(outcome: ModelError | Exception) -> Exception:
+    """What an activity raises for a scripted failure: a classified model error as the real
+    activities raise it, any other exception as it is."""
+    if isinstance(outcome, Exception):
+        return outcome
+    return ApplicationError(
+        outcome.message, outcome.model_dump(mode="json"), type=MODEL_ERROR_TYPE, non_retryable=True
+    )
 
 
 async def _blocked(block: Block) -> bool:
