@@ -9,6 +9,7 @@ import asyncpg
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.failures import classified_failures
 from activities.heartbeat import heartbeating
 from chatd.context import (
     context_limit,
@@ -24,6 +25,7 @@ from chatd.providers.base import ModelRequest, ProviderError
 from chatd.settings import ProviderSettings
 from chatd.store.chats import ChatStore
 from chatd.store.events import EventLog
+from chatd.store.step_keys import StepKey
 from chatd.store.transcript import TranscriptStore
 from chatd.telemetry import METRICS
 from workflows.constants import MODEL_ERROR_TYPE
@@ -81,12 +83,12 @@ class CompactionActivities:
         """Replace the prompt with a user-role summary; older messages become `compressed`."""
         # Heartbeats throughout: reading a long transcript, the model call and the write may
         # each take a while, and a dead worker must still show.
-        async with heartbeating():
+        async with heartbeating(), classified_failures("compaction"):
             return await self._compact(input)
 
     async def _compact(self, input: CompactInput) -> CompactResult:
         chat_id = uuid.UUID(input.chat_id)
-        step_key = f"{input.step}:summary:{input.index}"
+        step_key = StepKey.summary(input.step, input.index)
         done = await self._transcript.find(chat_id, input.turn_id, step_key)
         if done is not None:
             return CompactResult(message_id=done.id, estimated_tokens=_estimate(done.parts))

@@ -23,7 +23,7 @@ from temporalio.exceptions import ApplicationError
 from activities.failures import classified_failures, model_failure
 from activities.heartbeat import heartbeating
 from activities.publishing import DeltaPublisher, EventBatcher
-from activities.tools import assistant_step_key, error_result
+from activities.tools import error_result
 from activities.turn import TurnEdges
 from chatd.models import ModelError
 from chatd.parts import Message, PartDelta, ToolCallPart
@@ -40,6 +40,7 @@ from chatd.settings import ProviderSettings
 from chatd.store.chats import ChatRecord, ChatStore
 from chatd.store.events import EventLog
 from chatd.store.hub import NotifyHub
+from chatd.store.step_keys import StepKey
 from chatd.store.transcript import NewMessage, StoredMessage, TranscriptStore
 from chatd.telemetry import METRICS, TRACER
 from chatd.tools.base import ToolRegistry
@@ -119,7 +120,7 @@ class ModelStepActivities:
         # do the gateway's announcements, heard from the start too.
         async with heartbeating():
             with self._interrupt_requests(input.turn_id) as interrupt_requested:
-                step_key = assistant_step_key(input.step)
+                step_key = StepKey.assistant(input.step)
                 # Read together: the chat (beginning the turn first, if asked), whether a lost
                 # attempt saved this step already, and the context (with the turn's message,
                 # promoted or not yet).
@@ -216,7 +217,7 @@ class ModelStepActivities:
     ) -> StreamStepResult:
         await publisher.drain()
         step = NewMessage(
-            assistant_step_key(input.step),
+            StepKey.assistant(input.step),
             "assistant",
             accumulator.parts(),
             finish.usage,
@@ -305,10 +306,12 @@ class ModelStepActivities:
         if not parts:
             return StreamStepResult(message_id=None, interrupted=True, began=began)
         calls = [p for p in parts if isinstance(p, ToolCallPart) and not p.provider_executed]
-        messages = [NewMessage(assistant_step_key(input.step), "assistant", parts)]
+        messages = [NewMessage(StepKey.assistant(input.step), "assistant", parts)]
         if calls:
             results = [error_result(c, INTERRUPTED_RESULT) for c in calls]
-            messages.append(NewMessage(f"{input.step}:tools", "tool", list(results)))
+            messages.append(
+                NewMessage(StepKey.tool_results(input.step, "tools"), "tool", list(results))
+            )
         saved = await self._transcript.save_step(chat.id, turn_id=input.turn_id, messages=messages)
         return self._summary(chat, saved[0], interrupted=True).model_copy(update={"began": began})
 

@@ -13,6 +13,7 @@ import asyncpg
 from pydantic import BaseModel, ValidationError
 from temporalio import activity
 
+from activities.failures import classified_failures
 from activities.heartbeat import heartbeating
 from chatd.parts import ToolCallPart, ToolResultPart
 from chatd.store.chats import ChatRecord, ChatStore
@@ -29,7 +30,7 @@ from workflows.payloads import (
     ToolCallRef,
 )
 
-__all__ = ["ToolActivities", "assistant_step_key", "error_result"]
+__all__ = ["ToolActivities", "error_result"]
 
 log = logging.getLogger("chatd.tools")
 REPEATED_ID = (
@@ -42,12 +43,6 @@ CRASHED_NON_IDEMPOTENT = (
 )
 MAX_RESULT_CHARS = 32_768
 """Text results above this are truncated (with a note) before the model sees them."""
-
-
-def assistant_step_key(step: int) -> str:
-    """Step key of the assistant message of `step` (within its turn): `StepKey.assistant`,
-    for callers not moved to `StepKey` yet."""
-    return str(StepKey.assistant(step))
 
 
 def error_result(call: ToolCallPart | ToolCallRef, message: str) -> ToolResultPart:
@@ -70,7 +65,7 @@ class ToolActivities:
         """Run one call once (the first staged result wins) and stage its result."""
         # Heartbeats from the start: a wait for a pooled connection under load must not time
         # out the attempt (a non-idempotent tool would then be reported as maybe-run).
-        async with heartbeating():
+        async with heartbeating(), classified_failures(f"tool {input.call.name[:64]}"):
             return await self._execute(input)
 
     async def _execute(self, input: ExecuteToolInput) -> ExecuteToolResult:
@@ -114,6 +109,8 @@ class ToolActivities:
         names = {c.id: c.name for c in input.calls}
         await self._calls.stage_client_results(
             uuid.UUID(input.chat_id),
+            input.turn_id,
+            input.step,
             [
                 ToolResultPart(
                     tool_call_id=result.tool_call_id,

@@ -16,13 +16,13 @@ import asyncpg
 from temporalio import activity
 
 from activities.failures import classified_failures
-from activities.tools import assistant_step_key
 from chatd.context import context_limit, reported_context_limit
 from chatd.models import ModelError
 from chatd.parts import ToolCallPart
 from chatd.settings import ProviderSettings, retry_deadline_s
 from chatd.store.chats import ChatRecord, ChatStatus, ChatStore
 from chatd.store.events import EventLog
+from chatd.store.step_keys import StepKey
 from chatd.store.transcript import NewMessage, StoredMessage, TranscriptStore
 from chatd.store.turns import TurnStore
 from chatd.telemetry import METRICS
@@ -137,7 +137,7 @@ class TurnActivities:
         pending: list[dict[str, Any]] | None = None
         if input.status == "requires_action":
             step = await self._transcript.find(
-                chat_id, input.turn_id, assistant_step_key(input.step)
+                chat_id, input.turn_id, StepKey.assistant(input.step)
             )
             calls = {p.id: p for p in (step.parts if step else []) if isinstance(p, ToolCallPart)}
             pending = [

@@ -110,7 +110,11 @@ class ChatTurn:
         await workflow.execute_local_activity_method(
             ToolActivities.stage_tool_results,
             StageToolResultsInput(
-                chat_id=self._chat_id, results=input.results, calls=controls.pending
+                chat_id=self._chat_id,
+                turn_id=self._turn_id or "",
+                step=self._step,
+                results=input.results,
+                calls=controls.pending,
             ),
             start_to_close_timeout=LOCAL_TIMEOUT,
         )

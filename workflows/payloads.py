@@ -205,9 +205,11 @@ class SubmitToolResultsResult(_Payload):
 
 
 class StageToolResultsInput(_Payload):
-    """Stage client-submitted results (first write wins)."""
+    """Stage client-submitted results for the calls of step `step` (first write wins)."""
 
     chat_id: str
+    turn_id: str
+    step: int
     results: list[SubmittedToolResult]
     calls: list[ToolCallRef]
 

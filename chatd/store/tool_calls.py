@@ -13,7 +13,6 @@ from typing import NamedTuple
 import asyncpg
 
 from chatd.parts import ToolResultPart
-from chatd.store.step_keys import StepKey
 
 __all__ = ["CallKey", "Start", "ToolCallStore"]
 
@@ -48,14 +47,6 @@ ON CONFLICT (chat_id, turn_id, step, tool_call_id) DO UPDATE SET part = tool_res
 RETURNING part
 """
 
-# The step a client's results answer: the newest assistant step of the chat's running turn
-# (a chat in requires_action writes no other until the results are recorded).
-_ACTION_STEP = """
-SELECT m.turn_id, m.step_key FROM chats c
-JOIN messages m ON m.chat_id = c.id AND m.turn_id = c.turn_id AND m.role = 'assistant'
-WHERE c.id = $1 ORDER BY m.id DESC LIMIT 1
-"""
-
 _STAGE_MANY = """
 INSERT INTO tool_results (chat_id, turn_id, step, tool_call_id, part)
 SELECT $1, $2, $3, r.id, r.part
@@ -86,18 +77,16 @@ class ToolCallStore:
         assert row is not None
         return ToolResultPart.model_validate(row["part"])
 
-    async def stage_client_results(self, chat_id: uuid.UUID, parts: list[ToolResultPart]) -> None:
-        """Stage a client's results for the step the chat awaits them for (first write wins
-        per call, in order)."""
-        step = await self._pool.fetchrow(_ACTION_STEP, chat_id)
-        if step is None:
-            raise LookupError(f"chat {chat_id} is in no turn with an assistant step")
-        turn_id: str = step["turn_id"]
+    async def stage_client_results(
+        self, chat_id: uuid.UUID, turn_id: str, step: int, parts: list[ToolResultPart]
+    ) -> None:
+        """Stage a client's results for the calls of a turn's step (first write wins per
+        call, in order)."""
         await self._pool.execute(
             _STAGE_MANY,
             chat_id,
             turn_id,
-            StepKey.parse(turn_id, step["step_key"]).step,
+            step,
             [p.tool_call_id for p in parts],
             [p.model_dump(exclude_none=True) for p in parts],
         )

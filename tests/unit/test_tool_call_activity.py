@@ -273,6 +273,8 @@ async def test_client_results_answer_the_step_that_awaits_them(turn: Turn) -> No
         await turn.step(0, ("c1", "client_tool", ""))
         stage = StageToolResultsInput(
             chat_id=str(turn.chat_id),
+            turn_id=turn.turn_id,
+            step=0,
             results=[SubmittedToolResult(tool_call_id="c1", output=output)],
             calls=calls,
         )
