@@ -19,7 +19,7 @@ from activities.failures import classified_failures
 from chatd.context import context_limit, reported_context_limit
 from chatd.models import ModelError
 from chatd.parts import ToolCallPart
-from chatd.settings import ProviderSettings, retry_deadline_s
+from chatd.settings import ProviderSettings
 from chatd.store.chats import ChatRecord, ChatStatus, ChatStore
 from chatd.store.events import EventLog
 from chatd.store.step_keys import StepKey
@@ -73,7 +73,6 @@ class TurnEdges:
             model_label=chat.model.label,
             action_timeout_s=chat.action_timeout_s,
             compact_at_tokens=round(limit * chat.compaction_threshold),
-            retry_deadline_s=retry_deadline_s(),
         )
         return chat, BeginTurnResult(started=True, plan=plan)
 
@@ -122,9 +121,11 @@ class TurnActivities:
     async def finish_turn(self, input: FinishTurnInput) -> None:
         """Record the turn's final status, usage and error.
 
-        Retried until it succeeds: while Postgres is down nothing else can be recorded.
+        Retried for the turn's deadline: while Postgres is down nothing else can be recorded.
         """
-        await self._edges.finish(uuid.UUID(input.chat_id), input.turn_id, input.status, input.error)
+        async with classified_failures("finishing the turn"):
+            chat_id = uuid.UUID(input.chat_id)
+            await self._edges.finish(chat_id, input.turn_id, input.status, input.error)
 
     @activity.defn(name="set_status")
     async def set_status(self, input: SetStatusInput) -> None:

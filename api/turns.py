@@ -22,6 +22,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from api.errors import ApiError
+from chatd.settings import retry_deadline_s
 from chatd.store.chats import ChatRecord
 from chatd.store.transcript import TranscriptStore
 from chatd.store.turns import TurnStore
@@ -71,7 +72,7 @@ async def submit_message(
     chat_id = str(chat.id)
     start = WithStartWorkflowOperation(
         ChatTurn.run,
-        ChatTurnInput(chat_id=chat_id),
+        ChatTurnInput(chat_id=chat_id, retry_deadline_s=retry_deadline_s()),
         id=workflow_id(chat_id),
         task_queue=task_queue,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,

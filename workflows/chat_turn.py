@@ -62,8 +62,8 @@ with workflow.unsafe.imports_passed_through():
 __all__ = ["ChatTurn"]
 
 _IDLE_START_TIMEOUT = timedelta(minutes=1)
-_FINISH_RETRY = RetryPolicy(maximum_interval=timedelta(seconds=30))
-"""Finishing is retried until it is written: while Postgres is down nothing else can be."""
+_FINISH_RETRY = RetryPolicy(maximum_interval=timedelta(seconds=10))
+"""Finishing is retried for the turn's deadline: while Postgres is down nothing can be written."""
 _COMPACT_RETRY = retry_policy()
 
 
@@ -82,7 +82,9 @@ class ChatTurn:
             self._turn_id = self._queue.pop(0)
         self._controls = TurnControls()
         self._step = 0
-        self._generation = Generation(self._chat_id, self._controls)
+        self._deadline_s = input.retry_deadline_s
+        self._deadline = timedelta(seconds=input.retry_deadline_s)
+        self._generation = Generation(self._chat_id, self._controls, self._deadline)
         self._untitled = False
         """The message that started this run found the chat without a title."""
         self._plan: TurnPlan | None = input.resume.plan if input.resume is not None else None
@@ -160,7 +162,11 @@ class ChatTurn:
         # Rule 6: a message accepted while we were finishing must not be lost.
         await workflow.wait_condition(workflow.all_handlers_finished)
         if self._queue:
-            workflow.continue_as_new(ChatTurnInput(chat_id=self._chat_id, queued=self._queue))
+            workflow.continue_as_new(
+                ChatTurnInput(
+                    chat_id=self._chat_id, queued=self._queue, retry_deadline_s=self._deadline_s
+                )
+            )
 
     async def _turn(self, turn_id: str, resume: TurnResume | None) -> Finish | None:
         """The turn's moves until one says finish; None if it never began (its message, or
@@ -190,7 +196,9 @@ class ChatTurn:
                     move = next_move(progress, await self._generate(turn_id, step))
                 case RunTools(result=result):
                     assert self._plan is not None
-                    tools = ToolStep(self._chat_id, self._plan, progress.step, self._controls)
+                    tools = ToolStep(
+                        self._chat_id, self._plan, progress.step, self._controls, self._deadline
+                    )
                     done = await tools.run(result.tool_calls)
                     move = next_move(progress, ToolsDone(done, result.input_tokens))
                 case Compact() as compact:
@@ -275,6 +283,7 @@ class ChatTurn:
                 resume=TurnResume(
                     plan=self._plan, next_step=step, compactions=progress.compactions
                 ),
+                retry_deadline_s=self._deadline_s,
             )
         )
 
@@ -293,7 +302,7 @@ class ChatTurn:
                 index=progress.compactions - 1,
             ),
             start_to_close_timeout=timedelta(minutes=10),
-            schedule_to_close_timeout=timedelta(seconds=self._plan.retry_deadline_s),
+            schedule_to_close_timeout=self._deadline,
             heartbeat_timeout=timedelta(seconds=30),
             retry_policy=_COMPACT_RETRY,
             cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
@@ -316,12 +325,19 @@ class ChatTurn:
             return  # it never began
         status = "error" if finish.error else "waiting"
         if not self._end_recorded or finish.error:
-            await workflow.execute_local_activity_method(
-                TurnActivities.finish_turn,
-                FinishTurnInput(
-                    chat_id=self._chat_id, turn_id=turn_id, status=status, error=finish.error
-                ),
-                start_to_close_timeout=LOCAL_TIMEOUT,
-                retry_policy=_FINISH_RETRY,
-            )
+            try:
+                await workflow.execute_local_activity_method(
+                    TurnActivities.finish_turn,
+                    FinishTurnInput(
+                        chat_id=self._chat_id, turn_id=turn_id, status=status, error=finish.error
+                    ),
+                    start_to_close_timeout=LOCAL_TIMEOUT,
+                    schedule_to_close_timeout=self._deadline,
+                    retry_policy=_FINISH_RETRY,
+                )
+            except ActivityError:
+                # Nothing more can be written from here; with the run closed, the reconciler
+                # ends the chat's turn once the database takes writes again.
+                workflow.logger.exception("turn %s of chat %s not finished", turn_id, self._chat_id)
+                return
         self._controls.set_status(status)

@@ -16,7 +16,6 @@ with workflow.unsafe.imports_passed_through():
     from activities.model_step import ModelStepActivities
     from activities.turn import TurnActivities
     from chatd.models import ModelError
-    from chatd.settings import DEFAULT_RETRY_DEADLINE_S
     from workflows.constants import LOCAL_TIMEOUT, MODEL_ERROR_TYPE
     from workflows.controls import TurnControls
     from workflows.decide import (
@@ -44,15 +43,18 @@ __all__ = ["Generation"]
 
 
 _MODEL_RETRY = retry_policy(non_retryable=[MODEL_ERROR_TYPE])
+_LEAST_TIME = timedelta(seconds=1)
+"""An attempt's least time, however little of the deadline is left (the step decides)."""
 """Classified provider errors are the workflow's to retry, with its timers."""
 
 
 class Generation:
     """Runs a turn's model steps; the backoff in progress is `retry` (for the state query)."""
 
-    def __init__(self, chat_id: str, controls: TurnControls) -> None:
+    def __init__(self, chat_id: str, controls: TurnControls, deadline: timedelta) -> None:
         self._chat_id = chat_id
         self._controls = controls
+        self._deadline = deadline
         self.model_label = ""
         """Shown in the step activities' summaries."""
         self.retry: RetryState | None = None
@@ -63,12 +65,13 @@ class Generation:
         """One model step, retried with workflow-timer backoff on retryable model errors.
 
         Without a `plan` yet, the step begins the turn and brings the plan
-        (`StreamStepResult.began`); if it fails, `begin` is asked for the plan instead, and
-        the retries keep to the turn's deadline.
+        (`StreamStepResult.began`); if it fails, `begin` is asked for the plan instead.
+        Retries stop once the step has failed for the turn's deadline.
         """
         failing_since: datetime | None = None
         attempt = 1
         while not self._controls.interrupted:
+            attempt_started = workflow.now()
             try:
                 result = await self._stream(
                     StreamStepInput(
@@ -79,7 +82,7 @@ class Generation:
                         begin=plan is None,
                         compact_at_tokens=plan.compact_at_tokens if plan is not None else 0,
                     ),
-                    plan,
+                    self._deadline - (workflow.now() - (failing_since or attempt_started)),
                 )
             except ActivityError as err:
                 error = activity_error(err, "the model step")
@@ -90,9 +93,9 @@ class Generation:
                 break
             if plan is None and (plan := (await self.begin(turn_id)).plan) is None:
                 return Failed(error)  # no turn after all: its message was deleted
-            failing_since = failing_since or workflow.now()
+            failing_since = failing_since or attempt_started
             failing_for = workflow.now() - failing_since
-            deadline = timedelta(seconds=plan.retry_deadline_s)
+            deadline = self._deadline
             if not should_retry(error, attempt, DEFAULT_MAX_MODEL_ATTEMPTS, failing_for, deadline):
                 self.retry = None
                 return Failed(gave_up(error, failing_for, deadline))
@@ -112,15 +115,13 @@ class Generation:
         self.began = began
         return began
 
-    async def _stream(self, input: StreamStepInput, plan: TurnPlan | None) -> StreamStepResult:
+    async def _stream(self, input: StreamStepInput, time_left: timedelta) -> StreamStepResult:
         """The model-step activity; an interrupt cancels it and it returns its partial step."""
         handle = workflow.start_activity_method(
             ModelStepActivities.stream_model_step,
             input,
             start_to_close_timeout=timedelta(minutes=15),
-            schedule_to_close_timeout=timedelta(
-                seconds=plan.retry_deadline_s if plan is not None else DEFAULT_RETRY_DEADLINE_S
-            ),
+            schedule_to_close_timeout=max(time_left, _LEAST_TIME),
             heartbeat_timeout=timedelta(seconds=5),
             retry_policy=_MODEL_RETRY,
             cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,

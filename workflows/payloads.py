@@ -55,8 +55,6 @@ class TurnPlan(_Payload):
     action_timeout_s: int = 600
     compact_at_tokens: int = 0
     """Compact after a step whose prompt reached this many tokens (0: never)."""
-    retry_deadline_s: int = 1800
-    """How long a failing dependency is retried before the turn ends `unavailable`."""
 
 
 class TurnResume(_Payload):
@@ -75,6 +73,9 @@ class ChatTurnInput(_Payload):
     """Ids of queued user messages; without `resume`, the first one is this run's turn."""
     resume: TurnResume | None = None
     """Set when a long turn continues in a new run."""
+    retry_deadline_s: int = 1800
+    """How long a failing dependency (the provider, the database, a tool's backend) is
+    retried before the turn ends `unavailable`: the operator's, as the gateway read it."""
 
 
 class SubmitMessageInput(_Payload):

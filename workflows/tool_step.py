@@ -44,13 +44,20 @@ _TOOL_RETRY = retry_policy()
 class ToolStep:
     """Runs the tool calls of one persisted model step."""
 
-    def __init__(self, chat_id: str, plan: TurnPlan, step: int, controls: TurnControls) -> None:
+    def __init__(
+        self,
+        chat_id: str,
+        plan: TurnPlan,
+        step: int,
+        controls: TurnControls,
+        deadline: timedelta,
+    ) -> None:
         self._chat_id = chat_id
         self._turn_id = plan.turn_id
         self._step = step
         self._controls = controls
         self._action_timeout = timedelta(seconds=plan.action_timeout_s)
-        self._deadline = timedelta(seconds=plan.retry_deadline_s)
+        self._deadline = deadline
 
     async def run(self, calls: list[ToolCallRef]) -> ToolsOutcome:
         """Built-in calls first (persisted), then the client's; say how the turn goes on."""
@@ -101,8 +108,8 @@ class ToolStep:
             ExecuteToolInput(
                 chat_id=self._chat_id, turn_id=self._turn_id, step=self._step, call=call
             ),
-            start_to_close_timeout=timedelta(minutes=30),
-            schedule_to_close_timeout=max(self._deadline, timedelta(minutes=30)),
+            start_to_close_timeout=min(self._deadline, timedelta(minutes=30)),
+            schedule_to_close_timeout=self._deadline,
             heartbeat_timeout=timedelta(seconds=10),
             retry_policy=_TOOL_RETRY,
             cancellation_type=ActivityCancellationType.TRY_CANCEL,

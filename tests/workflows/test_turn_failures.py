@@ -103,7 +103,7 @@ async def test_a_dependency_down_past_the_deadline_ends_the_turn_unavailable(
     turn: Turn,
 ) -> None:
     """Retryable errors stop at the turn's retry deadline, before their attempts run out."""
-    turn.fakes.plan = {"retry_deadline_s": 3}
+    turn.retry_deadline_s = 3
     turn.fakes.stream_script = [
         model_error("overloaded", message="connection refused") for _ in range(10)
     ]

@@ -343,6 +343,7 @@ class Turn:
     fakes: FakeActivities
     task_queue: str
     chat_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    retry_deadline_s: int = 1800
 
     @property
     def workflow_id(self) -> str:
@@ -356,7 +357,7 @@ class Turn:
         """What the gateway does with a user message: update-with-start `submit_message`."""
         start = WithStartWorkflowOperation(
             ChatTurn.run,
-            ChatTurnInput(chat_id=self.chat_id),
+            ChatTurnInput(chat_id=self.chat_id, retry_deadline_s=self.retry_deadline_s),
             id=self.workflow_id,
             task_queue=self.task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
