@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import Any
 
 import pytest
 from harness import SseEvent, Stack, running_stack
+from support.names import model_name
 from support.worker_process import WorkerProcess
 
 from activities.tools import CRASHED_NON_IDEMPOTENT
@@ -67,7 +67,7 @@ async def cluster(
 
 
 async def _chat(stack: Stack, responses: list[FakeResponse]) -> tuple[str, str]:
-    name = f"m-{uuid.uuid4().hex[:10]}"
+    name = model_name()
     stack.fake.script(name, responses)
     chat = await stack.create_chat(model={"provider": "anthropic", "name": name})
     await stack.send(chat["id"], "work")

@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import uuid
 from typing import Any
 
 from harness import Stack, StackFactory
+from support.names import model_name
 
 from chatd.devstack.temporal import TemporalDevServer, temporal_binary
 from chatd.fake_provider.script import FakeResponse, FakeText, FakeToolCall
@@ -20,12 +20,8 @@ ASK_USER = {
 }
 
 
-def _name() -> str:
-    return f"m-{uuid.uuid4().hex[:10]}"
-
-
 async def _requires_action(stack: Stack, calls: list[FakeToolCall], **chat: Any) -> dict[str, Any]:
-    name = _name()
+    name = model_name()
     stack.fake.script(
         name,
         [
@@ -165,7 +161,7 @@ async def test_results_can_be_submitted_with_the_temporal_cli(
 
 
 async def test_the_wait_survives_a_worker_and_gateway_restart(make_stack: StackFactory) -> None:
-    name = _name()
+    name = model_name()
     async with make_stack() as first:
         first.fake.script(
             name,

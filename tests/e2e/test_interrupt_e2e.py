@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 from harness import SseEvent, Stack, StackFactory, sse_events
+from support.names import model_name
 
 import activities.heartbeat
 from chatd.fake_provider.script import (
@@ -23,7 +23,7 @@ INTERRUPTED = "tool call was interrupted before it produced a result"
 
 
 async def _start(stack: Stack, first: FakeResponse) -> tuple[str, str]:
-    name = f"m-{uuid.uuid4().hex[:10]}"
+    name = model_name()
     stack.fake.script(name, [first, FakeResponse(parts=[FakeText(text="after")])])
     chat = await stack.create_chat(model={"provider": "anthropic", "name": name})
     await stack.send(chat["id"], "start")

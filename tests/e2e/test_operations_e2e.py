@@ -5,19 +5,15 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import uuid
 from typing import Any
 
 from harness import Stack, StackFactory, sse_events
+from support.names import model_name
 
 from chatd.devstack.temporal import TemporalDevServer, temporal_binary
 from chatd.fake_provider.script import FakeResponse, FakeText, FakeToolCall
 
 ASK = {"name": "ask", "description": "ask the user", "input_schema": {"type": "object"}}
-
-
-def _name() -> str:
-    return f"m-{uuid.uuid4().hex[:10]}"
 
 
 async def _temporal(server: TemporalDevServer, *args: str, output: str = "json") -> str:
@@ -30,7 +26,7 @@ async def _temporal(server: TemporalDevServer, *args: str, output: str = "json")
 async def test_the_temporal_cli_lists_chats_by_status_and_queries_their_state(
     stack: Stack, temporal_server: TemporalDevServer
 ) -> None:
-    name = _name()
+    name = model_name()
     stack.fake.script(name, [FakeResponse(parts=[FakeToolCall(name="ask", arguments={})])])
     chat = await stack.create_chat(
         model={"provider": "anthropic", "name": name}, dynamic_tools=[ASK]
@@ -72,7 +68,7 @@ async def test_the_temporal_cli_lists_chats_by_status_and_queries_their_state(
 async def test_on_busy_reject_is_409_and_interrupt_stops_the_turn_then_runs_the_message(
     stack: Stack,
 ) -> None:
-    name = _name()
+    name = model_name()
     slow = FakeResponse(parts=[FakeText(text="x " * 200, chunk_size=2)], delta_delay_s=0.05)
     stack.fake.script(name, [slow, FakeResponse(parts=[FakeText(text="second")])])
     chat = await stack.create_chat(model={"provider": "anthropic", "name": name})
@@ -93,7 +89,7 @@ async def test_on_busy_reject_is_409_and_interrupt_stops_the_turn_then_runs_the_
 
 
 async def test_a_queued_message_can_be_dropped_before_its_turn(stack: Stack) -> None:
-    name = _name()
+    name = model_name()
     slow = FakeResponse(parts=[FakeText(text="y " * 100, chunk_size=2)], delta_delay_s=0.05)
     stack.fake.script(name, [slow, FakeResponse(parts=[FakeText(text="kept")])])
     chat = await stack.create_chat(model={"provider": "anthropic", "name": name})
@@ -118,7 +114,7 @@ async def test_a_queued_message_can_be_dropped_before_its_turn(stack: Stack) -> 
 async def test_a_client_resumes_across_a_gateway_restart_without_gap_or_duplicate(
     make_stack: StackFactory,
 ) -> None:
-    name = _name()
+    name = model_name()
     text = " ".join(f"w{i}" for i in range(80))
     async with make_stack() as first:
         stream = FakeResponse(parts=[FakeText(text=text, chunk_size=4)], delta_delay_s=0.05)

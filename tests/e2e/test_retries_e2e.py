@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from harness import SseEvent, Stack, StackFactory
+from support.names import model_name
 
 from activities.model_step import StreamTimeouts
 from chatd.fake_provider.script import FakeError, FakeResponse, FakeText
@@ -25,7 +25,7 @@ async def quick_stack(make_stack: StackFactory) -> AsyncIterator[Stack]:
 async def _run(
     stack: Stack, responses: list[FakeResponse], *, provider: str = "anthropic", final: str
 ) -> tuple[dict[str, Any], list[SseEvent], str]:
-    name = f"m-{uuid.uuid4().hex[:10]}"
+    name = model_name()
     stack.fake.script(name, responses)
     model = {"provider": provider, "name": name}
     chat = await stack.create_chat(model=model)

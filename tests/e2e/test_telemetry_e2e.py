@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -13,6 +12,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from support.names import model_name
 
 from chatd.fake_provider.script import FakeResponse, FakeText, FakeToolCall
 
@@ -38,7 +38,7 @@ def _ancestors(span: ReadableSpan, by_id: dict[int, ReadableSpan]) -> list[Reada
 
 
 async def test_a_turn_is_one_trace_from_the_request_to_the_provider(stack: Stack) -> None:
-    name = f"m-{uuid.uuid4().hex[:10]}"
+    name = model_name()
     stack.fake.script(
         name,
         [

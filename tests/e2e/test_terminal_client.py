@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator
 from urllib.parse import urlsplit
 
 from harness import Stack
+from support.names import model_name
 
 from chatd.devstack.ports import free_port
 from chatd.fake_provider.script import (
@@ -50,10 +51,6 @@ _LATE_SELECT = (
 
 The pause is a C call (no Python code runs in it), so it only widens the window in which a
 loaded machine can deschedule the client between printing the prompt and `select()`."""
-
-
-def _model() -> str:
-    return f"m-{uuid.uuid4().hex[:10]}"
 
 
 def _client_env() -> dict[str, str]:
@@ -156,7 +153,7 @@ async def _cli(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
 async def test_an_answer_streams_with_reasoning_a_tool_call_its_result_and_a_retry(
     stack: Stack,
 ) -> None:
-    name = _model()
+    name = model_name()
     stack.fake.script(
         name,
         [
@@ -192,7 +189,7 @@ async def test_an_answer_streams_with_reasoning_a_tool_call_its_result_and_a_ret
 
 
 async def test_ctrl_c_interrupts_a_slow_stream_and_the_prompt_returns(stack: Stack) -> None:
-    name = _model()
+    name = model_name()
     slow = FakeResponse(parts=[FakeText(text="slow " * 400, chunk_size=5)], delta_delay_s=0.05)
     stack.fake.script(name, [slow, FakeResponse.of_text("after the interrupt")])
     async with _terminal(stack.base_url, stack.key, "chat", "--model", f"anthropic/{name}") as t:
@@ -215,7 +212,7 @@ async def test_ctrl_c_interrupts_a_slow_stream_and_the_prompt_returns(stack: Sta
 
 async def test_ctrl_c_right_after_the_prompt_appears_exits(stack: Stack) -> None:
     """A SIGINT between the prompt being shown and the client waiting for keys is not lost."""
-    chat = await stack.create_chat(model={"provider": "anthropic", "name": _model()})
+    chat = await stack.create_chat(model={"provider": "anthropic", "name": model_name()})
     for delay_s in (0.0, 0.1, 0.2):
         async with _terminal(stack.base_url, stack.key, "chat", chat["id"], late_select=True) as t:
             await t.expect(PROMPT)
@@ -225,7 +222,7 @@ async def test_ctrl_c_right_after_the_prompt_appears_exits(stack: Stack) -> None
 
 
 async def test_ctrl_c_right_after_a_tool_prompt_appears_interrupts_the_turn(stack: Stack) -> None:
-    name = _model()
+    name = model_name()
     call = FakeToolCall(name="ask_user", arguments={"question": "Why?"})
     stack.fake.script(name, [FakeResponse(parts=[call])])
     chat = await stack.create_chat(
@@ -244,7 +241,7 @@ async def test_ctrl_c_right_after_a_tool_prompt_appears_interrupts_the_turn(stac
 async def test_a_dynamic_tool_call_is_answered_at_the_prompt_then_resumed_and_listed(
     stack: Stack,
 ) -> None:
-    name = _model()
+    name = model_name()
     stack.fake.script(
         name,
         [
@@ -290,7 +287,7 @@ async def test_a_dynamic_tool_call_is_answered_at_the_prompt_then_resumed_and_li
 
 
 async def test_resuming_a_chat_that_waits_for_a_tool_result_asks_for_it(stack: Stack) -> None:
-    name = _model()
+    name = model_name()
     call = FakeToolCall(name="ask_user", arguments={"question": "Why?"})
     stack.fake.script(name, [FakeResponse(parts=[call]), FakeResponse.of_text("Understood.")])
     chat = await stack.create_chat(
@@ -308,7 +305,7 @@ async def test_resuming_a_chat_that_waits_for_a_tool_result_asks_for_it(stack: S
 
 
 async def test_a_dropped_stream_reconnects_without_repeating_text(stack: Stack) -> None:
-    name = _model()
+    name = model_name()
     words = " ".join(f"w{i:02d}" for i in range(60))
     stack.fake.script(
         name, [FakeResponse(parts=[FakeText(text=words, chunk_size=4)], delta_delay_s=0.1)]
@@ -331,7 +328,7 @@ async def test_a_dropped_stream_reconnects_without_repeating_text(stack: Stack) 
 async def test_without_a_terminal_lines_are_read_from_stdin_and_a_turn_error_is_shown(
     stack: Stack,
 ) -> None:
-    name = _model()
+    name = model_name()
     bad = FakeError(status=400, type="invalid_request_error", message="bad things happened")
     stack.fake.script(name, [FakeResponse(error=bad), FakeResponse.of_text("fine now")])
     args = ("chat", "--model", f"anthropic/{name}", "--url", stack.base_url)

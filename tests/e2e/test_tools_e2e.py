@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
@@ -11,6 +10,7 @@ from typing import Any
 import pytest
 from harness import Stack, StackFactory
 from pydantic import BaseModel
+from support.names import model_name
 
 from chatd.fake_provider.script import FakeResponse, FakeText, FakeToolCall
 from chatd.tools.base import Tool, ToolContext, ToolOutput, ToolRegistry
@@ -71,16 +71,12 @@ async def tool_stack(make_stack: StackFactory) -> AsyncIterator[Stack]:
         yield stack
 
 
-def _name() -> str:
-    return f"m-{uuid.uuid4().hex[:10]}"
-
-
 def _results(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [p for m in messages if m["role"] == "tool" for p in m["parts"]]
 
 
 async def _turn(stack: Stack, responses: list[FakeResponse], **chat: Any) -> tuple[str, str]:
-    name = _name()
+    name = model_name()
     stack.fake.script(name, responses)
     created = await stack.create_chat(model={"provider": "anthropic", "name": name}, **chat)
     await stack.send(created["id"], "go")

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from harness import Stack, StackFactory
+from support.names import model_name
 from temporalio.worker import Worker
 
 import api.turns
@@ -37,7 +38,7 @@ MODES: list[dict[str, Any]] = [
 
 
 def _model(**config: Any) -> dict[str, Any]:
-    return {"name": f"m-{uuid.uuid4().hex[:10]}", **config}
+    return {"name": model_name(), **config}
 
 
 def _texts(message: dict[str, Any]) -> str:

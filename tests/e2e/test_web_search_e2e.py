@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 import pytest
 from harness import Stack
+from support.names import model_name
 
 from chatd.fake_provider.script import FakeResponse, FakeSearchResult, FakeText, FakeWebSearch
 
@@ -27,7 +27,7 @@ MODES = [
 async def test_a_web_search_is_kept_in_order_and_sent_back_next_step(
     stack: Stack, mode: dict[str, Any]
 ) -> None:
-    name = f"m-{uuid.uuid4().hex[:10]}"
+    name = model_name()
     stack.fake.script(
         name,
         [
