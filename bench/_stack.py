@@ -3,16 +3,16 @@
 `services()` starts PostgreSQL (data dir in a temp dir, fsync off), the Temporal dev server
 (headless, in-memory, chatd's dynamic config) and the fake provider; `running_stack()` adds
 a migrated database, a worker built by `workers.worker.build_worker`, the gateway and an
-authenticated HTTP client, all in this process (like tests/e2e/harness.py). Everything is
-torn down, and the temp dir removed, when the context managers exit.
+authenticated HTTP client, all in this process: the tests' stack (tests/support/stack.py).
+Everything is torn down, and the temp dir removed, when the context managers exit.
 
 For benchmarks with separate processes: `ChildProcess` / `gateway_process()` (`chatd api`),
-`WorkerProcess` (`chatd worker`, from tests/support),
-`serve_fake_provider()` (the fake provider in a child process), `ProcessMeter` (CPU and peak
-RSS per process, psutil) and `RawSseClient` (a lean SSE client for hundreds of streams).
+`WorkerProcess` (`chatd worker`, tests/support/worker_process.py), `serve_fake_provider()`
+(the fake provider in a child process), `ProcessMeter` (CPU and peak RSS per process,
+psutil) and `RawSseClient` (a lean SSE client for hundreds of streams).
 
 Benchmarks import it as `import _stack` (running `python bench/<name>.py` puts bench/ on
-sys.path).
+sys.path); it puts tests/ on sys.path for the helpers shared with the tests (`support`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import compileall
 import contextlib
-import json
 import math
 import os
 import shutil
@@ -45,9 +44,8 @@ from starlette.responses import JSONResponse
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from api.app import GatewayConfig, create_app
+from chatd.client.http import parse_sse, parse_sse_frame
 from chatd.devstack.ports import (
-    free_port,
     pdeathsig_preexec,
     register_child,
     unregister_child,
@@ -58,18 +56,12 @@ from chatd.fake_provider.script import FakeRequest, FakeResponse, ScriptBook
 from chatd.fake_provider.server import FakeProviderServer
 from chatd.fake_provider.server import create_app as create_fake_app
 from chatd.providers import close_clients
-from chatd.serving import EmbeddedServer
-from chatd.settings import TemporalSettings
-from chatd.store.db import connect_pool, migrate
-from chatd.store.hub import NotifyHub
-from chatd.store.keys import KeyStore
-from chatd.tools.defaults import default_registry
-from workers.client import connect_temporal
-from workers.worker import WorkerConfig, build_worker, listen_for_interrupts
 
 # The helpers shared with the tests live in tests/support (imported there as `support`).
 sys.path.append(str(Path(__file__).resolve().parents[1] / "tests"))
 from support.postgres import THROWAWAY_PG_SETTINGS
+from support.stack import Stack
+from support.stack import running_stack as shared_running_stack
 from support.worker_process import WorkerProcess
 
 __all__ = [
@@ -161,29 +153,39 @@ async def services(
 
 @dataclass
 class BenchStack:
-    """A migrated database, a worker, the gateway, and an HTTP client for one owner."""
+    """The tests' in-process stack (`support.stack.Stack`) on `services`, for benchmarks."""
 
     services: Services
-    pool: asyncpg.Pool
-    temporal: Client
-    worker: Worker
-    task_queue: str
-    base_url: str
-    http: httpx.AsyncClient
+    stack: Stack
+
+    @property
+    def pool(self) -> asyncpg.Pool:
+        """The stack's database pool."""
+        return self.stack.pool
+
+    @property
+    def temporal(self) -> Client:
+        """The stack's Temporal client."""
+        return self.stack.temporal
+
+    @property
+    def worker(self) -> Worker:
+        """The in-process worker."""
+        assert self.stack.worker is not None
+        return self.stack.worker
+
+    @property
+    def http(self) -> httpx.AsyncClient:
+        """An HTTP client of the gateway with the benchmark's API key."""
+        return self.stack.http
 
     async def create_chat(self, **body: Any) -> str:
         """POST /chats; returns the chat id."""
-        response = await self.http.post("/chats", json=body)
-        response.raise_for_status()
-        return str(response.json()["id"])
+        return str((await self.stack.create_chat(**body))["id"])
 
     async def send(self, chat_id: str, content: str) -> dict[str, Any]:
         """POST a message; returns the 202 body."""
-        response = await self.http.post(f"/chats/{chat_id}/messages", json={"content": content})
-        if response.status_code != 202:
-            raise RuntimeError(f"send failed: {response.status_code} {response.text}")
-        result: dict[str, Any] = response.json()
-        return result
+        return await self.stack.send(chat_id, content)
 
     def listen(self, chat_id: str) -> SseListener:
         """An SSE listener on the chat (use as `async with`)."""
@@ -197,70 +199,27 @@ async def running_stack(
     worker_overrides: Mapping[str, Any] | None = None,
     announced_interrupts: bool = True,
 ) -> AsyncIterator[BenchStack]:
-    """Migrate, start a worker (as `build_worker` makes it) and the gateway; tear down after.
+    """`support.stack.running_stack` on `svc`, set up as deployed (titles on); tear down after.
 
     `worker_overrides` replace Worker constructor options (for experiments);
     `announced_interrupts=False` leaves interrupts to the heartbeat (the worker doesn't listen).
     """
-    await migrate(svc.database_url)
     task_queue = f"bench-{uuid.uuid4().hex[:8]}"
-    settings = TemporalSettings(address=svc.temporal.address, task_queue=task_queue)
-    pool = await connect_pool(svc.database_url)
-    server: EmbeddedServer | None = None
-    resources = contextlib.AsyncExitStack()
     try:
-        client = await connect_temporal(settings)
-        key = await KeyStore(pool).create("bench")
-        interrupts = (
-            await resources.enter_async_context(listen_for_interrupts(svc.database_url))
-            if announced_interrupts
-            else None
-        )
-        worker = _worker(client, pool, svc, task_queue, worker_overrides, interrupts)
-        port = free_port()
-        server = EmbeddedServer(
-            create_app(GatewayConfig(database_url=svc.database_url, temporal=settings)),
-            "127.0.0.1",
-            port,
-        )
-        base_url = f"http://127.0.0.1:{port}/api/v1"
-        await server.start()
-        async with (
-            httpx.AsyncClient(
-                base_url=base_url, headers={"Authorization": f"Bearer {key}"}, timeout=60
-            ) as http,
-            worker,
-        ):
-            yield BenchStack(svc, pool, client, worker, task_queue, base_url, http)
+        async with shared_running_stack(
+            database_url=svc.database_url,
+            temporal_address=svc.temporal.address,
+            fake=svc.fake,
+            workspace=Path(tempfile.gettempdir()) / f"chatd-bench-ws-{task_queue}",
+            generate_titles=True,
+            task_queue=task_queue,
+            announced_interrupts=announced_interrupts,
+            worker_overrides=worker_overrides,
+            http_timeout_s=60,
+        ) as stack:
+            yield BenchStack(svc, stack)
     finally:
-        if server is not None:
-            await server.stop()
-        await resources.aclose()
         await close_clients()
-        await pool.close()
-
-
-def _worker(
-    client: Client,
-    pool: asyncpg.Pool,
-    svc: Services,
-    task_queue: str,
-    overrides: Mapping[str, Any] | None,
-    interrupts: NotifyHub | None,
-) -> Worker:
-    """`build_worker`'s worker; with overrides, a copy of its settings with them applied."""
-    config = WorkerConfig(
-        task_queue=task_queue,
-        providers=svc.fake.provider_settings(),
-        registry=default_registry(),
-        workspace_root=Path(tempfile.gettempdir()) / f"chatd-bench-ws-{task_queue}",
-    )
-    if not overrides:
-        return build_worker(client, pool, config, interrupts=interrupts)
-    # A worker registers its task queue when constructed: build the template on another one.
-    config.task_queue = f"{task_queue}-template"
-    template = build_worker(client, pool, config, interrupts=interrupts)
-    return Worker(**{**template.config(), "task_queue": task_queue, **overrides})
 
 
 # --- SSE -------------------------------------------------------------------------------------
@@ -268,7 +227,8 @@ def _worker(
 
 @dataclass
 class SseEvent:
-    """One SSE frame and when it was parsed (`time.perf_counter()` / `time.time_ns()`)."""
+    """A chat event (as `chatd.client.http.parse_sse` reads it) and when it arrived
+    (`time.perf_counter()` / `time.time_ns()`)."""
 
     id: int | None
     event: str
@@ -320,25 +280,17 @@ class SseListener:
         path = f"/chats/{self.chat_id}/stream"
         async with self.http.stream("GET", path, timeout=None) as response:
             response.raise_for_status()
-            frame: dict[str, str] = {}
-            async for line in response.aiter_lines():
-                if line.startswith("retry:"):
-                    self._ready.set()  # the server's generator runs: we are subscribed
-                elif line == "":
-                    if "event" in frame:
-                        self.events.put_nowait(
-                            SseEvent(
-                                id=int(frame["id"]) if "id" in frame else None,
-                                event=frame["event"],
-                                data=json.loads(frame.get("data", "{}")),
-                                at=time.perf_counter(),
-                                at_ns=time.time_ns(),
-                            )
-                        )
-                    frame = {}
-                elif not line.startswith(":") and ":" in line:
-                    name, _, value = line.partition(":")
-                    frame[name] = value.lstrip(" ")
+            async for event in parse_sse(self._lines(response)):
+                stamped = SseEvent(
+                    event.id, event.event, event.data, time.perf_counter(), time.time_ns()
+                )
+                self.events.put_nowait(stamped)
+
+    async def _lines(self, response: httpx.Response) -> AsyncIterator[str]:
+        async for line in response.aiter_lines():
+            if line.startswith("retry:"):
+                self._ready.set()  # the server's generator runs: we are subscribed
+            yield line
 
 
 # --- statistics ------------------------------------------------------------------------------
@@ -679,9 +631,9 @@ class RawSseClient(asyncio.Protocol):
         elif b"event: message_part" in frame:
             self.frames.append((now, frame))
         elif b"event: status" in frame:
-            data = json.loads(frame.split(b"\ndata: ", 1)[1])
-            if data.get("status") in ("waiting", "error"):
-                self.status = data["status"]
+            status = _data(frame).get("status")
+            if status in ("waiting", "error"):
+                self.status = status
                 self.finished_ns = now
                 self.finished.set()
 
@@ -701,4 +653,10 @@ class RawSseClient(asyncio.Protocol):
 
     def parts(self) -> list[tuple[int, dict[str, Any]]]:
         """(receive time ns, event data) of every message_part received."""
-        return [(ns, json.loads(f.split(b"\ndata: ", 1)[1])) for ns, f in self.frames]
+        return [(ns, _data(frame)) for ns, frame in self.frames]
+
+
+def _data(frame: bytes) -> dict[str, Any]:
+    """The data of one of `RawSseClient`'s raw frames, read by the one SSE parser."""
+    event = parse_sse_frame(frame.decode().split("\n"))
+    return event.data if event is not None else {}

@@ -6,7 +6,7 @@ import asyncio
 import itertools
 import json
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -25,6 +25,7 @@ __all__ = [
     "PendingCall",
     "SendResult",
     "parse_sse",
+    "parse_sse_frame",
 ]
 
 READ_TIMEOUT_S = 45.0
@@ -221,20 +222,29 @@ def _reason(err: BaseException) -> str:
 
 async def parse_sse(lines: AsyncIterator[str]) -> AsyncIterator[Event]:
     """Events of an SSE body given line by line (comments and `retry:` are skipped)."""
-    frame: dict[str, str] = {}
+    frame: list[str] = []
     async for line in lines:
-        if line == "":
-            if "event" in frame or "data" in frame:
-                yield _event(frame)
-            frame = {}
+        if line:
+            frame.append(line)
             continue
+        event = parse_sse_frame(frame)
+        if event is not None:
+            yield event
+        frame = []
+
+
+def parse_sse_frame(lines: Iterable[str]) -> Event | None:
+    """The event of one SSE frame, given its lines; None for a frame of comments or `retry:`."""
+    fields: dict[str, str] = {}
+    for line in lines:
         if line.startswith(":"):
             continue
         name, _, value = line.partition(":")
         value = value[1:] if value.startswith(" ") else value
-        if name == "data" and "data" in frame:
-            value = frame["data"] + "\n" + value
-        frame[name] = value
+        if name == "data" and "data" in fields:
+            value = fields["data"] + "\n" + value
+        fields[name] = value
+    return _event(fields) if "event" in fields or "data" in fields else None
 
 
 def _event(frame: dict[str, str]) -> Event:

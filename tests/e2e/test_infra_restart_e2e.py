@@ -13,7 +13,6 @@ import contextlib
 import json
 import threading
 import time
-import uuid
 from collections import Counter
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -22,12 +21,14 @@ from typing import Any
 
 import httpx
 import pytest
-from harness import SseEvent, Stack, parse_sse, running_stack
+from harness import SseEvent, Stack, running_stack
 from support.chaos_tools import TOOLS as CHAOS_TOOLS
+from support.names import model_name
 from support.postgres import THROWAWAY_PG_SETTINGS
 from temporalio.client import WorkflowExecutionStatus
 
 from activities.compaction import TITLE_INSTRUCTIONS
+from chatd.client.http import parse_sse
 from chatd.devstack.postgres import PostgresProcess
 from chatd.devstack.temporal import TemporalDevServer
 from chatd.fake_provider.script import (
@@ -171,7 +172,7 @@ def _first_attempt_deltas(fake: FakeProviderServer, model: str) -> list[DeltaRec
 
 async def _start_turn(stack: Stack, script: StepScript) -> tuple[str, str]:
     """A chat on a fresh fake model running `script`, with its first message sent."""
-    name = f"m-{uuid.uuid4().hex[:10]}"
+    name = model_name()
     stack.fake.script(name, script)
     chat = await stack.create_chat(model={"provider": "anthropic", "name": name})
     await stack.send(chat["id"], "work")

@@ -1,0 +1,208 @@
+"""A chatd stack in one process, for end-to-end tests and benchmarks.
+
+`running_stack()` migrates a database, starts a worker (as `workers.worker.build_worker`
+makes it) and the gateway, and yields HTTP clients for two owners; the caller runs Postgres,
+the Temporal server and the fake provider. Everything is torn down when it exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from activities.model_step import StreamTimeouts
+from api.app import GatewayConfig, create_app
+from chatd.client.http import Event, parse_sse
+from chatd.devstack.ports import free_port
+from chatd.fake_provider.server import FakeProviderServer
+from chatd.serving import EmbeddedServer
+from chatd.settings import TemporalSettings
+from chatd.store.db import connect_pool, migrate
+from chatd.store.hub import NotifyHub
+from chatd.store.keys import KeyStore
+from chatd.tools.base import ToolRegistry
+from chatd.tools.defaults import default_registry
+from workers.client import connect_temporal
+from workers.worker import WorkerConfig, build_worker, listen_for_interrupts
+
+__all__ = ["SseEvent", "Stack", "running_stack", "sse_events"]
+
+SseEvent = Event
+"""One event of a chat's stream, as the one SSE parser (`chatd.client.http`) reads it."""
+
+
+@dataclass
+class Stack:
+    """A running stack and an HTTP client for each of two owners."""
+
+    http: httpx.AsyncClient
+    other_owner: httpx.AsyncClient
+    fake: FakeProviderServer
+    pool: asyncpg.Pool
+    temporal: Client
+    task_queue: str
+    base_url: str
+    key: str
+    worker: Worker | None
+
+    async def create_chat(self, **body: Any) -> dict[str, Any]:
+        """POST /chats and return the chat."""
+        response = await self.http.post("/chats", json=body)
+        assert response.status_code == 201, response.text
+        chat: dict[str, Any] = response.json()
+        return chat
+
+    async def send(self, chat_id: str, content: str, **extra: Any) -> dict[str, Any]:
+        """POST a message and return the answer."""
+        response = await self.http.post(
+            f"/chats/{chat_id}/messages", json={"content": content, **extra}
+        )
+        assert response.status_code == 202, response.text
+        result: dict[str, Any] = response.json()
+        return result
+
+    async def messages(self, chat_id: str) -> list[dict[str, Any]]:
+        """The whole transcript."""
+        response = await self.http.get(f"/chats/{chat_id}/messages", params={"limit": 500})
+        assert response.status_code == 200, response.text
+        messages: list[dict[str, Any]] = response.json()["messages"]
+        return messages
+
+    async def events_until(
+        self, chat_id: str, done: Any, *, after: int = 0, within_s: float = 30.0
+    ) -> list[SseEvent]:
+        """Stream the chat's events from `after` until `done(event)` is true."""
+        events: list[SseEvent] = []
+
+        async def read() -> None:
+            async for event in sse_events(self.http, chat_id, after=after):
+                events.append(event)
+                if done(event):
+                    return
+
+        await asyncio.wait_for(read(), within_s)
+        return events
+
+    async def wait_status(
+        self, chat_id: str, status: str, *, after: int = 0, within_s: float = 30.0
+    ) -> list[SseEvent]:
+        """Events until the chat reports `status` (from event id `after`)."""
+        return await self.events_until(
+            chat_id,
+            lambda e: e.event == "status" and e.data["status"] == status,
+            after=after,
+            within_s=within_s,
+        )
+
+
+async def sse_events(
+    http: httpx.AsyncClient, chat_id: str, *, after: int = 0, headers: dict[str, str] | None = None
+) -> AsyncIterator[SseEvent]:
+    """The chat's stream, parsed (from `after`, or from the cursor in `headers`)."""
+    params = {"after": after} if headers is None else None
+    async with http.stream(
+        "GET", f"/chats/{chat_id}/stream", params=params, headers=headers, timeout=None
+    ) as response:
+        assert response.status_code == 200, await response.aread()
+        async for event in parse_sse(response.aiter_lines()):
+            yield event
+
+
+@asynccontextmanager
+async def running_stack(
+    *,
+    database_url: str,
+    temporal_address: str,
+    fake: FakeProviderServer,
+    workspace: Path,
+    registry: ToolRegistry | None = None,
+    with_worker: bool = True,
+    stream_timeouts: StreamTimeouts | None = None,
+    generate_titles: bool = False,
+    task_queue: str | None = None,
+    announced_interrupts: bool = True,
+    worker_overrides: Mapping[str, Any] | None = None,
+    http_timeout_s: float = 5.0,
+) -> AsyncIterator[Stack]:
+    """Migrate the database, start a worker and a gateway, and yield a client.
+
+    `generate_titles` is off by default: a title request would take a scripted model's answer.
+    `announced_interrupts=False`: the worker doesn't listen for the gateway's interrupt
+    announcements, so interrupts reach a streaming step with its next heartbeat only.
+    `worker_overrides` replace `temporalio.worker.Worker` options (for experiments).
+    """
+    await migrate(database_url)
+    task_queue = task_queue or f"test-{uuid.uuid4().hex[:12]}"
+    settings = TemporalSettings(address=temporal_address, task_queue=task_queue)
+    config = WorkerConfig(
+        task_queue=task_queue,
+        providers=fake.provider_settings(),
+        registry=registry or default_registry(),
+        workspace_root=workspace,
+        stream_timeouts=stream_timeouts or StreamTimeouts(),
+        generate_titles=generate_titles,
+    )
+    async with AsyncExitStack() as resources:
+        pool = await connect_pool(database_url)
+        resources.push_async_callback(pool.close)
+        client = await connect_temporal(settings)
+        keys = KeyStore(pool)
+        key, other_key = await keys.create("alice"), await keys.create("bob")
+        worker: Worker | None = None
+        if with_worker:
+            interrupts = (
+                await resources.enter_async_context(listen_for_interrupts(database_url))
+                if announced_interrupts
+                else None
+            )
+            worker = _worker(client, pool, config, interrupts, worker_overrides)
+        gateway = GatewayConfig(
+            database_url=database_url, temporal=settings, generate_titles=generate_titles
+        )
+        base_url = await _serve(resources, gateway)
+        http = await resources.enter_async_context(_owner(base_url, key, http_timeout_s))
+        other = await resources.enter_async_context(_owner(base_url, other_key, http_timeout_s))
+        if worker is not None:
+            await resources.enter_async_context(worker)
+        yield Stack(http, other, fake, pool, client, task_queue, base_url, key, worker)
+
+
+async def _serve(resources: AsyncExitStack, config: GatewayConfig) -> str:
+    """Start the gateway on a free port until `resources` close; its base URL."""
+    port = free_port()
+    server = EmbeddedServer(create_app(config), "127.0.0.1", port)
+    await server.start()
+    resources.push_async_callback(server.stop)
+    return f"http://127.0.0.1:{port}/api/v1"
+
+
+def _owner(base_url: str, key: str, timeout_s: float) -> httpx.AsyncClient:
+    return httpx.AsyncClient(
+        base_url=base_url, headers={"Authorization": f"Bearer {key}"}, timeout=timeout_s
+    )
+
+
+def _worker(
+    client: Client,
+    pool: asyncpg.Pool,
+    config: WorkerConfig,
+    interrupts: NotifyHub | None,
+    overrides: Mapping[str, Any] | None,
+) -> Worker:
+    """`build_worker`'s worker; with overrides, a copy of its options with them applied."""
+    if not overrides:
+        return build_worker(client, pool, config, interrupts=interrupts)
+    # A worker registers its task queue when constructed: build the template on another one.
+    task_queue, config.task_queue = config.task_queue, f"{config.task_queue}-template"
+    template = build_worker(client, pool, config, interrupts=interrupts)
+    return Worker(**{**template.config(), "task_queue": task_queue, **overrides})
