@@ -120,7 +120,7 @@ def _activity_counts(history: WorkflowHistory) -> tuple[int, int]:
         if e.event_type != EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             continue
         name = e.activity_task_scheduled_event_attributes.activity_type.name
-        steps += name in ("stream_model_step", "stream_first_model_step")
+        steps += name == "stream_model_step"
         compactions += name == "compact_context"
     return steps, compactions
 

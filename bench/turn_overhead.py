@@ -199,8 +199,7 @@ def model_steps(history: WorkflowHistory) -> int:
         1
         for e in history.events
         if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-        and e.activity_task_scheduled_event_attributes.activity_type.name
-        in ("stream_model_step", "stream_first_model_step")
+        and e.activity_task_scheduled_event_attributes.activity_type.name == "stream_model_step"
     )
 
 
