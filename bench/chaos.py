@@ -1,6 +1,7 @@
 """Do turns survive workers being SIGKILLed at random? Run from the repo root:
 
     python bench/chaos.py [--turns 200] [--concurrency 10] [--seed 1] [--kill-every 3-8]
+    python bench/chaos.py --faults [--deadline 20] ...   # and provider faults: chaos_faults.py
 
 N turns run through the in-process gateway, `--concurrency` at a time, on TWO `chatd worker`
 processes, while a chaos loop SIGKILLs one of them every 3-8 s (at random) and starts it
@@ -14,6 +15,9 @@ duplicate messages (both must be 0) and the recovery time of each turn that was 
 on a killed worker: kill -> first delta of the retried attempt at the SSE client (the
 attempt announces itself with a `reset` event). Exit status 1 if anything was lost or
 duplicated, a turn did not finish, or the recovery p50 is 10 s or more.
+
+`--faults` runs the same kills with provider errors, poison messages and failing
+compactions besides; see `chaos_faults.py` for what it injects and checks.
 """
 
 from __future__ import annotations
@@ -21,32 +25,24 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
-import signal
 import statistics
 import sys
-import tempfile
 import time
-import uuid
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import _stack
+import chaos_faults
 import httpx
-from _stack import SseEvent, SseListener, WorkerProcess, percentile, say
+from _chaos_rig import Kill, Rig, chaos_rig, killing
+from _stack import SseEvent, SseListener, percentile, say
 from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.client import Client
 
 from activities.compaction import TITLE_INSTRUCTIONS
-from api.app import GatewayConfig, create_app
-from chatd.devstack.ports import free_port
 from chatd.fake_provider.script import FakeRequest, FakeResponse, FakeText, FakeToolCall
-from chatd.serving import EmbeddedServer
-from chatd.settings import TemporalSettings
-from chatd.store.db import connect_pool, migrate
-from chatd.store.keys import KeyStore
 
 MODEL = "chaos-model"
 INTRO = "Let me check the time."
@@ -147,57 +143,6 @@ async def run_turn(http: httpx.AsyncClient, turn: Turn) -> None:
     messages = await http.get(f"/chats/{turn.chat_id}/messages", params={"limit": 500})
     messages.raise_for_status()
     turn.transcript = [signature(m) for m in messages.json()["messages"]]
-
-
-# --- chaos -----------------------------------------------------------------------------------
-
-
-@dataclass
-class Kill:
-    """A SIGKILL sent to worker `worker` at `at` (perf_counter)."""
-
-    at: float
-    worker: int
-    restarted_in: float = 0.0
-    """Kill -> the new process polls (seconds)."""
-
-
-async def polling(worker: WorkerProcess, previous: int, within_s: float = 60.0) -> int:
-    """Wait until the worker's log has more "polling" lines than `previous`; their count."""
-    async with asyncio.timeout(within_s):
-        while True:
-            count = worker.log.read_text(errors="replace").count("worker polling task queue")
-            if count > previous:
-                return count
-            if not worker.running:
-                raise RuntimeError(f"worker exited during startup; see {worker.log}")
-            await asyncio.sleep(0.05)
-
-
-async def chaos_loop(
-    workers: list[WorkerProcess],
-    stop: asyncio.Event,
-    rng: random.Random,
-    every: tuple[float, float],
-    kills: list[Kill],
-) -> None:
-    """SIGKILL a random worker every `every` seconds and start it again at once."""
-    polls = [await polling(w, 0) for w in workers]
-    while not stop.is_set():
-        try:
-            await asyncio.wait_for(stop.wait(), rng.uniform(*every))
-            return
-        except TimeoutError:
-            pass
-        victim = rng.randrange(len(workers))
-        kill = Kill(at=time.perf_counter(), worker=victim)
-        workers[victim].signal(signal.SIGKILL)
-        kills.append(kill)
-        await asyncio.to_thread(workers[victim].wait, 10.0)
-        workers[victim].start()
-        polls[victim] = await polling(workers[victim], polls[victim])
-        kill.restarted_in = time.perf_counter() - kill.at
-        say(f"kill #{len(kills)}: worker {victim} (back in {kill.restarted_in:.1f}s)")
 
 
 # --- analysis --------------------------------------------------------------------------------
@@ -335,70 +280,27 @@ def report(
 
 
 async def main(args: argparse.Namespace) -> bool:
-    """Run the benchmark; whether it passed."""
+    """Run the benchmark (the plain run, or `--faults`); whether it passed."""
     rng = random.Random(args.seed)
-    logs = Path(tempfile.mkdtemp(prefix="chatd-chaos-logs-"))
-    async with _stack.services() as svc:
-        svc.fake.script(MODEL, respond)
-        await migrate(svc.database_url)
-        task_queue = f"chaos-{uuid.uuid4().hex[:8]}"
-        pool = await connect_pool(svc.database_url)
-        key = await KeyStore(pool).create("chaos")
-        await pool.close()
-        settings = TemporalSettings(address=svc.temporal.address, task_queue=task_queue)
-        port = free_port()
-        gateway = EmbeddedServer(
-            create_app(GatewayConfig(database_url=svc.database_url, temporal=settings)),
-            "127.0.0.1",
-            port,
-        )
-        workers = [
-            WorkerProcess(
-                database_url=svc.database_url,
-                temporal_address=svc.temporal.address,
-                task_queue=task_queue,
-                fake=svc.fake,
-                workspace=logs / "workspaces",
-                log=logs / f"worker-{i}.log",
-                tools=None,
-                titles=True,  # as in production; `respond` answers title requests
-            )
-            for i in range(2)
-        ]
-        say(f"worker logs in {logs}")
-        await gateway.start()
-        try:
-            for worker in workers:
-                worker.start()
-            return await _run(args, rng, workers, f"http://127.0.0.1:{port}/api/v1", key)
-        finally:
-            for worker in workers:
-                await asyncio.to_thread(worker.stop)
-            await gateway.stop()
+    if args.faults:
+        os.environ["CHATD_RETRY_DEADLINE_S"] = str(args.deadline)  # the in-process gateway's
+        async with chaos_rig(chaos_faults.worker_env(args)) as rig:
+            return await chaos_faults.run(args, rng, rig)
+    async with chaos_rig() as rig:
+        rig.fake.script(MODEL, respond)
+        return await _run(args, rng, rig)
 
 
-async def _run(
-    args: argparse.Namespace,
-    rng: random.Random,
-    workers: list[WorkerProcess],
-    base_url: str,
-    key: str,
-) -> bool:
-    kills: list[Kill] = []
-    stop = asyncio.Event()
-    chaos = asyncio.create_task(chaos_loop(workers, stop, rng, args.kill_every, kills))
-    for worker in workers:
-        await polling(worker, 0)
-    say(f"2 workers polling; {args.turns} turns, {args.concurrency} at a time")
+async def _run(args: argparse.Namespace, rng: random.Random, rig: Rig) -> bool:
+    say(f"{args.turns} turns, {args.concurrency} at a time")
     turns = [Turn(i) for i in range(args.turns)]
     gate = asyncio.Semaphore(args.concurrency)
     done = 0
     started = time.perf_counter()
-    limits = httpx.Limits(max_connections=4 * args.concurrency + 10)
-    headers = {"Authorization": f"Bearer {key}"}
-    async with httpx.AsyncClient(
-        base_url=base_url, headers=headers, timeout=60, limits=limits
-    ) as http:
+    async with (
+        rig.http(args.concurrency) as http,
+        killing(rig.workers, rng, args.kill_every) as kills,
+    ):
 
         async def one(turn: Turn) -> None:
             nonlocal done
@@ -413,10 +315,8 @@ async def _run(
                 say(f"{done}/{len(turns)} turns done, {len(kills)} kills, {resets} resets")
 
         await asyncio.gather(*(one(t) for t in turns))
-    wall = time.perf_counter() - started
-    stop.set()
-    await chaos
-    client = await Client.connect(workers[0].env["TEMPORAL_ADDRESS"])
+        wall = time.perf_counter() - started
+    client = await Client.connect(rig.temporal_address)
     return report(turns, kills, wall, await history_findings(client, turns))
 
 
@@ -433,6 +333,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=None, help="random seed (kill timing)")
     parser.add_argument(
         "--kill-every", type=_range, default=(3.0, 8.0), help="seconds between kills, e.g. 3-8"
+    )
+    parser.add_argument(
+        "--faults", action="store_true", help="inject provider and compaction faults too"
+    )
+    parser.add_argument(
+        "--deadline", type=int, default=20, help="--faults: CHATD_RETRY_DEADLINE_S (seconds)"
+    )
+    parser.add_argument(
+        "--reconcile-grace", type=float, default=15.0, help="--faults: reconciler grace (s)"
+    )
+    parser.add_argument(
+        "--reconcile-interval", type=float, default=5.0, help="--faults: reconciler sweeps (s)"
     )
     return parser.parse_args(argv)
 
