@@ -3,10 +3,12 @@
 Every chat gets a `Plan` (drawn from a seeded RNG): no fault, a few retryable provider errors
 that then clear, a retryable error that never clears, one non-retryable error, a poison
 model or message the provider always refuses, a compaction whose summary fails (or works),
-or a prompt over the fake's context window. `FaultScript` is the responder of the chats'
-models: it finds the chat's plan from the turn number in the request's messages and answers
-as the plan says, until `stop()` turns the faults off (then every request gets its normal
-answer). Each plan knows what its turn must end with and what its transcript must be.
+a prompt over the fake's context window, or a turn (retrying a 529) whose workflow run an
+operator terminates (`chaos_faults.py` does that; the reconciler must end it). `FaultScript`
+is the responder of the chats' models: it finds the chat's plan from the turn number in the
+request's messages and answers as the plan says, until `stop()` turns the faults off (then
+every request gets its normal answer). Each plan knows how its turn must end and what its
+transcript must be.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ Kind = Literal[
     "poison_message",
     "compaction",
     "overflow",
+    "terminated",
 ]
 WEIGHTS: dict[Kind, int] = {
     "clean": 25,
@@ -68,6 +71,7 @@ WEIGHTS: dict[Kind, int] = {
     "poison_message": 5,
     "compaction": 15,
     "overflow": 5,
+    "terminated": 4,
 }
 RETRYABLE = ("529", "500", "429", "mid-stream", "disconnect")
 FATAL = ("400", "401", "mid-stream-400")
@@ -130,6 +134,8 @@ class Plan:
             return "error", {"auth" if self.faults == ["401"] else "invalid_request"}
         if self.kind == "overflow":
             return "error", {"context_exceeded"}
+        if self.kind == "terminated":
+            return "error", {"internal"}  # ended by the reconciler
         if self.kind == "compaction":
             # An overloaded summary is retried for the deadline, then ends with its own kind.
             kinds: dict[str, set[str | None]] = {
@@ -179,6 +185,8 @@ def draw_plan(index: int, rng: random.Random) -> Plan:
         plan.faults = [rng.choice(RETRYABLE) for _ in range(rng.randint(1, 2))]
     elif kind == "persistent":
         plan.faults = [rng.choice(("529", "500", "429"))]
+    elif kind == "terminated":
+        plan.faults = ["529"]  # the turn is retrying when its run is terminated
     elif kind == "fatal":
         plan.faults = [rng.choice(FATAL)]
     elif kind == "compaction":
@@ -254,7 +262,7 @@ class FaultScript:
         normal = _normal_step(plan.index, step)
         if not self.on or step != plan.step:
             return normal
-        if plan.kind in ("persistent", "fatal"):
+        if plan.kind in ("persistent", "fatal", "terminated"):
             return _faulty(plan.faults[0], normal, plan.after_deltas)
         with self._lock:
             pending = self._pending.get(plan.index)

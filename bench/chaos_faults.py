@@ -7,7 +7,9 @@ Each of N chats gets a plan (`_fault_script.Plan`): no fault; 1-2 retryable prov
 (529, 500, 429 with retry-after, a mid-stream error, a dropped connection) that then clear;
 a retryable error that never clears; a 400, 401 or mid-stream 400; a model that refuses
 every request; a message the provider refuses; a compaction whose summary is refused, empty,
-overloaded for good, or fine; a prompt over the fake's context window. Its one turn runs
+overloaded for good, or fine; a prompt over the fake's context window; a turn retrying a 529
+whose workflow run is terminated (as an operator would) at its first `retry` event, which
+the reconciler must end. Its one turn runs
 (SSE client connected first) while the workers are killed as in the plain run, with
 `CHATD_RETRY_DEADLINE_S` short (`--deadline`, 20 s) and the reconciler quick
 (`--reconcile-interval`, `--reconcile-grace`).
@@ -17,7 +19,7 @@ interval; faults stop; each chat whose turn ended in `error` gets one more messa
 must end `waiting` with its answer. The targets (exit status 1 if one is missed): stuck
 chats (still `running`/`requires_action` after the settle) 0, lost messages (a user message
 accepted with 202 missing from the transcript) 0, duplicated messages (a message stored
-twice: same role, text and tool call ids) 0, unanswered follow-ups 0. The report also counts
+twice: same role, text and tools) 0, unanswered follow-ups 0. The report also counts
 turns by final status and `last_error.kind`, per plan, and lists turns that did not end as
 their plan says; for a missed target it prints the chat's workflow history.
 """
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import random
 import statistics
 import time
@@ -41,12 +44,12 @@ from _stack import SseListener, say
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
+from chatd.reconciler import STUCK_TURN_MESSAGE
+
 __all__ = ["run", "worker_env"]
 
 BUSY = ("running", "requires_action")
 FOLLOWUP_WAIT_S = 90.0
-Identity = tuple[str, str, tuple[str, ...]]
-"""(role, text, tool calls/results with their ids): a message stored twice repeats it."""
 
 
 def worker_env(args: argparse.Namespace) -> dict[str, str]:
@@ -70,6 +73,8 @@ class FaultTurn:
     status: str | None = None
     kind: str | None = None
     """`last_error.kind` after the settle."""
+    reconciled: bool = False
+    """The reconciler ended the turn (its workflow run was gone)."""
     took_s: float | None = None
     """Send -> the first turn's final status at the SSE client."""
     followup_status: str | None = None
@@ -87,9 +92,11 @@ async def run(args: argparse.Namespace, rng: random.Random, rig: Rig) -> bool:
     turn_wait_s = 3 * args.deadline + 60.0
     say(f"{args.turns} chats, {args.concurrency} at a time, deadline {args.deadline}s")
     started = time.perf_counter()
+    client = await Client.connect(rig.temporal_address)
     async with rig.http(args.concurrency) as http:
         async with killing(rig.workers, rng, args.kill_every) as kills:
-            await _each(turns, args.concurrency, lambda t: _first_turn(http, t, turn_wait_s))
+            first = functools.partial(_first_turn, http, client, within_s=turn_wait_s)
+            await _each(turns, args.concurrency, first)
             wall = time.perf_counter() - started
             say(f"turns done in {wall:.0f}s; stopping kills")
         say(f"settling (up to {settle_s:.0f}s, faults still on)")
@@ -99,7 +106,6 @@ async def run(args: argparse.Namespace, rng: random.Random, rig: Rig) -> bool:
         say(f"faults off; a follow-up to each of {len(errored)} errored chats")
         await _each(errored, args.concurrency, lambda t: _followup(http, t))
         await _each(turns, 20, lambda t: _read_transcript(http, t))
-    client = await Client.connect(rig.temporal_address)
     return await _report(turns, len(kills), wall, settled_in, settle_s, client)
 
 
@@ -124,12 +130,18 @@ async def _each(
     await asyncio.gather(*(one(t) for t in turns))
 
 
-async def _first_turn(http: httpx.AsyncClient, turn: FaultTurn, within_s: float) -> None:
+async def _first_turn(
+    http: httpx.AsyncClient, client: Client, turn: FaultTurn, *, within_s: float
+) -> None:
     response = await http.post("/chats", json=turn.plan.chat_body())
     response.raise_for_status()
     turn.chat_id = str(response.json()["id"])
+    terminate: Callable[[], Awaitable[None]] | None = None
+    if turn.plan.kind == "terminated":
+        handle = client.get_workflow_handle(f"chat-{turn.chat_id}")
+        terminate = functools.partial(handle.terminate, reason="chaos: terminated by an operator")
     sent_at = time.perf_counter()
-    if await _send_and_wait(http, turn, turn.plan.content(), within_s) is not None:
+    if await _send_and_wait(http, turn, turn.plan.content(), within_s, terminate) is not None:
         turn.took_s = time.perf_counter() - sent_at
 
 
@@ -138,10 +150,14 @@ async def _followup(http: httpx.AsyncClient, turn: FaultTurn) -> None:
 
 
 async def _send_and_wait(
-    http: httpx.AsyncClient, turn: FaultTurn, content: str, within_s: float
+    http: httpx.AsyncClient,
+    turn: FaultTurn,
+    content: str,
+    within_s: float,
+    on_retry: Callable[[], Awaitable[None]] | None = None,
 ) -> str | None:
     """Send `content` with an SSE client listening; the status the turn ended with, if it
-    did within `within_s`."""
+    did within `within_s`. `on_retry` runs at the turn's first `retry` event."""
     async with SseListener(http, turn.chat_id) as listener:
         sent = await http.post(f"/chats/{turn.chat_id}/messages", json={"content": content})
         if sent.status_code != 202:
@@ -153,6 +169,9 @@ async def _send_and_wait(
                 while True:
                     event = await listener.events.get()
                     turn.events[event.event] += 1
+                    if event.event == "retry" and on_retry is not None:
+                        await on_retry()
+                        on_retry = None
                     if event.event == "status" and event.data["status"] in ("waiting", "error"):
                         return str(event.data["status"])
         except TimeoutError:
@@ -178,7 +197,9 @@ async def _read_status(http: httpx.AsyncClient, turn: FaultTurn) -> None:
     response.raise_for_status()
     chat = response.json()
     turn.status = chat["status"]
-    turn.kind = (chat.get("last_error") or {}).get("kind")
+    error = chat.get("last_error") or {}
+    turn.kind = error.get("kind")
+    turn.reconciled = error.get("message") == STUCK_TURN_MESSAGE
 
 
 async def _read_transcript(http: httpx.AsyncClient, turn: FaultTurn) -> None:
@@ -192,45 +213,38 @@ async def _read_transcript(http: httpx.AsyncClient, turn: FaultTurn) -> None:
 # --- checks ----------------------------------------------------------------------------------
 
 
-def identity(message: dict[str, Any]) -> Identity:
-    """A stored message with its tool call ids: equal only for the same message twice."""
-    text = "".join(p.get("text", "") for p in message["parts"] if p["type"] == "text")
-    tools: list[str] = []
-    for part in message["parts"]:
-        if part["type"] == "tool_call":
-            tools.append(f"call:{part['name']}:{part['id']}")
-        elif part["type"] == "tool_result":
-            tools.append(f"result:{part['name']}:{part['tool_call_id']}")
-    return (message["role"], text, tuple(tools))
-
-
 def shape(message: dict[str, Any]) -> Shape:
-    """A stored message as its plan spells it (a failed tool result shows as `error:`)."""
-    role, text, _ = identity(message)
+    """A stored message as a plan spells it (a failed tool result shows as `error:`).
+
+    Every message a chat's script makes has a shape of its own (texts carry the chat and
+    step; one tool call per chat), so a repeated shape is a message stored twice, even by
+    two attempts whose tool calls got different ids.
+    """
+    text = "".join(p.get("text", "") for p in message["parts"] if p["type"] == "text")
     tools: list[str] = []
     for part in message["parts"]:
         if part["type"] == "tool_call":
             tools.append(f"call:{part['name']}")
         elif part["type"] == "tool_result":
             tools.append(f"{'error' if part.get('is_error') else 'result'}:{part['name']}")
-    return (role, text, tuple(tools))
+    return (message["role"], text, tuple(tools))
 
 
 def lost(turn: FaultTurn) -> list[str]:
     """Accepted user messages that are not in the transcript."""
-    users = {identity(m)[1] for m in turn.messages if m["role"] == "user"}
+    users = {shape(m)[1] for m in turn.messages if m["role"] == "user"}
     return [content for content in turn.accepted if content not in users]
 
 
 def duplicated(turn: FaultTurn) -> int:
     """Messages stored more than once (each extra copy counts)."""
-    counts = Counter(identity(m) for m in turn.messages)
+    counts = Counter(shape(m) for m in turn.messages)
     return sum(n - 1 for n in counts.values() if n > 1)
 
 
 def unanswered(turn: FaultTurn) -> bool:
     """An errored chat whose follow-up did not end `waiting` with its answer."""
-    answers = {identity(m)[1] for m in turn.messages if m["role"] == "assistant"}
+    answers = {shape(m)[1] for m in turn.messages if m["role"] == "assistant"}
     return turn.followup_status != "waiting" or followup_answer(turn.plan.index) not in answers
 
 
@@ -245,6 +259,8 @@ def off_plan(turn: FaultTurn) -> str | None:
     if turn.status != status or turn.kind not in kinds:
         planned = "|".join(sorted(map(str, kinds)))
         problems.append(f"ended {turn.status}/{turn.kind}, planned {status}/{planned}")
+    if turn.plan.kind == "terminated" and not turn.reconciled:
+        problems.append("not ended by the reconciler")
     if got != want:
         problems.append(f"transcript {[s[:2] for s in got]}")
     return "; ".join(problems) or None
@@ -291,6 +307,7 @@ async def _report(
     for kind in dict.fromkeys(t.plan.kind for t in turns):
         mine = [t for t in turns if t.plan.kind == kind]
         print(f"  {kind:15s} {len(mine):3d}: {_counts(_ending(t) for t in mine)}")
+    print(f"ended by reconciler {sum(t.reconciled for t in turns)}")
     print(f"stuck chats        {len(stuck)}  (busy {settled_in:.0f}s after the last turn; "
           f"settle limit {settle_s:.0f}s)  target 0")  # fmt: skip
     print(f"lost messages      {sum(len(lost(t)) for t in turns)}  target 0")
@@ -315,7 +332,7 @@ async def _print_history(client: Client, turn: FaultTurn) -> None:
     print(f"\nchat {turn.plan.index} [{turn.plan.label}] {turn.chat_id}: status {turn.status}, "
           f"follow-up {turn.followup_status}, lost {lost(turn)}, error {turn.error}")  # fmt: skip
     for message in turn.messages:
-        print(f"    {identity(message)}")
+        print(f"    {shape(message)}")
     if not turn.chat_id:
         return
     handle = client.get_workflow_handle(f"chat-{turn.chat_id}")
