@@ -269,16 +269,21 @@ def should_retry(
     failing_for: timedelta = timedelta(0),
     deadline: timedelta | None = None,
 ) -> bool:
-    """Retry retryable errors until `max_attempts` attempts were made or, failing since
-    `failing_for` ago, the `deadline` for a failing dependency has passed."""
-    in_time = deadline is None or failing_for < deadline
+    """Retry retryable errors until `max_attempts` attempts were made, or until the next
+    attempt (after its backoff) would start past the `deadline` for a dependency that has
+    been failing for `failing_for`."""
+    next_attempt_at = failing_for + backoff_delay(attempt, error.retry_after_ms)
+    in_time = deadline is None or next_attempt_at < deadline
     return error.retryable and attempt < max_attempts and in_time
 
 
-def gave_up(error: ModelError, failing_for: timedelta, deadline: timedelta) -> ModelError:
-    """The turn's error when retries stop: out of time is `unavailable`, naming the last
-    error; otherwise the error as classified."""
-    if not error.retryable or failing_for < deadline:
+def gave_up(
+    error: ModelError, attempt: int, failing_for: timedelta, deadline: timedelta
+) -> ModelError:
+    """The turn's error when retries stop: out of time (the next attempt would start past
+    the deadline) is `unavailable`, naming the last error; otherwise the error as
+    classified."""
+    if not error.retryable or should_retry(error, attempt, attempt + 1, failing_for, deadline):
         return error
     minutes = int(failing_for.total_seconds() // 60)
     return ModelError(

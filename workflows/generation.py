@@ -98,7 +98,7 @@ class Generation:
             deadline = self._deadline
             if not should_retry(error, attempt, DEFAULT_MAX_MODEL_ATTEMPTS, failing_for, deadline):
                 self.retry = None
-                return Failed(gave_up(error, failing_for, deadline))
+                return Failed(gave_up(error, attempt, failing_for, deadline))
             await self._back_off(attempt, error)
             self.retry = None
             attempt += 1

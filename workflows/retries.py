@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, RetryState
 from temporalio.exceptions import TimeoutError as ActivityTimeoutError
 
 from chatd.models import ModelError
@@ -35,15 +35,20 @@ def activity_error(err: ActivityError, what: str) -> ModelError:
     us through our own code, so it is `internal`, with no stack trace for the client.
     """
     cause = err.cause
-    if isinstance(cause, ApplicationError) and cause.type == MODEL_ERROR_TYPE and cause.details:
-        return ModelError.model_validate(cause.details[0])
     if isinstance(cause, CancelledError):
         return ModelError(message=f"{what} was cancelled", kind="generic", retryable=True)
-    if isinstance(cause, ActivityTimeoutError):
+    if (
+        isinstance(cause, ApplicationError)
+        and cause.type == MODEL_ERROR_TYPE
+        and cause.details
+        and err.retry_state != RetryState.TIMEOUT
+    ):
+        return ModelError.model_validate(cause.details[0])
+    if err.retry_state == RetryState.TIMEOUT or isinstance(cause, ActivityTimeoutError):
+        last = cause.cause if isinstance(cause, ActivityTimeoutError) else cause
+        reason = f": {last}" if last is not None else f" ({cause})"
         return ModelError(
-            message=f"{what} did not complete in time ({cause.type.name.lower()} timeout)"
-            if cause.type is not None
-            else f"{what} did not complete in time",
+            message=f"{what} still failed at the turn's retry deadline{reason}"[:1000],
             kind="unavailable",
         )
-    return ModelError(message=f"{what} failed: {cause or err}", kind="internal")
+    return ModelError(message=f"{what} failed: {cause or err}"[:1000], kind="internal")

@@ -158,12 +158,13 @@ def test_a_dependency_failing_past_the_deadline_is_unavailable() -> None:
     down = ModelError(message="connection refused", kind="overloaded", retryable=True)
     deadline = timedelta(minutes=30)
     assert should_retry(down, 3, 25, timedelta(minutes=29), deadline)
-    assert not should_retry(down, 3, 25, timedelta(minutes=30), deadline)
-    ended = gave_up(down, timedelta(minutes=31), deadline)
+    # The next attempt, 4 s of backoff away, would start past the deadline: give up now.
+    assert not should_retry(down, 3, 25, timedelta(minutes=29, seconds=57), deadline)
+    ended = gave_up(down, 3, timedelta(minutes=31), deadline)
     assert ended.kind == "unavailable" and "connection refused" in ended.message
     assert ended.detail["last_error"]["kind"] == "overloaded"
     # Out of attempts in time, or not retryable: the error as classified.
-    assert gave_up(down, timedelta(minutes=20), deadline) == down
+    assert gave_up(down, 25, timedelta(minutes=20), deadline) == down
 
 
 def test_the_context_limit_comes_from_config_then_provider_then_table_then_fallback() -> None:

@@ -169,6 +169,7 @@ async def test_an_interrupt_mid_stream_keeps_the_partial_step_and_ends_the_turn(
 
 async def test_the_backoff_timer_is_durable_workflow_time(turn: Turn) -> None:
     """Ten minutes of backoff pass instantly on the time-skipping server."""
+    turn.retry_deadline_s = 3600
     turn.fakes.stream_script = [model_error(retry_after_ms=600_000)] * 3
     await turn.run()
     assert _retries(turn) == [(1, 600_000), (2, 600_000), (3, 600_000)]
