@@ -56,14 +56,12 @@ with workflow.unsafe.imports_passed_through():
         TurnResume,
         TurnState,
     )
-    from workflows.retries import activity_error, retry_policy
+    from workflows.retries import activity_error, retries_within, retry_policy
     from workflows.tool_step import ToolStep
 
 __all__ = ["ChatTurn"]
 
 _IDLE_START_TIMEOUT = timedelta(minutes=1)
-_FINISH_RETRY = RetryPolicy(maximum_interval=timedelta(seconds=10))
-"""Finishing is retried for the turn's deadline: while Postgres is down nothing can be written."""
 _COMPACT_RETRY = retry_policy()
 
 
@@ -332,8 +330,7 @@ class ChatTurn:
                         chat_id=self._chat_id, turn_id=turn_id, status=status, error=finish.error
                     ),
                     start_to_close_timeout=LOCAL_TIMEOUT,
-                    schedule_to_close_timeout=self._deadline,
-                    retry_policy=_FINISH_RETRY,
+                    retry_policy=retries_within(self._deadline),
                 )
             except ActivityError:
                 # Nothing more can be written from here; with the run closed, the reconciler

@@ -14,7 +14,7 @@ from temporalio.exceptions import TimeoutError as ActivityTimeoutError
 from chatd.models import ModelError
 from workflows.constants import MODEL_ERROR_TYPE
 
-__all__ = ["activity_error", "retry_policy"]
+__all__ = ["activity_error", "retries_within", "retry_policy"]
 
 
 def retry_policy(*, non_retryable: list[str] | None = None) -> RetryPolicy:
@@ -25,6 +25,22 @@ def retry_policy(*, non_retryable: list[str] | None = None) -> RetryPolicy:
         initial_interval=timedelta(seconds=1),
         maximum_interval=timedelta(seconds=10),
         non_retryable_error_types=non_retryable or [],
+    )
+
+
+def retries_within(deadline: timedelta) -> RetryPolicy:
+    """`retry_policy`'s backoff, with as many attempts as fit in `deadline`: for local
+    activities, which kept retrying past a schedule-to-close in our tests."""
+    policy = retry_policy()
+    waited, wait, attempts = timedelta(0), policy.initial_interval, 1
+    while waited + wait < deadline:
+        waited += wait
+        attempts += 1
+        wait = min(wait * 2, policy.maximum_interval or wait)
+    return RetryPolicy(
+        initial_interval=policy.initial_interval,
+        maximum_interval=policy.maximum_interval,
+        maximum_attempts=attempts,
     )
 
 
