@@ -41,12 +41,15 @@ from chatd.fake_provider.script import (
     FakeResponse,
     FakeText,
     FakeToolCall,
+    FakeUsage,
 )
 from chatd.fake_provider.server import FakeProviderServer
+from workflows.decide import STEPS_PER_RUN
 
 ROOT = Path(__file__).resolve().parents[2]
-GENERATION = "v2"
-"""Histories of the current workflow code (v1: before the `turn-edges-in-steps` patch)."""
+GENERATION = "v3"
+"""Histories of the current workflow code (v1 and v2, of code before the one-lifecycle
+rewrite, were dropped: nothing ran it outside tests)."""
 HISTORIES = Path(__file__).resolve().parent / "histories" / GENERATION
 ASK_USER = {
     "name": "ask_user",
@@ -64,11 +67,14 @@ Scenario = Callable[[Stack], Awaitable[Run]]
 """Runs a turn to its end."""
 
 
-async def _chat(stack: Stack, responses: list[FakeResponse], **chat: Any) -> tuple[str, str]:
+async def _chat(
+    stack: Stack, responses: list[FakeResponse], context_limit: int | None = None, **chat: Any
+) -> tuple[str, str]:
     """A chat on a freshly scripted model, and that model's name."""
     name = f"replay-{uuid.uuid4().hex[:10]}"
     stack.fake.script(name, responses)
-    created = await stack.create_chat(model={"provider": "anthropic", "name": name}, **chat)
+    model = {"provider": "anthropic", "name": name, "context_limit": context_limit}
+    created = await stack.create_chat(model=model, **chat)
     return created["id"], name
 
 
@@ -199,6 +205,61 @@ async def queued_next_run(stack: Stack) -> Run:
     return chat_id, last_run
 
 
+async def compaction_turn(stack: Stack) -> Run:
+    """A step over the compaction threshold, the summary, then the next step."""
+    chat_id, _ = await _chat(
+        stack,
+        [
+            FakeResponse(
+                parts=[FakeText(text="first half"), FakeToolCall(name="current_time")],
+                usage=FakeUsage(input_tokens=700),
+            ),
+            FakeResponse(parts=[FakeText(text="the user wants a poem; half written")]),
+            FakeResponse(parts=[FakeText(text="second half")], usage=FakeUsage(input_tokens=50)),
+        ],
+        context_limit=1000,
+    )
+    await stack.send(chat_id, "write me a long poem")
+    await stack.wait_status(chat_id, "waiting", within_s=WITHIN_S)
+    return await _run(stack, chat_id)
+
+
+async def failed_compaction(stack: Stack) -> Run:
+    """The summary request is refused for good: the turn ends in `error`."""
+    chat_id, _ = await _chat(
+        stack,
+        [
+            FakeResponse(parts=[FakeText(text="long")], usage=FakeUsage(input_tokens=700)),
+            FakeResponse(error=FakeError(status=400, message="no summary for you")),
+        ],
+        context_limit=1000,
+    )
+    await stack.send(chat_id, "hi")
+    await stack.wait_status(chat_id, "error", within_s=WITHIN_S)
+    return await _run(stack, chat_id)
+
+
+async def long_turn_continued(stack: Stack) -> Run:
+    """The run a long turn continued as new into after `STEPS_PER_RUN` steps."""
+    tool_step = FakeResponse(parts=[FakeToolCall(name="current_time")])
+    chat_id, _ = await _chat(
+        stack,
+        [*[tool_step] * STEPS_PER_RUN, FakeResponse(parts=[FakeText(text="done")])],
+        max_steps=STEPS_PER_RUN + 1,
+    )
+    await stack.send(chat_id, "keep checking the time")
+    await stack.wait_status(chat_id, "waiting", within_s=WITHIN_S * 4)
+    return await _run(stack, chat_id)
+
+
+async def titled_turn(stack: Stack) -> Run:
+    """A turn of an untitled chat: the title activity runs beside the first step."""
+    chat_id, _ = await _chat(stack, [FakeResponse(parts=[FakeText(text="Hello there.")])] * 2)
+    await stack.send(chat_id, "hi")
+    await stack.wait_status(chat_id, "waiting", within_s=WITHIN_S)
+    return await _run(stack, chat_id)
+
+
 async def failed_first_step(stack: Stack) -> Run:
     """The first step fails for good (401): the turn ends in `error`."""
     chat_id, _ = await _chat(
@@ -219,24 +280,32 @@ SCENARIOS: dict[str, Scenario] = {
     "queued_turn": queued_turn,
     "queued_next_run": queued_next_run,
     "failed_first_step": failed_first_step,
+    "compaction_turn": compaction_turn,
+    "failed_compaction": failed_compaction,
+    "long_turn_continued": long_turn_continued,
+    "titled_turn": titled_turn,
 }
+TITLED = {"titled_turn"}
+"""Scenarios recorded on a stack that names untitled chats."""
 
 
 async def record(names: list[str], temporal: TemporalDevServer, database_url: str) -> None:
     """Run the scenarios on one stack and write their histories."""
     HISTORIES.mkdir(parents=True, exist_ok=True)
     with FakeProviderServer() as fake, tempfile.TemporaryDirectory() as workspace:
-        async with running_stack(
-            database_url=database_url,
-            temporal_address=temporal.address,
-            fake=fake,
-            workspace=Path(workspace),
-        ) as stack:
-            for name in names:
-                history = await _history(stack, await SCENARIOS[name](stack))
-                path = HISTORIES / f"{name}.json"
-                path.write_text(serialise(history))
-                print(f"{path.relative_to(ROOT)}: {len(history.events)} events")
+        for titles in (False, True):
+            async with running_stack(
+                database_url=database_url,
+                temporal_address=temporal.address,
+                fake=fake,
+                workspace=Path(workspace),
+                generate_titles=titles,
+            ) as stack:
+                for name in [n for n in names if (n in TITLED) == titles]:
+                    history = await _history(stack, await SCENARIOS[name](stack))
+                    path = HISTORIES / f"{name}.json"
+                    path.write_text(serialise(history))
+                    print(f"{path.relative_to(ROOT)}: {len(history.events)} events")
 
 
 def serialise(history: WorkflowHistory) -> str:

@@ -19,8 +19,8 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
-from chatd.models import ModelError
 from workflows.chat_turn import ChatTurn
+from workflows.decide import Finish
 from workflows.payloads import ChatTurnInput
 
 HISTORIES = Path(__file__).parent / "histories"
@@ -28,10 +28,8 @@ RECORDED = {
     f"{path.parent.name}/{path.stem}": path.read_text()
     for path in sorted(HISTORIES.glob("*/*.json"))
 }
-""""<generation>/<scenario>" -> `WorkflowHistory.to_json()` of one recorded run.
-
-v1 was recorded before the `turn-edges-in-steps` patch, v2 after it."""
-GENERATIONS = ("v1", "v2")
+""""<generation>/<scenario>" -> `WorkflowHistory.to_json()` of one recorded run."""
+GENERATIONS = ("v3",)
 SCENARIOS = {
     "text_turn",
     "tool_turn",
@@ -41,6 +39,10 @@ SCENARIOS = {
     "queued_turn",
     "queued_next_run",
     "failed_first_step",
+    "compaction_turn",
+    "failed_compaction",
+    "long_turn_continued",
+    "titled_turn",
 }
 MAX_HISTORY_BYTES = 32 * 1024
 """Rule 1: a turn's history holds ids and summaries, never the transcript."""
@@ -90,9 +92,9 @@ class _ChatTurnThatSleepsBeforeFinishing(ChatTurn):
     async def run(self, input: ChatTurnInput) -> None:
         await super().run(input)
 
-    async def _finish(self, turn_id: str, error: ModelError | None) -> None:
+    async def _finish(self, turn_id: str, finish: Finish | None) -> None:
         await workflow.sleep(timedelta(seconds=1))
-        await super()._finish(turn_id, error)
+        await super()._finish(turn_id, finish)
 
 
 async def test_an_incompatible_change_is_caught() -> None:
@@ -100,7 +102,7 @@ async def test_an_incompatible_change_is_caught() -> None:
     replayer = Replayer(
         workflows=[_ChatTurnThatSleepsBeforeFinishing], data_converter=pydantic_data_converter
     )
-    result = await replayer.replay_workflow(_history("v1/text_turn"), raise_on_replay_failure=False)
+    result = await replayer.replay_workflow(_history("v3/text_turn"), raise_on_replay_failure=False)
     assert isinstance(result.replay_failure, NondeterminismError)
 
 
