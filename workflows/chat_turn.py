@@ -306,11 +306,8 @@ class ChatTurn:
             cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             summary=f"compact context after step {progress.step}",
         )
-        await workflow.wait_condition(lambda: handle.done() or self._controls.interrupted)
-        if not handle.done():
-            handle.cancel()
         try:
-            result = await handle
+            result = await self._controls.unless_interrupted(handle)
         except ActivityError as err:
             if self._controls.interrupted:
                 return Interrupted()

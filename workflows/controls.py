@@ -4,14 +4,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TypeVar
 
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
+from temporalio.workflow import ActivityHandle
 
 from workflows.constants import CHAT_STATUS
 from workflows.payloads import SubmitToolResultsInput, ToolCallRef
 
 __all__ = ["INVALID_TOOL_RESULTS", "NOT_AWAITING_TOOL_RESULTS", "TurnControls"]
+
+T = TypeVar("T")
 
 NOT_AWAITING_TOOL_RESULTS = "NotAwaitingToolResults"
 """Update rejection type: the chat is not in requires_action (HTTP 409)."""
@@ -44,6 +48,14 @@ class TurnControls:
             self.status = status
         else:
             self.set_status(status)
+
+    async def unless_interrupted(self, handle: ActivityHandle[T]) -> T:
+        """The activity's result; an interrupt cancels it first (a model step then returns
+        its partial step, a compaction raises)."""
+        await workflow.wait_condition(lambda: handle.done() or self.interrupted)
+        if not handle.done():
+            handle.cancel()
+        return await handle
 
     def await_results(self, calls: list[ToolCallRef], expires_at: datetime) -> None:
         """Enter requires_action for these calls."""

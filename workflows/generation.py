@@ -127,10 +127,7 @@ class Generation:
             cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             summary=f"{self.model_label} step {input.step}",
         )
-        await workflow.wait_condition(lambda: handle.done() or self._controls.interrupted)
-        if not handle.done():
-            handle.cancel()
-        return await handle
+        return await self._controls.unless_interrupted(handle)
 
     async def _back_off(self, attempt: int, error: ModelError) -> None:
         """Publish the retry, then wait on a durable timer that an interrupt cuts short."""
