@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from harness import Stack, StackFactory
+from support.names import model_name
 
 from activities.compaction import SUMMARY_PREAMBLE
 from chatd.fake_provider.script import (
@@ -32,7 +32,7 @@ def _summary(text: str = "the user wants a poem; half written") -> FakeResponse:
 
 
 async def _chat(stack: Stack, responses: list[FakeResponse], **extra: Any) -> tuple[str, str]:
-    name = f"m-{uuid.uuid4().hex[:10]}"
+    name = model_name()
     stack.fake.script(name, responses)
     model = {"provider": "anthropic", "name": name, "context_limit": LIMIT}
     chat = await stack.create_chat(model=model, **extra)
@@ -172,7 +172,7 @@ async def test_anthropic_requests_mark_the_system_prompt_and_last_two_messages_c
 
 
 async def test_usage_is_recorded_per_step_and_summed_per_chat(stack: Stack) -> None:
-    name = f"m-{uuid.uuid4().hex[:10]}"
+    name = model_name()
     usage = FakeUsage(input_tokens=10, output_tokens=5, cache_read_tokens=3, cache_write_tokens=2)
     stack.fake.script(
         name,
@@ -233,7 +233,7 @@ async def test_a_title_is_generated_after_the_first_message_but_never_over_the_u
     titled_stack: Stack,
 ) -> None:
     stack = titled_stack
-    name = f"m-{uuid.uuid4().hex[:10]}"
+    name = model_name()
 
     def respond(request: Any) -> FakeResponse:
         return _answer("Cats In Poetry" if _asks_title(request) else "meow", 5)
@@ -256,7 +256,7 @@ async def test_a_title_is_generated_after_the_first_message_but_never_over_the_u
 async def test_a_title_slower_than_its_turn_is_still_saved(titled_stack: Stack) -> None:
     """The title call outlives the turn's run; closing the run must not cut it off."""
     stack = titled_stack
-    name = f"m-{uuid.uuid4().hex[:10]}"
+    name = model_name()
 
     def respond(request: Any) -> FakeResponse:
         if _asks_title(request):
@@ -278,7 +278,7 @@ async def test_a_title_slower_than_its_turn_is_still_saved(titled_stack: Stack) 
 async def test_an_openai_compatible_servers_reported_window_sets_the_threshold(
     stack: Stack,
 ) -> None:
-    name = f"m-{uuid.uuid4().hex[:10]}"
+    name = model_name()
     stack.fake.book.model_info[name] = {"max_model_len": 2000}  # as vLLM reports it
     stack.fake.script(name, [_answer("long", 1400), _summary(), _answer("short", 100)])
     chat = await stack.create_chat(model={"provider": "openai", "name": name})
@@ -317,7 +317,7 @@ async def test_after_a_prompt_too_long_error_compaction_leaves_out_the_oldest_an
 ) -> None:
     """A real provider refuses the overflowing transcript, so the summary request trims it."""
     window = 4000  # tokens, as the fake counts them (the prompt's JSON over four)
-    name = f"m-{uuid.uuid4().hex[:10]}"
+    name = model_name()
     stack.fake.book.context_windows[name] = window
     stack.fake.script(
         name,

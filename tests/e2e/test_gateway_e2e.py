@@ -8,6 +8,7 @@ from datetime import timedelta
 
 import httpx
 from harness import Stack
+from support.names import model_name
 
 from chatd.fake_provider.script import FakeReasoning, FakeResponse, FakeText, FakeToolCall
 from chatd.store.events import EventLog
@@ -98,7 +99,7 @@ async def test_chats_are_listed_newest_first_with_a_cursor(stack: Stack) -> None
 
 
 async def test_a_retried_send_with_the_same_idempotency_key_sends_once(stack: Stack) -> None:
-    name = f"m-{uuid.uuid4().hex[:8]}"
+    name = model_name()
     stack.fake.script(name, [FakeResponse(parts=[FakeText(text="once")])])
     chat = await stack.create_chat(model={"provider": "anthropic", "name": name})
     headers = {"Idempotency-Key": "k-1"}
@@ -130,7 +131,7 @@ async def test_an_oversized_body_is_a_413_with_the_error_shape(stack: Stack) -> 
 
 
 async def test_a_cursor_older_than_the_kept_events_is_a_410(stack: Stack) -> None:
-    name = f"m-{uuid.uuid4().hex[:8]}"
+    name = model_name()
     stack.fake.script(name, [FakeResponse(parts=[FakeText(text="hello")])])
     chat = await stack.create_chat(model={"provider": "anthropic", "name": name})
     await stack.send(chat["id"], "hi")
@@ -150,7 +151,7 @@ async def test_a_cursor_older_than_the_kept_events_is_a_410(stack: Stack) -> Non
 
 
 async def test_clients_never_see_provider_signatures(stack: Stack) -> None:
-    name = f"m-{uuid.uuid4().hex[:8]}"
+    name = model_name()
     stack.fake.script(
         name,
         [
@@ -175,7 +176,7 @@ async def test_clients_never_see_provider_signatures(stack: Stack) -> None:
 
 
 async def test_secrets_never_enter_temporal_history(stack: Stack) -> None:
-    name = f"m-{uuid.uuid4().hex[:8]}"
+    name = model_name()
     stack.fake.script(
         name,
         [
@@ -205,7 +206,7 @@ async def test_a_file_part_that_is_not_base64_is_a_400_wherever_user_parts_enter
     _assert_error(created, 400, "invalid_request")
     assert "parts[1].data is not valid base64" in created.json()["error"]["message"]
     assert (await stack.http.get("/chats")).json()["chats"] == [], "no chat was created"
-    name = f"m-{uuid.uuid4().hex[:8]}"
+    name = model_name()
     stack.fake.script(name, [FakeResponse(parts=[FakeText(text="ok")])])
     chat = await stack.create_chat(model={"provider": "anthropic", "name": name})
     sent = await stack.http.post(f"/chats/{chat['id']}/messages", json={"parts": parts})

@@ -10,6 +10,7 @@ from typing import Any, cast
 import asyncpg
 import pytest
 from harness import Stack, StackFactory
+from support.names import model_name
 
 import api.turns
 from chatd.fake_provider.script import FakeResponse, FakeText
@@ -26,7 +27,7 @@ def _texts(message: dict[str, Any]) -> str:
 
 async def _first_turn(stack: Stack, reply: str) -> tuple[str, str, int]:
     """A chat whose first turn ended: (chat id, model name, id of its user message)."""
-    name = f"m-{uuid.uuid4().hex[:10]}"
+    name = model_name()
     stack.fake.script(name, [FakeResponse(parts=[FakeText(text=reply)])])
     chat = await stack.create_chat(model={"provider": "anthropic", "name": name})
     await stack.send(chat["id"], "one")

@@ -12,6 +12,7 @@ from typing import Any
 
 import asyncpg
 from harness import SseEvent, Stack
+from support.names import model_name
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -40,7 +41,7 @@ ASK_USER = {
 
 
 def _model(stack: Stack, responses: list[FakeResponse]) -> dict[str, str]:
-    name = f"m-{uuid.uuid4().hex[:10]}"
+    name = model_name()
     stack.fake.script(name, responses)
     return {"provider": "anthropic", "name": name}
 

@@ -6,6 +6,7 @@ import uuid
 from typing import Any
 
 from harness import Stack
+from support.names import model_name
 
 from chatd.fake_provider.script import FakeResponse, FakeText
 
@@ -24,7 +25,7 @@ async def _turn(stack: Stack, chat_id: str, content: str, after: int) -> int:
 async def test_a_turn_after_the_stored_response_expired_sends_the_whole_history(
     stack: Stack,
 ) -> None:
-    name = f"m-{uuid.uuid4().hex[:10]}"
+    name = model_name()
     model = {"provider": "openai", "name": name, "openai_api": "responses", "openai_chain": True}
     stack.fake.script(name, [FakeResponse(parts=[FakeText(text=t)]) for t in ("1st", "2nd", "3rd")])
     chat = await stack.create_chat(model=model)

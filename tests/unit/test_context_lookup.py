@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import threading
-import uuid
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from support.names import model_name
 
 import chatd.context
 from chatd.context import reported_context_limit
@@ -60,7 +60,7 @@ def flaky() -> Iterator[_FlakyModels]:
 
 
 def _model() -> ModelConfig:
-    return ModelConfig(provider="openai", name=f"m-{uuid.uuid4().hex[:8]}")
+    return ModelConfig(provider="openai", name=model_name())
 
 
 async def test_a_failed_lookup_is_retried_once_it_expires_and_an_answer_is_kept(
