@@ -16,7 +16,7 @@ from support.worker_process import WorkerProcess
 
 from activities.tools import CRASHED_NON_IDEMPOTENT
 from chatd.devstack.temporal import TemporalDevServer
-from chatd.fake_provider.script import FakeResponse, FakeText, FakeToolCall
+from chatd.fake_provider.script import FakeResponse, FakeText, FakeToolCall, FakeUsage
 from chatd.fake_provider.server import FakeProviderServer
 
 LONG_TEXT = " ".join(f"word{i}" for i in range(60))
@@ -137,3 +137,51 @@ async def test_a_worker_killed_mid_tool(cluster: Cluster, tool: str, expected: s
     result = messages[2]["parts"][0]
     assert result["output"] == expected
     assert marker.exists() == (tool == "slow_idempotent"), "only the idempotent tool re-ran"
+
+
+@pytest.mark.parametrize("where", ["later step", "compaction"])
+async def test_a_worker_killed_later_in_a_turn_hands_the_turn_to_another(
+    cluster: Cluster, where: str
+) -> None:
+    """SIGKILL while a later step streams, or while the summary is being written: the turn
+    goes on on another worker and ends `waiting` (the fault matrix's fifth fault)."""
+    stack = cluster.stack
+    slow = FakeResponse(parts=[FakeText(text=LONG_TEXT, chunk_size=6)], delta_delay_s=0.1)
+    again = FakeResponse(parts=[FakeText(text=LONG_TEXT, chunk_size=60)])
+    after = FakeResponse(parts=[FakeText(text="after the summary")])
+    if where == "later step":
+        script = [FakeResponse(parts=[FakeToolCall(name="current_time")]), slow, again]
+        running = _text_delta
+    else:
+        long = FakeResponse(parts=[FakeText(text="long")], usage=FakeUsage(input_tokens=700))
+        script = [long, slow, again, after]
+        running = _summary_running
+    name = model_name()
+    stack.fake.script(name, script)
+    first = cluster.start_worker()
+    model = {"provider": "anthropic", "name": name, "context_limit": 1000}
+    chat = await stack.create_chat(model=model)
+    await stack.send(chat["id"], "work")
+    seen = await stack.events_until(chat["id"], running, within_s=60)
+    cluster.start_worker()
+    await asyncio.to_thread(first.signal, signal.SIGKILL)
+    events = await stack.wait_status(chat["id"], "waiting", after=seen[-1].id or 0, within_s=120)
+
+    assert "error" not in _statuses(seen + events)
+    messages = await stack.messages(chat["id"])
+    if where == "later step":
+        assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant"]
+        assert _text(messages[-1]) == LONG_TEXT
+    else:
+        summaries = [m for m in messages if m["role"] == "user" and LONG_TEXT in _text(m)]
+        assert len(summaries) == 1, "one summary, written by the attempt that finished"
+        assert _text(messages[-1]) == "after the summary"
+
+
+def _text_delta(event: SseEvent) -> bool:
+    return event.event == "message_part" and event.data["part"].get("type") == "text"
+
+
+def _summary_running(event: SseEvent) -> bool:
+    part = event.data.get("part", {}) if event.event == "message_part" else {}
+    return part.get("name") == "chat_summarized" and part.get("status") == "running"
