@@ -4,8 +4,9 @@ Faults are injected into the real worker's activities (tests/support/faults.py);
 Temporal and the provider (the fake, through the real SDK) stay real. For each case the
 chat leaves `running` within a bound, `last_error` names the fault where the turn failed,
 and the next message gets an answer (the fake provider validates that transcript). A
-worker SIGKILL, the fifth fault, is the chaos tests' (tests/e2e/test_chaos_e2e.py and
-`bench/chaos.py`).
+worker SIGKILL, the fifth fault, needs worker processes: tests/e2e/test_chaos_e2e.py kills
+one mid first step, mid later step, mid tool and mid compaction, and `bench/chaos.py`
+kills them at random.
 """
 
 from __future__ import annotations
