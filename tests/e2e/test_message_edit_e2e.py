@@ -104,6 +104,7 @@ async def test_an_edit_retried_after_a_503_is_answered_once(
             workspace_root=tmp_path,
             generate_titles=False,
         )
+        monkeypatch.undo()  # the retry waits as long as any send: a new worker's first task
         async with build_worker(stack.temporal, stack.pool, config):
             before = await _last_event(stack, chat_id)
             retried = await stack.http.patch(path, **edit)
