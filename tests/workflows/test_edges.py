@@ -6,10 +6,15 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import timedelta
 
 from google.protobuf.duration_pb2 import Duration
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.enums.v1 import UpdateWorkflowExecutionLifecycleStage
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.api.testservice.v1 import SleepRequest
+from temporalio.api.update.v1 import UpdateRef, WaitPolicy
+from temporalio.api.workflowservice.v1 import PollWorkflowExecutionUpdateRequest
 from temporalio.client import Client
 from temporalio.worker import Worker
 from turn_fakes import Block, FakeActivities, Turn, calls_step, text_step
@@ -140,9 +145,9 @@ async def test_a_message_accepted_as_the_idle_start_timer_fires_still_runs(
         await env_client.test_service.unlock_time_skipping_with_sleep(
             SleepRequest(duration=Duration(seconds=61))
         )
-        sent = asyncio.create_task(turn.send("turn-1"))
+        sent = asyncio.create_task(turn.send("turn-1", update_id="send-turn-1"))
         await turn.history_has("timer_fired")
-        await asyncio.sleep(1.0)  # let the update request reach the server (no worker yet)
+        await _admitted(turn, "send-turn-1")  # the server has the update (no worker yet)
         async with _uncached_worker(env_client, turn.fakes, turn.task_queue):
             assert await asyncio.wait_for(sent, 10) == SubmitMessageResult(
                 queued=False, turn_id="turn-1"
@@ -162,6 +167,25 @@ async def test_a_message_accepted_as_the_idle_start_timer_fires_still_runs(
         ]
     finally:
         await turn.stop()
+
+
+_ADMITTED = UpdateWorkflowExecutionLifecycleStage.UPDATE_WORKFLOW_EXECUTION_LIFECYCLE_STAGE_ADMITTED
+
+
+async def _admitted(turn: Turn, update_id: str) -> None:
+    """Return once the server has admitted the update (it waits for a worker to run it)."""
+    await turn.client.workflow_service.poll_workflow_execution_update(
+        PollWorkflowExecutionUpdateRequest(
+            namespace=turn.client.namespace,
+            update_ref=UpdateRef(
+                workflow_execution=WorkflowExecution(workflow_id=turn.workflow_id),
+                update_id=update_id,
+            ),
+            identity="test",
+            wait_policy=WaitPolicy(lifecycle_stage=_ADMITTED),
+        ),
+        timeout=timedelta(seconds=10),
+    )
 
 
 async def _events(turn: Turn) -> list[HistoryEvent]:

@@ -353,7 +353,9 @@ class Turn:
         """The chat's workflow (latest run)."""
         return self.client.get_workflow_handle_for(ChatTurn.run, self.workflow_id)
 
-    async def send(self, queued_id: str, *, untitled: bool = False) -> SubmitMessageResult:
+    async def send(
+        self, queued_id: str, *, untitled: bool = False, update_id: str | None = None
+    ) -> SubmitMessageResult:
         """What the gateway does with a user message: update-with-start `submit_message`."""
         start = WithStartWorkflowOperation(
             ChatTurn.run,
@@ -366,6 +368,7 @@ class Turn:
             ChatTurn.submit_message,
             SubmitMessageInput(queued_id=queued_id, untitled=untitled),
             start_workflow_operation=start,
+            id=update_id,
         )
 
     async def finished(self) -> None:
