@@ -7,9 +7,8 @@ from collections.abc import Sequence
 
 import asyncpg
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
 
-from activities.failures import classified_failures
+from activities.failures import classified_failures, model_failure
 from activities.heartbeat import heartbeating
 from chatd.context import (
     context_limit,
@@ -28,7 +27,6 @@ from chatd.store.events import EventLog
 from chatd.store.step_keys import StepKey
 from chatd.store.transcript import TranscriptStore
 from chatd.telemetry import METRICS
-from workflows.constants import MODEL_ERROR_TYPE
 from workflows.payloads import CompactInput, CompactResult, TitleInput
 
 __all__ = ["SUMMARY_PREAMBLE", "CompactionActivities", "summarise_transcript"]
@@ -94,7 +92,7 @@ class CompactionActivities:
             return CompactResult(message_id=done.id, estimated_tokens=_estimate(done.parts))
         chat = await self._chats.get(chat_id)
         if chat is None:
-            raise _model_error(ModelError(message=f"chat {chat_id} not found", kind="internal"))
+            raise model_failure(ModelError(message=f"chat {chat_id} not found", kind="internal"))
         call_id = f"compaction-{input.turn_id}-{input.index}"
         await self._events.publish(chat_id, [_summary_part(call_id, "running")])
         messages = await self._transcript.for_model(chat_id)
@@ -106,7 +104,7 @@ class CompactionActivities:
             await self._events.publish(
                 chat_id, [_summary_part(call_id, "error", err.error.message)]
             )
-            raise _model_error(err.error) from None  # the classified error says it all
+            raise model_failure(err.error, non_retryable=not err.error.retryable) from None
         saved = await self._transcript.replace_with_summary(
             chat_id,
             turn_id=input.turn_id,
@@ -140,7 +138,7 @@ class CompactionActivities:
         try:
             answer = await _complete(request, self._settings)
         except ProviderError as err:
-            raise _model_error(err.error) from None
+            raise model_failure(err.error, non_retryable=not err.error.retryable) from None
         title = _clean_title(answer) or _clean_title(first)
         if title:
             await self._chats.set_generated_title(chat_id, title)
@@ -231,16 +229,6 @@ async def _complete(request: ModelRequest, settings: ProviderSettings) -> str:
         if isinstance(event, PartDelta) and event.type == "text" and event.text:
             text.append(event.text)
     return "".join(text).strip()
-
-
-def _model_error(error: ModelError) -> ApplicationError:
-    """A classified error as the workflow expects it: details[0] is the `ModelError`."""
-    return ApplicationError(
-        error.message,
-        error.model_dump(mode="json"),
-        type=MODEL_ERROR_TYPE,
-        non_retryable=not error.retryable,
-    )
 
 
 def _user(text: str) -> Message:

@@ -48,10 +48,17 @@ _STORE_DOWN = (
 """What a lost, refused, restarting or saturated database raises through asyncpg."""
 
 
-def model_failure(error: ModelError) -> ApplicationError:
-    """A classified error for the workflow to act on (its retries are the workflow's)."""
+def model_failure(error: ModelError, *, non_retryable: bool = True) -> ApplicationError:
+    """A classified error for the workflow to act on: details[0] is the `ModelError`.
+
+    Non-retryable by default (the workflow retries model steps on its own timers); an
+    activity whose retries Temporal runs passes `non_retryable=not error.retryable`.
+    """
     return ApplicationError(
-        error.message, error.model_dump(mode="json"), type=MODEL_ERROR_TYPE, non_retryable=True
+        error.message,
+        error.model_dump(mode="json"),
+        type=MODEL_ERROR_TYPE,
+        non_retryable=non_retryable,
     )
 
 

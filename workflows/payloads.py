@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from chatd.models import ModelError
+from chatd.settings import DEFAULT_RETRY_DEADLINE_S
 
 __all__ = [
     "BeginTurnInput",
@@ -73,7 +74,7 @@ class ChatTurnInput(_Payload):
     """Ids of queued user messages; without `resume`, the first one is this run's turn."""
     resume: TurnResume | None = None
     """Set when a long turn continues in a new run."""
-    retry_deadline_s: int = 1800
+    retry_deadline_s: int = DEFAULT_RETRY_DEADLINE_S
     """How long a failing dependency (the provider, the database, a tool's backend) is
     retried before the turn ends `unavailable`: the operator's, as the gateway read it."""
 

@@ -8,7 +8,8 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 from temporalio.exceptions import ApplicationError
 
-from activities.compaction import _model_error, summarise_transcript
+from activities.compaction import summarise_transcript
+from activities.failures import model_failure
 from chatd.context import estimate_message_tokens, newest_that_fit
 from chatd.fake_provider import FakeProviderServer, FakeReasoning, FakeResponse
 from chatd.models import ModelConfig, ModelError
@@ -123,7 +124,7 @@ async def test_a_summary_of_reasoning_only_is_an_error(server: FakeProviderServe
 @pytest.mark.parametrize("retryable", [True, False])
 def test_a_compaction_error_carries_the_model_error_for_the_workflow(retryable: bool) -> None:
     error = ModelError(message="Overloaded", kind="overloaded", retryable=retryable)
-    raised = _model_error(error)
+    raised = model_failure(error, non_retryable=not error.retryable)
     assert isinstance(raised, ApplicationError)
     assert raised.type == MODEL_ERROR_TYPE and raised.message == "Overloaded"
     assert raised.non_retryable is not retryable
