@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from temporalio.exceptions import ApplicationError
@@ -14,21 +13,10 @@ from chatd.context import estimate_message_tokens, newest_that_fit
 from chatd.fake_provider import FakeProviderServer, FakeReasoning, FakeResponse
 from chatd.models import ModelConfig, ModelError
 from chatd.parts import Message, TextPart, ToolCallPart, ToolResultPart
-from chatd.providers import close_clients
 from chatd.providers.base import ProviderError
 from workflows.constants import MODEL_ERROR_TYPE
 
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[FakeProviderServer]:
-    with FakeProviderServer(demo_model=None) as srv:
-        yield srv
-
-
-@pytest.fixture(autouse=True)
-async def _clients() -> AsyncIterator[None]:
-    yield
-    await close_clients()
+pytestmark = pytest.mark.usefixtures("closed_sdk_clients")
 
 
 def _user(text: str) -> Message:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -12,7 +11,7 @@ from chatd.fake_provider.admission import estimate_request_tokens
 from chatd.fake_provider.script import ScriptBook
 from chatd.models import ModelConfig
 from chatd.parts import Message, PartDelta, TextPart
-from chatd.providers import close_clients, make_provider
+from chatd.providers import make_provider
 from chatd.providers.base import ModelRequest, ProviderError
 
 CONFIGS: list[dict[str, Any]] = [
@@ -22,16 +21,7 @@ CONFIGS: list[dict[str, Any]] = [
 ]
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[FakeProviderServer]:
-    with FakeProviderServer(demo_model=None) as srv:
-        yield srv
-
-
-@pytest.fixture(autouse=True)
-async def _clients() -> AsyncIterator[None]:
-    yield
-    await close_clients()
+pytestmark = pytest.mark.usefixtures("closed_sdk_clients")
 
 
 def _request(name: str, config: dict[str, Any], chars: int) -> ModelRequest:

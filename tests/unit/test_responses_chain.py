@@ -3,7 +3,7 @@ once that response is gone."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import openai
 import pytest
@@ -59,12 +59,6 @@ def test_without_chain_mode_nothing_is_stored_or_chained() -> None:
 
 
 # --- an expired or deleted stored response ---------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[FakeProviderServer]:
-    with FakeProviderServer(demo_model=None) as srv:
-        yield srv
 
 
 @pytest.fixture
