@@ -78,6 +78,22 @@ async def _chat(
     return created["id"], name
 
 
+async def _one_turn(
+    stack: Stack,
+    responses: list[FakeResponse],
+    message: str,
+    *,
+    ends: str = "waiting",
+    within_s: float = WITHIN_S,
+    **chat: Any,
+) -> Run:
+    """A new chat's first turn, from `message` until the chat is `ends`."""
+    chat_id, _ = await _chat(stack, responses, **chat)
+    await stack.send(chat_id, message)
+    await stack.wait_status(chat_id, ends, within_s=within_s)
+    return await _run(stack, chat_id)
+
+
 async def _run(stack: Stack, chat_id: str) -> Run:
     """The chat's current run, once it has completed (its history is whole)."""
     handle = stack.temporal.get_workflow_handle(f"chat-{chat_id}")
@@ -87,24 +103,19 @@ async def _run(stack: Stack, chat_id: str) -> Run:
 
 async def text_turn(stack: Stack) -> Run:
     """Begin, one streamed text step, finish."""
-    chat_id, _ = await _chat(stack, [FakeResponse(parts=[FakeText(text="Hello there.")])])
-    await stack.send(chat_id, "hi")
-    await stack.wait_status(chat_id, "waiting", within_s=WITHIN_S)
-    return await _run(stack, chat_id)
+    return await _one_turn(stack, [FakeResponse(parts=[FakeText(text="Hello there.")])], "hi")
 
 
 async def tool_turn(stack: Stack) -> Run:
     """A step calling a built-in tool, its result recorded, then a text step."""
-    chat_id, _ = await _chat(
+    return await _one_turn(
         stack,
         [
             FakeResponse(parts=[FakeText(text="Checking."), FakeToolCall(name="current_time")]),
             FakeResponse(parts=[FakeText(text="It is now.")]),
         ],
+        "what time is it?",
     )
-    await stack.send(chat_id, "what time is it?")
-    await stack.wait_status(chat_id, "waiting", within_s=WITHIN_S)
-    return await _run(stack, chat_id)
 
 
 async def requires_action_turn(stack: Stack) -> Run:
@@ -134,17 +145,15 @@ async def requires_action_turn(stack: Stack) -> Run:
 
 async def retry_turn(stack: Stack) -> Run:
     """A 529 then a 429 with retry-after: two workflow-timer backoffs, then success."""
-    chat_id, _ = await _chat(
+    return await _one_turn(
         stack,
         [
             FakeResponse(error=FakeError.overloaded()),
             FakeResponse(error=FakeError.rate_limited(retry_after_s=1)),
             FakeResponse(parts=[FakeText(text="Recovered.")]),
         ],
+        "hi",
     )
-    await stack.send(chat_id, "hi")
-    await stack.wait_status(chat_id, "waiting", within_s=WITHIN_S)
-    return await _run(stack, chat_id)
 
 
 async def interrupted_turn(stack: Stack) -> Run:
@@ -207,7 +216,7 @@ async def queued_next_run(stack: Stack) -> Run:
 
 async def compaction_turn(stack: Stack) -> Run:
     """A step over the compaction threshold, the summary, then the next step."""
-    chat_id, _ = await _chat(
+    return await _one_turn(
         stack,
         [
             FakeResponse(
@@ -217,58 +226,50 @@ async def compaction_turn(stack: Stack) -> Run:
             FakeResponse(parts=[FakeText(text="the user wants a poem; half written")]),
             FakeResponse(parts=[FakeText(text="second half")], usage=FakeUsage(input_tokens=50)),
         ],
+        "write me a long poem",
         context_limit=1000,
     )
-    await stack.send(chat_id, "write me a long poem")
-    await stack.wait_status(chat_id, "waiting", within_s=WITHIN_S)
-    return await _run(stack, chat_id)
 
 
 async def failed_compaction(stack: Stack) -> Run:
     """The summary request is refused for good: the turn ends in `error`."""
-    chat_id, _ = await _chat(
+    return await _one_turn(
         stack,
         [
             FakeResponse(parts=[FakeText(text="long")], usage=FakeUsage(input_tokens=700)),
             FakeResponse(error=FakeError(status=400, message="no summary for you")),
         ],
+        "hi",
+        ends="error",
         context_limit=1000,
     )
-    await stack.send(chat_id, "hi")
-    await stack.wait_status(chat_id, "error", within_s=WITHIN_S)
-    return await _run(stack, chat_id)
 
 
 async def long_turn_continued(stack: Stack) -> Run:
     """The run a long turn continued as new into after `STEPS_PER_RUN` steps."""
     tool_step = FakeResponse(parts=[FakeToolCall(name="current_time")])
-    chat_id, _ = await _chat(
+    return await _one_turn(
         stack,
         [*[tool_step] * STEPS_PER_RUN, FakeResponse(parts=[FakeText(text="done")])],
+        "keep checking the time",
+        within_s=WITHIN_S * 4,
         max_steps=STEPS_PER_RUN + 1,
     )
-    await stack.send(chat_id, "keep checking the time")
-    await stack.wait_status(chat_id, "waiting", within_s=WITHIN_S * 4)
-    return await _run(stack, chat_id)
 
 
 async def titled_turn(stack: Stack) -> Run:
     """A turn of an untitled chat: the title activity runs beside the first step."""
-    chat_id, _ = await _chat(stack, [FakeResponse(parts=[FakeText(text="Hello there.")])] * 2)
-    await stack.send(chat_id, "hi")
-    await stack.wait_status(chat_id, "waiting", within_s=WITHIN_S)
-    return await _run(stack, chat_id)
+    return await _one_turn(stack, [FakeResponse(parts=[FakeText(text="Hello there.")])] * 2, "hi")
 
 
 async def failed_first_step(stack: Stack) -> Run:
     """The first step fails for good (401): the turn ends in `error`."""
-    chat_id, _ = await _chat(
+    return await _one_turn(
         stack,
         [FakeResponse(error=FakeError(status=401, type="authentication_error", message="bad key"))],
+        "hi",
+        ends="error",
     )
-    await stack.send(chat_id, "hi")
-    await stack.wait_status(chat_id, "error", within_s=WITHIN_S)
-    return await _run(stack, chat_id)
 
 
 SCENARIOS: dict[str, Scenario] = {
