@@ -17,8 +17,6 @@ from chatd.fake_provider.script import FakeResponse, FakeText
 from chatd.parts import TextPart
 from chatd.store.transcript import TranscriptStore
 from chatd.store.turns import TurnStore
-from chatd.tools.defaults import default_registry
-from workers.worker import WorkerConfig, build_worker
 
 
 def _texts(message: dict[str, Any]) -> str:
@@ -97,15 +95,8 @@ async def test_an_edit_retried_after_a_503_is_answered_once(
         assert first.json()["error"]["code"] == "worker_unavailable"
         assert await stack.messages(chat_id) == [], "cut; the new text waits in the queue"
         stack.fake.script(name, [FakeResponse(parts=[FakeText(text="second answer")])])
-        config = WorkerConfig(
-            task_queue=stack.task_queue,
-            providers=stack.fake.provider_settings(),
-            registry=default_registry(),
-            workspace_root=tmp_path,
-            generate_titles=False,
-        )
         monkeypatch.undo()  # the retry waits as long as any send: a new worker's first task
-        async with build_worker(stack.temporal, stack.pool, config):
+        async with stack.late_worker(tmp_path):
             before = await _last_event(stack, chat_id)
             retried = await stack.http.patch(path, **edit)
             assert retried.status_code == 202, retried.text

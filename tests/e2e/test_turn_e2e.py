@@ -25,8 +25,6 @@ from chatd.store.transcript import (
     user_message_event_sql,
 )
 from chatd.store.turns import INTERRUPT_CHANNEL, TurnStore
-from chatd.tools.defaults import default_registry
-from workers.worker import WorkerConfig, build_worker
 from workflows.chat_turn import ChatTurn
 from workflows.constants import WORKFLOW_TASK_TIMEOUT, workflow_id
 
@@ -199,14 +197,7 @@ async def test_a_send_that_starts_a_turn_answers_202_with_the_chat_running(
             detail = (await stack.http.get(f"/chats/{chat['id']}")).json()
             assert detail["status"] == "running"
             assert [m["role"] for m in await stack.messages(chat["id"])] == ["user"]
-        config = WorkerConfig(
-            task_queue=stack.task_queue,
-            providers=stack.fake.provider_settings(),
-            registry=default_registry(),
-            workspace_root=tmp_path,
-            generate_titles=False,
-        )
-        async with build_worker(stack.temporal, stack.pool, config):
+        async with stack.late_worker(tmp_path):
             events = await stack.wait_status(chat["id"], "waiting")
         statuses = [e.data["status"] for e in events if e.event == "status"]
         assert statuses == ["running", "waiting"], "begun once, by the gateway"

@@ -55,6 +55,18 @@ class Stack:
     key: str
     worker: Worker | None
 
+    def late_worker(self, workspace: Path) -> Worker:
+        """A worker for this stack's task queue, for a test that starts one only later
+        (`async with stack.late_worker(...)`); titles off, the stack's default."""
+        config = WorkerConfig(
+            task_queue=self.task_queue,
+            providers=self.fake.provider_settings(),
+            registry=default_registry(),
+            workspace_root=workspace,
+            generate_titles=False,
+        )
+        return build_worker(self.temporal, self.pool, config)
+
     async def create_chat(self, **body: Any) -> dict[str, Any]:
         """POST /chats and return the chat."""
         response = await self.http.post("/chats", json=body)
