@@ -40,6 +40,17 @@ __all__ = ["ToolStep"]
 
 _TOOL_RETRY = retry_policy()
 
+SUMMARY_NAME_CHARS = 64
+"""How much of a tool's name an activity summary shows: the model chooses the name, and a
+summary is stored in the workflow's history and shown by the Temporal UI and CLI."""
+
+
+def short_name(name: str) -> str:
+    """`name`, cut to `SUMMARY_NAME_CHARS` characters (an ellipsis marks the cut)."""
+    if len(name) <= SUMMARY_NAME_CHARS:
+        return name
+    return name[: SUMMARY_NAME_CHARS - 1] + "…"
+
 
 class ToolStep:
     """Runs the tool calls of one persisted model step."""
@@ -113,7 +124,7 @@ class ToolStep:
             heartbeat_timeout=timedelta(seconds=10),
             retry_policy=_TOOL_RETRY,
             cancellation_type=ActivityCancellationType.TRY_CANCEL,
-            summary=f"tool {call.name} (step {self._step})",
+            summary=f"tool {short_name(call.name)} (step {self._step})",
         )
 
     async def _await_client(self, calls: list[ToolCallRef]) -> ToolsOutcome:
