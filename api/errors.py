@@ -11,6 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match, Route
 from temporalio.client import WorkflowUpdateRPCTimeoutOrCancelledError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -69,12 +70,15 @@ def error_response(
     detail: dict[str, Any] | None = None,
     *,
     retry: bool | None = None,
+    headers: dict[str, str] | None = None,
 ) -> JSONResponse:
     """A JSONResponse with the error shape; 409s (and `retry=False`) tell generated clients
     not to retry."""
-    headers = {"x-should-retry": "false"} if status == 409 or retry is False else None
+    headers = dict(headers or {})
+    if status == 409 or retry is False:
+        headers["x-should-retry"] = "false"
     body = {"error": {"code": code, "message": message, "detail": detail or {}}}
-    return JSONResponse(body, status_code=status, headers=headers)
+    return JSONResponse(body, status_code=status, headers=headers or None)
 
 
 def _validation_detail(err: RequestValidationError) -> dict[str, Any]:
@@ -132,6 +136,21 @@ def _temporal_error_response(err: RPCError) -> JSONResponse:
     return error_response(500, "temporal_error", message, detail, retry=False)
 
 
+def _allowed_methods(request: Request) -> str:
+    """Every method some route serves at this path, for a 405's `Allow` (RFC 9110 requires
+    it). Starlette's own header names the first matching route's methods only, and a path
+    here is often served by one route per method."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        match, _ = route.matches({**request.scope, "method": ""})
+        if match is not Match.NONE and isinstance(route, Route):
+            methods |= route.methods or set()
+    return ", ".join(sorted(methods))
+
+
+_HTTP_ERROR_CODES = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Map every exception to the error shape; infrastructure outages are 503, never 500."""
 
@@ -146,9 +165,12 @@ def install_error_handlers(app: FastAPI) -> None:
         )
 
     @app.exception_handler(StarletteHTTPException)
-    async def http_error(_: Request, err: StarletteHTTPException) -> JSONResponse:
-        code = {404: "not_found", 405: "method_not_allowed"}.get(err.status_code, "http_error")
-        return error_response(err.status_code, code, str(err.detail))
+    async def http_error(request: Request, err: StarletteHTTPException) -> JSONResponse:
+        code = _HTTP_ERROR_CODES.get(err.status_code, "http_error")
+        headers = dict(err.headers or {})
+        if err.status_code == 405:
+            headers["Allow"] = _allowed_methods(request)
+        return error_response(err.status_code, code, str(err.detail), headers=headers)
 
     @app.exception_handler(RPCError)
     async def temporal_error(_: Request, err: RPCError) -> JSONResponse:

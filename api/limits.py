@@ -1,14 +1,16 @@
-"""Request size limits, enforced before a body is read."""
+"""Request size limits, enforced while a body is read."""
 
 from __future__ import annotations
 
+from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.errors import error_response
+from chatd.settings import max_body_bytes
 
 __all__ = ["MAX_BODY_BYTES", "BodySizeLimit"]
 
-MAX_BODY_BYTES = 1024 * 1024
+MAX_BODY_BYTES = max_body_bytes()
 
 
 class BodySizeLimit:
@@ -24,7 +26,7 @@ class BodySizeLimit:
             return
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            await self._refuse(scope, receive, send)
+            await error_response(413, "request_too_large", self._message)(scope, receive, send)
             return
         seen = 0
 
@@ -33,20 +35,13 @@ class BodySizeLimit:
             message = await receive()
             seen += len(message.get("body", b""))
             if seen > self.max_bytes:
-                raise _TooLarge
+                # An HTTPException: FastAPI's body parsing passes it on to the error
+                # handlers, where any other exception would become a 400 parse error.
+                raise HTTPException(413, self._message)
             return message
 
-        try:
-            await self.app(scope, counting_receive, send)
-        except _TooLarge:
-            await self._refuse(scope, receive, send)
+        await self.app(scope, counting_receive, send)
 
-    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
-        response = error_response(
-            413, "request_too_large", f"request bodies are limited to {self.max_bytes} bytes"
-        )
-        await response(scope, receive, send)
-
-
-class _TooLarge(Exception):
-    pass
+    @property
+    def _message(self) -> str:
+        return f"request bodies are limited to {self.max_bytes} bytes"

@@ -110,3 +110,25 @@ class ReconcilerSettings(BaseModel):
 def _seconds(name: str, default: timedelta) -> timedelta:
     value = os.environ.get(name)
     return timedelta(seconds=float(value)) if value else default
+
+
+def _positive_int(name: str, default: int) -> int:
+    value = os.environ.get(name, "")
+    return int(value) if value.isdigit() and int(value) > 0 else default
+
+
+def max_body_bytes() -> int:
+    """CHATD_MAX_BODY_BYTES (default 1 MiB): the largest request body the gateway reads."""
+    return _positive_int("CHATD_MAX_BODY_BYTES", 1024 * 1024)
+
+
+def max_file_bytes() -> int:
+    """CHATD_MAX_FILE_BYTES (default 512 KiB): the largest file a user message may carry,
+    decoded (its base64 is a third larger)."""
+    return _positive_int("CHATD_MAX_FILE_BYTES", 512 * 1024)
+
+
+def max_message_bytes() -> int:
+    """CHATD_MAX_MESSAGE_BYTES (default 700 KiB): the largest user message, its text
+    (UTF-8) and decoded files together; at the default, its JSON fits the body limit."""
+    return _positive_int("CHATD_MAX_MESSAGE_BYTES", 700 * 1024)

@@ -106,3 +106,24 @@ async def test_an_overloaded_temporal_is_an_outage(status: RPCStatusCode) -> Non
         response = await client.get("/fail")
     assert response.status_code == 503
     assert response.json()["error"]["code"] == "temporal_unavailable"
+
+
+async def test_a_405_says_which_methods_are_allowed() -> None:
+    """RFC 9110: a 405 carries `Allow`; the error shape must not drop the header."""
+    app = FastAPI()
+    install_error_handlers(app)
+
+    @app.get("/thing")
+    async def read() -> None:
+        return None
+
+    @app.delete("/thing")
+    async def drop() -> None:
+        return None
+
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as client:
+        response = await client.post("/thing")
+    assert response.status_code == 405
+    assert sorted(response.headers["allow"].split(", ")) == ["DELETE", "GET"]
+    assert response.json()["error"]["code"] == "method_not_allowed"
