@@ -11,9 +11,11 @@ from datetime import datetime
 import asyncpg
 from pydantic import BaseModel
 
-__all__ = ["ApiKey", "KeyStore", "hash_key"]
+__all__ = ["ApiKey", "KeyConflict", "KeyStore", "display_prefix", "hash_key"]
 
 KEY_PREFIX = "chatd_"
+SHOWN_SECRET_CHARS = 4
+"""How much of a key's secret part is stored in the clear, to tell keys apart in a listing."""
 
 
 class ApiKey(BaseModel):
@@ -27,9 +29,20 @@ class ApiKey(BaseModel):
     revoked_at: datetime | None
 
 
+class KeyConflict(Exception):
+    """A chosen key that is already stored revoked, or for another owner: it is never reused."""
+
+
 def hash_key(plaintext: str) -> str:
     """The stored form of a key."""
     return hashlib.sha256(plaintext.encode()).hexdigest()
+
+
+def display_prefix(plaintext: str) -> str:
+    """The stored clear prefix: `chatd_` and 4 characters, or 4 characters of a key without the
+    marker, whatever the key's length (a chosen key can be short)."""
+    marker = KEY_PREFIX if plaintext.startswith(KEY_PREFIX) else ""
+    return plaintext[: len(marker) + SHOWN_SECRET_CHARS]
 
 
 class KeyStore:
@@ -39,17 +52,30 @@ class KeyStore:
         self._pool = pool
 
     async def create(self, owner: str, name: str = "", plaintext: str | None = None) -> str:
-        """Store a key for `owner` (a fresh random one unless given); return the plaintext."""
+        """Store a key for `owner` (a fresh random one unless given); return the plaintext.
+
+        A chosen key already stored, active, for the same owner is left as it is (`chatd dev`
+        passes its key on every start); one revoked or another owner's raises KeyConflict.
+        """
         key = plaintext or KEY_PREFIX + secrets.token_urlsafe(32)
-        await self._pool.execute(
+        digest = hash_key(key)
+        inserted = await self._pool.fetchval(
             """INSERT INTO api_keys (id, owner, name, prefix, key_hash) VALUES ($1, $2, $3, $4, $5)
-               ON CONFLICT (key_hash) DO UPDATE SET revoked_at = NULL, owner = EXCLUDED.owner""",
+               ON CONFLICT (key_hash) DO NOTHING RETURNING id""",
             uuid.uuid4(),
             owner,
             name,
-            key[:12],
-            hash_key(key),
+            display_prefix(key),
+            digest,
         )
+        if inserted is None:
+            row = await self._pool.fetchrow(
+                "SELECT owner, revoked_at FROM api_keys WHERE key_hash = $1", digest
+            )
+            if row is not None and row["revoked_at"] is not None:
+                raise KeyConflict("this key was revoked; a revoked key is never reused")
+            if row is not None and row["owner"] != owner:
+                raise KeyConflict("this key belongs to another owner")
         return key
 
     async def list(self) -> list[ApiKey]:

@@ -6,9 +6,17 @@ import asyncio
 import os
 import subprocess
 import sys
+import uuid
+from collections.abc import AsyncIterator
+from importlib import resources
 
+import asyncpg
 import httpx
+import pytest
 from harness import Stack
+
+from chatd.store.db import connect_pool, migrate
+from chatd.store.keys import KeyConflict, KeyStore
 
 
 async def _chatd(database_url: str, *args: str) -> str:
@@ -38,3 +46,51 @@ async def test_a_created_key_works_until_it_is_revoked(stack: Stack, database_ur
         await _chatd(database_url, "revoke", line.split()[0])
         assert (await carol.get("/chats")).status_code == 401
         assert "revoked" in await _chatd(database_url, "list")
+
+
+@pytest.fixture
+async def keys(database_url: str) -> AsyncIterator[KeyStore]:
+    await migrate(database_url)
+    pool = await connect_pool(database_url, min_size=1, max_size=2)
+    yield KeyStore(pool)
+    await pool.close()
+
+
+async def test_a_chosen_key_is_reused_only_by_its_owner_and_never_once_revoked(
+    keys: KeyStore,
+) -> None:
+    chosen = "chatd-chosen-key-for-dev"
+    assert await keys.create("dev", "chatd dev", plaintext=chosen) == chosen
+    assert await keys.create("dev", "chatd dev", plaintext=chosen) == chosen, "a restart"
+    assert len(await keys.list()) == 1
+    with pytest.raises(KeyConflict, match="another owner"):
+        await keys.create("mallory", plaintext=chosen)
+    assert await keys.owner_of(chosen) == "dev"
+    await keys.revoke((await keys.list())[0].id)
+    with pytest.raises(KeyConflict, match="revoked"):
+        await keys.create("dev", "chatd dev", plaintext=chosen)
+    assert await keys.owner_of(chosen) is None
+
+
+async def test_only_a_fixed_length_prefix_of_a_key_is_stored(keys: KeyStore) -> None:
+    generated = await keys.create("carol")
+    await keys.create("dave", plaintext="short-chosen")
+    prefixes = {key.owner: key.prefix for key in await keys.list()}
+    assert prefixes == {"carol": generated[:10], "dave": "shor"}
+
+
+async def test_the_migration_cuts_prefixes_stored_before(keys: KeyStore, database_url: str) -> None:
+    conn = await asyncpg.connect(database_url)
+    try:
+        for prefix in ("chatd_AbCdEf", "chatd-test-k", "abc"):
+            await conn.execute(
+                "INSERT INTO api_keys (id, owner, prefix, key_hash) VALUES ($1, 'old', $2, $2)",
+                uuid.uuid4(),
+                prefix,
+            )
+        migration = resources.files("chatd.store") / "migrations" / "011_key_prefix.sql"
+        await conn.execute(migration.read_text())
+        stored = {r["prefix"] for r in await conn.fetch("SELECT prefix FROM api_keys")}
+    finally:
+        await conn.close()
+    assert stored == {"chatd_AbCd", "chat", "abc"}
