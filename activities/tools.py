@@ -169,7 +169,9 @@ class ToolActivities:
             return error_result(
                 call, f"{call.name} was not run: its workspace could not be created: {err}"
             )
-        context = ToolContext(chat_id=str(chat.id), tool_call_id=call.id, workspace=workspace)
+        context = ToolContext(
+            chat_id=str(chat.id), tool_call_id=call.id, workspace=workspace, owner=chat.owner
+        )
         return _Prepared(tool, call, args, context)
 
     async def _start(

@@ -40,6 +40,8 @@ class ToolContext:
     tool_call_id: str
     workspace: Path
     """The chat's own directory on this worker; tools must stay inside it."""
+    owner: str | None = None
+    """The chat's owner, for tools the operator allows only some owners (None: unknown)."""
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,10 @@
 """The `execute` tool: a shell command run in the chat's workspace.
 
-This is not a sandbox: the command runs as the worker's user and can reach anything that user
-can. It is therefore off unless the operator enables it (see `chatd.tools.defaults`). The
-command gets a minimal environment (not the worker's, which holds credentials), its own
-process group, and no stdin; the whole group is killed when the command ends or times out.
+The command runs in the tool's `Sandbox` (`chatd.tools.sandbox`): bubblewrap, which shows it
+only the chat's workspace, or, if the operator explicitly allows it, directly on the worker.
+Only the owners on the operator's allow-list may use it, and it is off unless enabled (see
+`chatd.tools.defaults`). The process gets its own process group and no stdin; the whole group
+is killed when the command ends or times out.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import contextlib
 import os
 import signal
 import subprocess
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -21,12 +23,14 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from chatd.tools.base import Tool, ToolContext, ToolOutput
+from chatd.tools.sandbox import Sandbox
 from chatd.tools.workspace import OUTPUT_CAP_BYTES, truncate_output
 
 __all__ = [
     "DEFAULT_EXECUTE_TIMEOUT_SECONDS",
     "DEFAULT_MAX_EXECUTE_TIMEOUT_SECONDS",
     "ExecuteArgs",
+    "OwnerAllowList",
     "make_execute_tool",
     "run_command",
 ]
@@ -36,7 +40,6 @@ DEFAULT_MAX_EXECUTE_TIMEOUT_SECONDS = 300.0
 _DRAIN_GRACE_SECONDS = 1.0
 """How long to wait for output after the process group is killed (escapees keep pipes open)."""
 _TOOL_TIMEOUT_MARGIN = timedelta(seconds=15)
-_DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
 class ExecuteArgs(BaseModel):
@@ -97,15 +100,27 @@ class _Capture(asyncio.SubprocessProtocol):
         self.closed.set()
 
 
-def _environment(workspace: Path) -> dict[str, str]:
-    return {
-        "PATH": os.environ.get("PATH", _DEFAULT_PATH),
-        "HOME": str(workspace),
-        "PWD": str(workspace),
-        "LANG": "C.UTF-8",
-        "LC_ALL": "C.UTF-8",
-        "TERM": "dumb",
-    }
+@dataclass(frozen=True)
+class OwnerAllowList:
+    """The chat owners who may run commands: those named, or everyone (`*`)."""
+
+    owners: frozenset[str]
+    everyone: bool = False
+
+    @classmethod
+    def parse(cls, raw: str) -> OwnerAllowList:
+        """A comma-separated list of owners, or `*` for everyone."""
+        names = {name.strip() for name in raw.split(",") if name.strip()}
+        return cls(frozenset(names - {"*"}), everyone="*" in names)
+
+    @classmethod
+    def of(cls, owners: Iterable[str]) -> OwnerAllowList:
+        """Exactly these owners."""
+        return cls(frozenset(owners))
+
+    def allows(self, owner: str | None) -> bool:
+        """Whether a chat of `owner` may run commands."""
+        return self.everyone or owner in self.owners
 
 
 def _kill_group(pid: int) -> None:
@@ -136,16 +151,20 @@ async def _supervise(
 
 
 async def run_command(
-    command: str, workspace: Path, timeout_seconds: float, cap: int = OUTPUT_CAP_BYTES
+    command: str,
+    workspace: Path,
+    timeout_seconds: float,
+    sandbox: Sandbox,
+    cap: int = OUTPUT_CAP_BYTES,
 ) -> dict[str, Any]:
-    """Run `command` with /bin/sh -c in `workspace`; exit code, capped stdout/stderr, timed_out."""
+    """Run `command` with /bin/sh -c in `workspace` in `sandbox`; exit code, capped
+    stdout/stderr, timed_out."""
+    launch = sandbox.launch(command, workspace)
     transport, capture = await asyncio.get_running_loop().subprocess_exec(
         lambda: _Capture(cap),
-        "/bin/sh",
-        "-c",
-        command,
-        cwd=workspace,
-        env=_environment(workspace),
+        *launch.argv,
+        cwd=launch.cwd,
+        env=launch.env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -167,23 +186,33 @@ async def run_command(
 
 
 def make_execute_tool(
+    *,
+    sandbox: Sandbox,
+    owners: OwnerAllowList,
     max_timeout_seconds: float = DEFAULT_MAX_EXECUTE_TIMEOUT_SECONDS,
     output_cap: int = OUTPUT_CAP_BYTES,
 ) -> Tool[ExecuteArgs]:
-    """An `execute` tool whose timeouts are capped at `max_timeout_seconds`."""
+    """An `execute` tool running commands in `sandbox` for the chats of `owners`, with timeouts
+    capped at `max_timeout_seconds`."""
     if max_timeout_seconds <= 0:
         raise ValueError("max_timeout_seconds must be positive")
 
     async def run(args: ExecuteArgs, ctx: ToolContext) -> ToolOutput:
+        if not owners.allows(ctx.owner):
+            raise PermissionError(
+                "execute is not available to this chat's owner: the operator allows it only "
+                "for the owners on its allow-list"
+            )
         timeout = min(args.timeout_seconds, max_timeout_seconds)
         workspace = await asyncio.to_thread(ctx.workspace.resolve)
-        return await run_command(args.command, workspace, timeout, output_cap)
+        return await run_command(args.command, workspace, timeout, sandbox, output_cap)
 
     return Tool(
         name="execute",
         description=(
             "Run a shell command with /bin/sh -c, in your workspace directory (the same files "
-            "the file tools see). Returns exit_code, stdout, stderr and timed_out. There is no "
+            f"the file tools see). {sandbox.summary} "
+            "Returns exit_code, stdout, stderr and timed_out. There is no "
             "stdin, so interactive commands fail; background processes do not outlive the "
             f"command. timeout_seconds defaults to {DEFAULT_EXECUTE_TIMEOUT_SECONDS:g} and is "
             f"capped at {max_timeout_seconds:g}. stdout and stderr are each truncated beyond "

@@ -17,7 +17,8 @@ from pydantic import ValidationError
 
 from chatd.tools.base import MediaOutput, Tool, ToolContext, ToolOutput
 from chatd.tools.defaults import default_registry
-from chatd.tools.execute import make_execute_tool
+from chatd.tools.execute import ExecuteArgs, OwnerAllowList, make_execute_tool
+from chatd.tools.sandbox import NoSandbox
 from chatd.tools.workspace import (
     OUTPUT_CAP_BYTES,
     WorkspacePathError,
@@ -40,6 +41,12 @@ def workspace(tmp_path: Path) -> Path:
     root.mkdir()
     (tmp_path / "secret.txt").write_text("outside\n")
     return root
+
+
+def unsandboxed_execute(**options: Any) -> Tool[ExecuteArgs]:
+    """The execute tool for everyone, run directly on this machine: the process handling is
+    the same in bubblewrap (tests/unit/test_execute_sandbox.py covers the sandbox)."""
+    return make_execute_tool(sandbox=NoSandbox(), owners=OwnerAllowList.parse("*"), **options)
 
 
 async def call(tool: Tool[Any], workspace: Path, **arguments: Any) -> ToolOutput:
@@ -269,7 +276,7 @@ async def test_edit_errors(workspace: Path) -> None:
 def test_tool_flags() -> None:
     assert write_file.idempotent and read_file.idempotent and list_files.idempotent
     assert not edit_file.idempotent
-    assert not make_execute_tool().idempotent
+    assert not unsandboxed_execute().idempotent
 
 
 # list_files
@@ -323,7 +330,7 @@ async def test_list_errors(tree: Path) -> None:
 
 async def test_execute_runs_in_the_workspace(workspace: Path) -> None:
     (workspace / "f.txt").write_text("hi")
-    result = await call(make_execute_tool(), workspace, command="pwd; cat f.txt; echo err >&2")
+    result = await call(unsandboxed_execute(), workspace, command="pwd; cat f.txt; echo err >&2")
     assert result == {
         "exit_code": 0,
         "stdout": f"{workspace}\nhi",  # tmp_path is already resolved
@@ -336,14 +343,16 @@ async def test_execute_reports_failure_and_hides_worker_env(
     workspace: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("SECRET_API_KEY", "sk-123")
-    result = await call(make_execute_tool(), workspace, command='echo "[$SECRET_API_KEY]"; exit 3')
+    result = await call(
+        unsandboxed_execute(), workspace, command='echo "[$SECRET_API_KEY]"; exit 3'
+    )
     assert isinstance(result, dict)
     assert result["exit_code"] == 3
     assert result["stdout"] == "[]\n"
 
 
 async def test_execute_has_no_stdin(workspace: Path) -> None:
-    result = await call(make_execute_tool(), workspace, command="cat", timeout_seconds=5)
+    result = await call(unsandboxed_execute(), workspace, command="cat", timeout_seconds=5)
     assert isinstance(result, dict)
     assert result["exit_code"] == 0 and not result["timed_out"]
 
@@ -351,7 +360,7 @@ async def test_execute_has_no_stdin(workspace: Path) -> None:
 async def test_execute_timeout_kills_the_process_group(workspace: Path) -> None:
     started = time.monotonic()
     result = await call(
-        make_execute_tool(),
+        unsandboxed_execute(),
         workspace,
         command="sleep 60 & echo $!; sleep 60",
         timeout_seconds=2,
@@ -365,7 +374,7 @@ async def test_execute_timeout_kills_the_process_group(workspace: Path) -> None:
 
 
 async def test_execute_background_processes_do_not_outlive_it(workspace: Path) -> None:
-    result = await call(make_execute_tool(), workspace, command="sleep 30 >/dev/null & echo $!")
+    result = await call(unsandboxed_execute(), workspace, command="sleep 30 >/dev/null & echo $!")
     assert isinstance(result, dict)
     assert result["exit_code"] == 0
     assert_gone(int(result["stdout"]))
@@ -373,7 +382,7 @@ async def test_execute_background_processes_do_not_outlive_it(workspace: Path) -
 
 async def test_execute_cancelled_by_the_caller_kills_the_process_group(workspace: Path) -> None:
     command = "sleep 60 & echo $! > pid.tmp; mv pid.tmp pid; sleep 60"
-    run = asyncio.ensure_future(call(make_execute_tool(), workspace, command=command))
+    run = asyncio.ensure_future(call(unsandboxed_execute(), workspace, command=command))
     pid_file = workspace / "pid"
     deadline = time.monotonic() + 30
     while not pid_file.exists():
@@ -393,7 +402,7 @@ async def test_execute_returns_when_an_escaped_process_holds_the_pipes(workspace
         "setsid sh -c 'echo $$ > escaped.tmp; mv escaped.tmp escaped; exec sleep 60' & "
         "while [ ! -s escaped ]; do sleep 0.05; done; cat escaped"
     )
-    result = await call(make_execute_tool(), workspace, command=command)
+    result = await call(unsandboxed_execute(), workspace, command=command)
     elapsed = time.monotonic() - started
     assert isinstance(result, dict)
     pid = int(result["stdout"])
@@ -418,7 +427,7 @@ def assert_gone(pid: int) -> None:
 
 
 async def test_execute_caps_timeout_and_output(workspace: Path) -> None:
-    tool = make_execute_tool(max_timeout_seconds=2, output_cap=100)
+    tool = unsandboxed_execute(max_timeout_seconds=2, output_cap=100)
     assert "capped at 2" in tool.description
     command = "head -c 1000 /dev/zero | tr '\\0' x; sleep 60"
     result = await call(tool, workspace, command=command, timeout_seconds=60)
@@ -429,14 +438,22 @@ async def test_execute_caps_timeout_and_output(workspace: Path) -> None:
 
 def test_execute_rejects_bad_arguments() -> None:
     with pytest.raises(ValidationError):
-        make_execute_tool().args.model_validate({"command": ""})
+        unsandboxed_execute().args.model_validate({"command": ""})
     with pytest.raises(ValidationError):
-        make_execute_tool().args.model_validate({"command": "ls", "timeout_seconds": 0})
+        unsandboxed_execute().args.model_validate({"command": "ls", "timeout_seconds": 0})
     with pytest.raises(ValueError, match="positive"):
-        make_execute_tool(max_timeout_seconds=0)
+        unsandboxed_execute(max_timeout_seconds=0)
 
 
 # the default registry
+
+
+@pytest.fixture
+def execute_allowed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Owners set, and a sandbox or the operator's consent to none, so execute can be enabled
+    on any machine."""
+    monkeypatch.setenv("CHATD_EXECUTE_OWNERS", "*")
+    monkeypatch.setenv("CHATD_EXECUTE_UNSANDBOXED", "1")
 
 
 def test_execute_is_off_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -448,12 +465,14 @@ def test_execute_is_off_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.parametrize("value", ["1", "true", "YES"])
+@pytest.mark.usefixtures("execute_allowed")
 def test_execute_enabled_by_env(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
     monkeypatch.setenv("CHATD_ENABLE_EXECUTE", value)
     assert "execute" in default_registry().tools
     assert "execute" not in default_registry(enable_execute=False).tools
 
 
+@pytest.mark.usefixtures("execute_allowed")
 def test_execute_enabled_by_argument(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CHATD_ENABLE_EXECUTE", raising=False)
     monkeypatch.setenv("CHATD_EXECUTE_MAX_TIMEOUT_SECONDS", "7")
@@ -481,6 +500,7 @@ def test_execute_enabled_by_argument(monkeypatch: pytest.MonkeyPatch) -> None:
         ("current_time", set(), []),
     ],
 )
+@pytest.mark.usefixtures("execute_allowed")
 def test_json_schemas(name: str, properties: set[str], required: list[str]) -> None:
     tool = default_registry(enable_execute=True).get(name)
     assert tool is not None
