@@ -15,6 +15,7 @@ import uuid
 import asyncpg
 
 from api.errors import ApiError
+from api.idempotency import check_same_request
 from chatd.parts import Part
 from chatd.store.events import Conn, append_events
 from chatd.store.transcript import QueuedMessage
@@ -24,7 +25,7 @@ __all__ = ["BUSY", "cut_and_queue"]
 BUSY = ("running", "requires_action")
 """Statuses in which a turn runs: a send may wait behind it, an edit may not."""
 
-_QUEUED = "id, parts, client_message_id, created_at"
+_QUEUED = "id, parts, client_message_id, created_at, request_digest"
 
 
 async def cut_and_queue(
@@ -33,12 +34,13 @@ async def cut_and_queue(
     message_id: int,
     parts: list[Part],
     idempotency_key: str | None,
+    request_digest: str,
 ) -> tuple[QueuedMessage, bool]:
     """Delete user message `message_id` and everything after it, and queue `parts` as a new
     message: the queued message, and False if a call with the same key had done it already.
 
     Raises `ApiError` while a turn runs (409), for a missing (404), non-user (400) or
-    compacted (409) message.
+    compacted (409) message, and for the key of an edit with another body (422).
     """
     client_message_id = _client_message_id(message_id, idempotency_key)
     async with pool.acquire() as conn, conn.transaction():
@@ -51,7 +53,9 @@ async def cut_and_queue(
                 client_message_id,
             )
             if row is not None:
-                return QueuedMessage.model_validate(dict(row)), False
+                earlier = QueuedMessage.model_validate(dict(row))
+                check_same_request(earlier.request_digest, request_digest)
+                return earlier, False
         if status in BUSY:
             raise ApiError(409, "chat_busy", "a turn is running", {"status": status})
         await _check_editable(conn, chat_id, message_id)
@@ -60,12 +64,13 @@ async def cut_and_queue(
         )
         await append_events(conn, chat_id, [("transcript_edited", {"from_message_id": message_id})])
         row = await conn.fetchrow(
-            "INSERT INTO queued_messages (id, chat_id, parts, client_message_id)"
-            f" VALUES ($1, $2, $3, $4) RETURNING {_QUEUED}",
+            "INSERT INTO queued_messages (id, chat_id, parts, client_message_id, request_digest)"
+            f" VALUES ($1, $2, $3, $4, $5) RETURNING {_QUEUED}",
             uuid.uuid4(),
             chat_id,
             [p.model_dump(exclude_none=True) for p in parts],
             client_message_id,
+            request_digest,
         )
         assert row is not None
         return QueuedMessage.model_validate(dict(row)), True

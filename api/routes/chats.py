@@ -7,13 +7,15 @@ import uuid
 from datetime import datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Header, Query, Request
 
 from api.access import OwnedChat, Owner, chat_out, load_chat
-from api.errors import ApiError
+from api.errors import ApiError, ErrorBody
+from api.idempotency import check_same_request, request_digest
 from api.routes.messages import accept_message
 from api.schemas import ChatList, ChatOut, CreateChat
 from api.state import state_of
+from chatd.store.chat_creations import ChatCreations
 from chatd.store.chats import ChatRecord
 
 __all__ = ["router"]
@@ -21,10 +23,28 @@ __all__ = ["router"]
 router = APIRouter(prefix="/chats", tags=["chats"])
 
 
-@router.post("", status_code=201, response_model=ChatOut)
-async def create_chat(body: CreateChat, request: Request, owner: Owner) -> ChatOut:
-    """Create a chat; with `message`, its first turn starts at once."""
+@router.post(
+    "",
+    status_code=201,
+    response_model=ChatOut,
+    responses={422: {"model": ErrorBody, "description": "Idempotency-Key reused"}},
+)
+async def create_chat(
+    body: CreateChat,
+    request: Request,
+    owner: Owner,
+    idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+) -> ChatOut:
+    """Create a chat; with `message`, its first turn starts at once. With an
+    `Idempotency-Key`, a retried create answers with the chat the first one made."""
     state = state_of(request)
+    chat_id = None
+    if idempotency_key is not None:
+        creation = await ChatCreations(state.pool).claim(
+            owner, idempotency_key, request_digest(body)
+        )
+        check_same_request(creation.request_digest, request_digest(body))
+        chat_id = creation.chat_id
     chat = await state.chats.create(
         owner=owner,
         model=body.model,
@@ -35,9 +55,12 @@ async def create_chat(body: CreateChat, request: Request, owner: Owner) -> ChatO
         max_steps=body.max_steps,
         action_timeout_s=body.action_timeout_s,
         compaction_threshold=body.compaction_threshold,
+        chat_id=chat_id,
     )
     if body.message is not None:
-        await accept_message(request, chat, body.message, idempotency_key=None)
+        # Under a key of its own: a retried create hands the same first message over again.
+        first_key = f"create:{idempotency_key}" if idempotency_key else None
+        await accept_message(request, chat, body.message, idempotency_key=first_key)
         chat = await load_chat(request, chat.id, owner)
     return await chat_out(request, chat)
 

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Header, Query, Request
 from api.access import OwnedChat
 from api.edits import BUSY, cut_and_queue
 from api.errors import ApiError
+from api.idempotency import check_same_request, request_digest
 from api.schemas import EditMessage, MessageList, SendMessage, SendMessageResult
 from api.state import state_of
 from api.turns import interrupt_turn, submit_message, until_begun
@@ -23,14 +24,24 @@ router = APIRouter(prefix="/chats/{chat_id}/messages", tags=["messages"])
 async def accept_message(
     request: Request, chat: ChatRecord, body: SendMessage, idempotency_key: str | None
 ) -> SendMessageResult:
-    """Store the message, then start its turn or queue it (a retried send is answered once)."""
+    """Store the message, then start its turn or queue it. A retried send (the same
+    Idempotency-Key or `client_message_id`, and the same body) is answered as the first was,
+    whatever the chat does now; the same key with another body is a 422."""
     state = state_of(request)
+    client_id = idempotency_key or body.client_message_id
+    digest = request_digest(body)
+    if client_id is not None:
+        earlier = await state.transcript.sent(chat.id, client_id)
+        if earlier is not None:
+            check_same_request(earlier.request_digest, digest)
+            return await _hand_over(request, chat, earlier, created=False)
     if body.on_busy == "reject" and chat.status in BUSY:
         raise ApiError(409, "chat_busy", "a turn is running", {"status": chat.status})
     if body.on_busy == "interrupt" and chat.status in BUSY:
         await interrupt_turn(state.temporal, state.turns, chat)
-    client_id = idempotency_key or body.client_message_id
-    queued, created = await state.transcript.enqueue(chat.id, body.user_parts(), client_id)
+    queued, created = await state.transcript.enqueue(chat.id, body.user_parts(), client_id, digest)
+    if not created:  # a concurrent send with the same key stored it first
+        check_same_request(queued.request_digest, digest)
     return await _hand_over(request, chat, queued, created)
 
 
@@ -100,6 +111,6 @@ async def edit_message(
     edit (after a 503) is answered as the first one was, instead of with a 404."""
     state = state_of(request)
     queued, created = await cut_and_queue(
-        state.pool, chat.id, message_id, body.user_parts(), idempotency_key
+        state.pool, chat.id, message_id, body.user_parts(), idempotency_key, request_digest(body)
     )
     return await _hand_over(request, chat, queued, created)

@@ -75,14 +75,18 @@ class ChatStore:
         max_steps: int = 25,
         action_timeout_s: int = 600,
         compaction_threshold: float = 0.7,
+        chat_id: uuid.UUID | None = None,
     ) -> ChatRecord:
-        """Insert a new chat in `waiting`."""
+        """Insert a new chat in `waiting`; with a `chat_id` inserted before (by a create that
+        is being retried), that chat."""
+        chat_id = chat_id or uuid.uuid4()
         row = await self._pool.fetchrow(
             """INSERT INTO chats (id, owner, title, title_source, model, system_prompt,
                                   dynamic_tools, active_tools, max_steps, action_timeout_s,
                                   compaction_threshold)
-               VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING *""",
-            uuid.uuid4(),
+               VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+               ON CONFLICT (id) DO NOTHING RETURNING *""",
+            chat_id,
             owner,
             title,
             "user" if title else None,
@@ -94,6 +98,8 @@ class ChatStore:
             action_timeout_s,
             compaction_threshold,
         )
+        if row is None:
+            row = await self._pool.fetchrow("SELECT * FROM chats WHERE id = $1", chat_id)
         assert row is not None
         return _record(row)
 

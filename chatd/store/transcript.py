@@ -60,6 +60,11 @@ class QueuedMessage(BaseModel):
     parts: list[Part]
     client_message_id: str | None
     created_at: datetime
+    request_digest: str | None = None
+    """The digest of the request that sent it (see `api.idempotency`)."""
+
+
+_SENT = "id, parts, client_message_id, created_at, request_digest"
 
 
 def _stored(row: asyncpg.Record) -> StoredMessage:
@@ -89,28 +94,38 @@ class TranscriptStore:
         self._pool = pool
 
     async def enqueue(
-        self, chat_id: uuid.UUID, parts: list[Part], client_message_id: str | None
+        self,
+        chat_id: uuid.UUID,
+        parts: list[Part],
+        client_message_id: str | None,
+        request_digest: str | None = None,
     ) -> tuple[QueuedMessage, bool]:
         """Queue a user message; with a known `client_message_id`, return the first one."""
         row = await self._pool.fetchrow(
-            """INSERT INTO queued_messages (id, chat_id, parts, client_message_id)
-               VALUES ($1, $2, $3, $4) ON CONFLICT (chat_id, client_message_id) DO NOTHING
-               RETURNING id, parts, client_message_id, created_at""",
+            f"""INSERT INTO queued_messages (id, chat_id, parts, client_message_id, request_digest)
+               VALUES ($1, $2, $3, $4, $5) ON CONFLICT (chat_id, client_message_id) DO NOTHING
+               RETURNING {_SENT}""",
             uuid.uuid4(),
             chat_id,
             [p.model_dump(exclude_none=True) for p in parts],
             client_message_id,
+            request_digest,
         )
         if row is not None:
             return QueuedMessage.model_validate(dict(row)), True
-        existing = await self._pool.fetchrow(
-            "SELECT id, parts, client_message_id, created_at FROM queued_messages"
-            " WHERE chat_id = $1 AND client_message_id = $2",
+        assert client_message_id is not None
+        existing = await self.sent(chat_id, client_message_id)
+        assert existing is not None
+        return existing, False
+
+    async def sent(self, chat_id: uuid.UUID, client_message_id: str) -> QueuedMessage | None:
+        """The message sent to the chat under `client_message_id`, taken by a turn or not."""
+        row = await self._pool.fetchrow(
+            f"SELECT {_SENT} FROM queued_messages WHERE chat_id = $1 AND client_message_id = $2",
             chat_id,
             client_message_id,
         )
-        assert existing is not None
-        return QueuedMessage.model_validate(dict(existing)), False
+        return QueuedMessage.model_validate(dict(row)) if row else None
 
     async def queued(self, chat_id: uuid.UUID) -> list[QueuedMessage]:
         """Messages still waiting, oldest first."""
