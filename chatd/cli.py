@@ -8,6 +8,7 @@ import logging
 import os
 import sys
 import uuid
+from pathlib import Path
 
 from chatd.client.options import add_client_commands
 
@@ -57,15 +58,25 @@ def _parser() -> argparse.ArgumentParser:
     api.add_argument("--host", default=_env("CHATD_API_HOST", "127.0.0.1"))
     api.add_argument("--port", type=int, default=int(_env("CHATD_API_PORT", "8080") or 0))
     sub.add_parser("migrate", help="apply database migrations (DATABASE_URL)")
-    keys = sub.add_parser("keys", help="manage API keys (DATABASE_URL)")
+    _add_keys(sub)
+    return parser
+
+
+def _add_keys(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    keys = sub.add_parser("keys", help="manage API keys (DATABASE_URL, or a `chatd dev`)")
+    where = argparse.ArgumentParser(add_help=False)
+    where.add_argument(
+        "--data-dir",
+        help="the data dir of a running `chatd dev`, instead of DATABASE_URL (without either:"
+        " the dev data dir, env CHATD_DATA_DIR or .data, if a `chatd dev` runs there)",
+    )
     keys_sub = keys.add_subparsers(dest="keys_command", required=True)
-    create = keys_sub.add_parser("create", help="create a key and print it once")
+    create = keys_sub.add_parser("create", parents=[where], help="create a key and print it once")
     create.add_argument("--owner", required=True)
     create.add_argument("--name", default="")
-    keys_sub.add_parser("list", help="list keys (never the secrets)")
-    revoke = keys_sub.add_parser("revoke", help="revoke a key by id")
+    keys_sub.add_parser("list", parents=[where], help="list keys (never the secrets)")
+    revoke = keys_sub.add_parser("revoke", parents=[where], help="revoke a key by id")
     revoke.add_argument("key_id", type=uuid.UUID)
-    return parser
 
 
 def _database_url() -> str:
@@ -73,6 +84,21 @@ def _database_url() -> str:
     if not url:
         sys.exit("chatd: set DATABASE_URL (e.g. postgresql://user:pass@host:5432/chatd)")
     return url
+
+
+def _keys_database_url(data_dir: str | None) -> str:
+    """`--data-dir`'s running `chatd dev`, else DATABASE_URL, else the default dev data dir's."""
+    if data_dir is None and os.environ.get("DATABASE_URL"):
+        return os.environ["DATABASE_URL"]
+    from chatd.dev import database_url_file
+
+    folder = Path(data_dir or _env("CHATD_DATA_DIR", ".data") or ".data")
+    try:
+        return database_url_file(folder.resolve()).read_text().strip()
+    except FileNotFoundError:
+        if data_dir is None:
+            sys.exit("chatd: set DATABASE_URL, or pass --data-dir of a running `chatd dev`")
+        sys.exit(f"chatd: no `chatd dev` is running with data dir {data_dir}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -106,7 +132,7 @@ async def _run(args: argparse.Namespace) -> None:
     elif args.command == "migrate":
         await commands.run_migrate(_database_url())
     elif args.command == "keys":
-        await commands.run_keys(_database_url(), args)
+        await commands.run_keys(_keys_database_url(args.data_dir), args)
 
 
 if __name__ == "__main__":

@@ -86,7 +86,10 @@ async def run_migrate(database_url: str) -> None:
 
 async def run_keys(database_url: str, args: argparse.Namespace) -> None:
     """`chatd keys create|list|revoke`."""
-    pool = await connect_pool(database_url, min_size=1, max_size=2)
+    try:
+        pool = await connect_pool(database_url, min_size=1, max_size=2)
+    except OSError as err:
+        raise SystemExit(f"chatd: cannot reach the database ({err.strerror or err})") from None
     keys = KeyStore(pool)
     try:
         if args.keys_command == "create":

@@ -25,11 +25,11 @@ from chatd.providers import import_sdks
 from chatd.serving import EmbeddedServer
 from chatd.settings import DEFAULT_TASK_QUEUE, ProviderSettings, TemporalSettings
 from chatd.store.db import connect_pool, migrate
-from chatd.store.keys import KeyStore
+from chatd.store.keys import KeyConflict, KeyStore
 from chatd.telemetry import setup_telemetry
 from chatd.tools.defaults import default_registry
 
-__all__ = ["DevOptions", "run_dev"]
+__all__ = ["DevOptions", "database_url_file", "run_dev"]
 
 DEV_OWNER = "dev"
 
@@ -72,18 +72,39 @@ def _step(what: str) -> Iterator[None]:
     _say(f"{what}: ready in {time.monotonic() - started:.1f}s")
 
 
+def database_url_file(data_dir: Path) -> Path:
+    """Where a running `chatd dev` says which database it serves (for `chatd keys`)."""
+    return data_dir / "database_url"
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write `path` readable by its owner only, from its first byte on (no chmod after)."""
+    scratch = path.with_name(f".{path.name}.{os.getpid()}")
+    scratch.unlink(missing_ok=True)
+    fd = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as file:
+        file.write(text)
+    os.replace(scratch, path)
+
+
 async def _api_key(database_url: str, options: DevOptions) -> str:
     """The fixed key, or the one generated on the first start (kept in the data dir)."""
     key_file = options.data_dir / "api_key"
-    key = options.api_key or (key_file.read_text().strip() if key_file.exists() else None)
+    kept = key_file.read_text().strip() if key_file.exists() else None
     pool = await connect_pool(database_url, min_size=1, max_size=1)
     try:
-        key = await KeyStore(pool).create(DEV_OWNER, "chatd dev", plaintext=key)
+        keys = KeyStore(pool)
+        try:
+            key = await keys.create(DEV_OWNER, "chatd dev", plaintext=options.api_key or kept)
+        except KeyConflict as conflict:
+            if options.api_key:
+                raise SystemExit(f"chatd dev: --api-key refused: {conflict}") from None
+            _say(f"the key kept in {key_file} is refused ({conflict}): generating a new one")
+            key = await keys.create(DEV_OWNER, "chatd dev")
     finally:
         await pool.close()
-    if not options.api_key:
-        key_file.write_text(key + "\n")
-        key_file.chmod(0o600)
+    if not options.api_key and key != kept:
+        _write_private(key_file, key + "\n")
     return key
 
 
@@ -106,9 +127,11 @@ async def run_dev(options: DevOptions) -> None:
         with _step("demo model (fake provider, Anthropic wire format)"):
             demo.start()
         key = await _api_key(postgres.dsn, options)
+        _write_private(database_url_file(options.data_dir), postgres.dsn + "\n")
         await _serve(options, postgres, temporal, demo, key)
     finally:
         _say("stopping")
+        database_url_file(options.data_dir).unlink(missing_ok=True)
         demo.stop()
         await asyncio.to_thread(temporal.stop)
         await asyncio.to_thread(postgres.stop)

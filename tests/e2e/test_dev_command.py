@@ -12,10 +12,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import asyncpg
 import httpx
 import psutil
+import pytest
 
+from chatd.dev import DevOptions, _api_key
 from chatd.devstack.ports import free_port
+from chatd.store.db import migrate
 
 _BANNER_TIMEOUT_S = 60.0
 
@@ -84,6 +88,20 @@ def _chat_turn(base: str, key: str, content: str) -> tuple[str, list[dict[str, o
         return chat["id"], messages
 
 
+def _keys(*args: str, env: dict[str, str] | None = None, check: bool = True) -> str:
+    """`chatd keys ...` without DATABASE_URL: stdout, or stderr if it failed and `check` is off."""
+    environ = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"} | (env or {})
+    done = subprocess.run(
+        [sys.executable, "-m", "chatd.cli", "keys", *args],
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0 or not check, done.stderr
+    return (done.stdout if done.returncode == 0 else done.stderr).strip()
+
+
 def test_chatd_dev_runs_a_demo_chat_stops_cleanly_and_resumes(tmp_path: Path) -> None:
     api_port, temporal_port = _port(), _port()
     args = [
@@ -117,6 +135,9 @@ def test_chatd_dev_runs_a_demo_chat_stops_cleanly_and_resumes(tmp_path: Path) ->
         assert first.wait(30) == 0
         _, alive = psutil.wait_procs(children, timeout=10)
         assert alive == [], f"children left running: {alive}"
+    assert (tmp_path / "data" / "api_key").stat().st_mode & 0o777 == 0o600
+    stopped = _keys("list", "--data-dir", str(tmp_path / "data"), check=False)
+    assert "no `chatd dev` is running" in stopped
 
     seen.clear()
     with _chatd(*args, "--no-worker", env=env) as second:
@@ -126,6 +147,11 @@ def test_chatd_dev_runs_a_demo_chat_stops_cleanly_and_resumes(tmp_path: Path) ->
         _read_until(second, r"Ctrl-C stops everything", seen)
         assert "worker polling" not in "".join(seen)
         assert again == key, "the generated key is kept in the data dir"
+        erin = _keys("create", "--owner", "erin", "--data-dir", str(tmp_path / "data"))
+        listed = _keys("list", env={"CHATD_DATA_DIR": str(tmp_path / "data")})
+        assert "owner=erin" in listed and "owner=dev" in listed
+        with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {erin}"}) as http:
+            assert http.get("/chats").json()["chats"] == []
         with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {key}"}) as http:
             resumed = http.get(f"/chats/{chat_id}/messages").json()["messages"]
         assert resumed == messages
@@ -178,3 +204,41 @@ def test_two_instances_run_side_by_side_with_fixed_keys(tmp_path: Path) -> None:
             assert h.get(f"/chats/{two_chat}").status_code == 200
         with httpx.Client(base_url=two_base, headers={"Authorization": f"Bearer {one_key}"}) as h:
             assert h.get("/chats").status_code == 401, "each instance has its own keys"
+
+
+@pytest.fixture
+async def dev_database(database_url: str) -> str:
+    await migrate(database_url)
+    return database_url
+
+
+def _options(data_dir: Path, api_key: str | None = None) -> DevOptions:
+    return DevOptions(data_dir, 0, 0, 0, 0, api_key=api_key, worker=False)
+
+
+async def test_the_key_file_is_private_from_its_first_byte(
+    dev_database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Without chmod, a file created world-readable would stay so: only the creation mode counts.
+    monkeypatch.setattr(Path, "chmod", lambda *_, **__: None)
+    monkeypatch.setattr(os, "chmod", lambda *_, **__: None)
+    key = await _api_key(dev_database, _options(tmp_path))
+    key_file = tmp_path / "api_key"
+    assert key_file.read_text().strip() == key
+    assert key_file.stat().st_mode & 0o777 == 0o600
+
+
+async def test_a_revoked_dev_key_is_not_revived(dev_database: str, tmp_path: Path) -> None:
+    first = await _api_key(dev_database, _options(tmp_path))
+    assert await _api_key(dev_database, _options(tmp_path)) == first, "a restart keeps the key"
+    conn = await asyncpg.connect(dev_database)
+    try:
+        await conn.execute("UPDATE api_keys SET revoked_at = now()")
+        fresh = await _api_key(dev_database, _options(tmp_path))
+        assert fresh != first and (tmp_path / "api_key").read_text().strip() == fresh
+        with pytest.raises(SystemExit, match="--api-key refused: this key was revoked"):
+            await _api_key(dev_database, _options(tmp_path, api_key=first))
+        owners = await conn.fetch("SELECT owner FROM api_keys WHERE revoked_at IS NULL")
+    finally:
+        await conn.close()
+    assert [r["owner"] for r in owners] == ["dev"], "only the fresh key is active"
