@@ -44,6 +44,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         409: "Wrong state (the current status is in `detail`)",
         410: "Stream cursor expired",
         413: "Request body too large",
+        429: "Over a quota (`Retry-After` says when to retry)",
         503: "Temporal or Postgres unreachable, or no worker took the message",
     }.items()
 }
@@ -54,13 +55,20 @@ class ApiError(Exception):
     """An error answered with `status` and the error shape."""
 
     def __init__(
-        self, status: int, code: str, message: str, detail: dict[str, Any] | None = None
+        self,
+        status: int,
+        code: str,
+        message: str,
+        detail: dict[str, Any] | None = None,
+        *,
+        headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
         self.detail = detail or {}
+        self.headers = headers
 
 
 def error_response(
@@ -156,7 +164,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(ApiError)
     async def api_error(_: Request, err: ApiError) -> JSONResponse:
-        return error_response(err.status, err.code, err.message, err.detail)
+        return error_response(err.status, err.code, err.message, err.detail, headers=err.headers)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, err: RequestValidationError) -> JSONResponse:
