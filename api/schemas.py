@@ -11,13 +11,14 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from api.user_parts import MAX_TEXT, UserPart, UserTextPart, check_file_data
 from chatd.models import ModelConfig, ModelError
 from chatd.parts import Part, Usage
-from chatd.store.chats import ChatRecord, ChatStatus, DynamicTool
+from chatd.store.chats import ChatRecord, ChatStatus, ChatSummary, DynamicTool
 from chatd.store.transcript import QueuedMessage, StoredMessage
 from workflows.payloads import SubmittedToolResult
 
 __all__ = [
     "ChatList",
     "ChatOut",
+    "ChatSummary",
     "CreateChat",
     "EditMessage",
     "MessageList",
@@ -128,10 +129,14 @@ class ChatOut(BaseModel):
 
 
 class ChatList(BaseModel):
-    """A page of chats; pass `next_before` as `before` for the next page."""
+    """A page of chat summaries; pass `next_before` as `before` for the next page. A page
+    ends at its `limit` or at its byte budget, whichever comes first."""
 
-    chats: list[ChatOut]
+    chats: list[ChatSummary]
+    has_more: bool
+    """Whether more chats follow this page."""
     next_before: str | None
+    """Set exactly when `has_more`."""
 
 
 class SendMessageResult(BaseModel):
@@ -144,7 +149,12 @@ class SendMessageResult(BaseModel):
 
 
 class MessageList(BaseModel):
-    """A page of the transcript; pass `next_after_id` as `after_id` for the next page."""
+    """A page of the transcript; pass `next_after_id` as `after_id` for the next page. A page
+    ends at its `limit` or at its byte budget, whichever comes first (a message larger than
+    the budget comes alone)."""
 
     messages: list[StoredMessage]
+    has_more: bool
+    """Whether more messages follow this page."""
     next_after_id: int | None
+    """Set exactly when `has_more`."""

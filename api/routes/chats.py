@@ -16,7 +16,8 @@ from api.routes.messages import accept_message
 from api.schemas import ChatList, ChatOut, CreateChat
 from api.state import state_of
 from chatd.store.chat_creations import ChatCreations
-from chatd.store.chats import ChatRecord
+from chatd.store.chats import ChatSummary
+from chatd.store.pages import page_bytes
 
 __all__ = ["router"]
 
@@ -65,7 +66,7 @@ async def create_chat(
     return await chat_out(request, chat)
 
 
-def _cursor(chat: ChatRecord) -> str:
+def _cursor(chat: ChatSummary) -> str:
     raw = f"{chat.created_at.isoformat()}|{chat.id}"
     return base64.urlsafe_b64encode(raw.encode()).decode()
 
@@ -85,13 +86,18 @@ async def list_chats(
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     before: Annotated[str | None, Query(max_length=200)] = None,
 ) -> ChatList:
-    """Your chats, newest first."""
-    state = state_of(request)
-    chats = await state.chats.list(
-        owner, limit=limit, before=_parse_cursor(before) if before else None
+    """Your chats, newest first, as summaries (`GET /chats/{id}` has the rest)."""
+    page = await state_of(request).chats.list(
+        owner,
+        limit=limit,
+        before=_parse_cursor(before) if before else None,
+        max_bytes=page_bytes(),
     )
-    out = [await chat_out(request, c) for c in chats]
-    return ChatList(chats=out, next_before=_cursor(chats[-1]) if len(chats) == limit else None)
+    return ChatList(
+        chats=page.rows,
+        has_more=page.more,
+        next_before=_cursor(page.rows[-1]) if page.more else None,
+    )
 
 
 @router.get("/{chat_id}", response_model=ChatOut)

@@ -14,6 +14,7 @@ from api.schemas import EditMessage, MessageList, SendMessage, SendMessageResult
 from api.state import state_of
 from api.turns import interrupt_turn, submit_message, until_begun
 from chatd.store.chats import ChatRecord
+from chatd.store.pages import page_bytes
 from chatd.store.transcript import QueuedMessage
 
 __all__ = ["accept_message", "router"]
@@ -88,9 +89,14 @@ async def list_messages(
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
 ) -> MessageList:
     """The transcript, oldest first, as persisted."""
-    messages = await state_of(request).transcript.page(chat.id, after_id=after_id, limit=limit)
-    next_after = messages[-1].id if len(messages) == limit else None
-    return MessageList(messages=[m.for_client() for m in messages], next_after_id=next_after)
+    page = await state_of(request).transcript.page(
+        chat.id, after_id=after_id, limit=limit, max_bytes=page_bytes()
+    )
+    return MessageList(
+        messages=[m.for_client() for m in page.rows],
+        has_more=page.more,
+        next_after_id=page.rows[-1].id if page.more else None,
+    )
 
 
 @router.patch(

@@ -12,8 +12,9 @@ from pydantic import BaseModel, Field
 from chatd.models import ModelConfig, ModelError
 from chatd.parts import Usage
 from chatd.store.events import append_events
+from chatd.store.pages import DEFAULT_PAGE_BYTES, Page
 
-__all__ = ["ChatRecord", "ChatStatus", "ChatStore", "DynamicTool"]
+__all__ = ["ChatRecord", "ChatStatus", "ChatStore", "ChatSummary", "DynamicTool"]
 
 ChatStatus = Literal["waiting", "running", "requires_action", "error"]
 
@@ -49,6 +50,24 @@ class ChatRecord(BaseModel):
     updated_at: datetime
     turn_id: str | None = None
     """The turn running now: set when it begins, cleared when it ends."""
+
+
+class ChatSummary(BaseModel):
+    """A chat as a list shows it: what it is and how it stands, without its configuration
+    (system prompt, tools) or its queued messages, which `ChatRecord` has; so a page of
+    them stays small."""
+
+    id: uuid.UUID
+    title: str | None
+    model: ModelConfig
+    status: ChatStatus
+    last_error: ModelError | None
+    action_expires_at: datetime | None
+    queued_count: int
+    """Messages waiting for their turn."""
+    usage: Usage
+    created_at: datetime
+    updated_at: datetime
 
 
 def _record(row: asyncpg.Record | dict[str, Any]) -> ChatRecord:
@@ -145,16 +164,51 @@ class ChatStore:
         return owner, _record(data) if data["id"] is not None else None
 
     async def list(
-        self, owner: str, *, limit: int, before: tuple[datetime, uuid.UUID] | None
-    ) -> list[ChatRecord]:
-        """The owner's chats, newest first, strictly before the (created_at, id) cursor."""
+        self,
+        owner: str,
+        *,
+        limit: int,
+        before: tuple[datetime, uuid.UUID] | None,
+        max_bytes: int = DEFAULT_PAGE_BYTES,
+    ) -> Page[ChatSummary]:
+        """The owner's chats, newest first, strictly before the (created_at, id) cursor, up to
+        `limit` rows or `max_bytes` of their summaries' JSON, whichever comes first."""
         rows = await self._pool.fetch(
-            """SELECT * FROM chats WHERE owner = $1
-                 AND ($2::timestamptz IS NULL OR (created_at, id) < ($2, $3))
-               ORDER BY created_at DESC, id DESC LIMIT $4""",
+            _LIST,
             owner,
             before[0] if before else None,
             before[1] if before else None,
             limit,
+            max_bytes,
         )
-        return [_record(r) for r in rows]
+        return Page(
+            [ChatSummary.model_validate(dict(r)) for r in rows],
+            bool(rows[0]["more"]) if rows else False,
+        )
+
+
+# The summaries of a page of chats and their queue lengths, in one statement. `candidate`
+# reads one row past the limit, and the running size of each, to tell whether more follow;
+# the first row always fits, so a chat larger than the budget still gets a page.
+_LIST = """
+WITH candidate AS (
+    SELECT c.id, c.title, c.model, c.status, c.last_error, c.action_expires_at, c.usage,
+           c.created_at, c.updated_at,
+           row_number() OVER w AS n,
+           sum(octet_length(c.model::text) + octet_length(c.usage::text)
+               + coalesce(octet_length(c.title), 0)
+               + coalesce(octet_length(c.last_error::text), 0)) OVER w AS upto
+    FROM chats c
+    WHERE c.owner = $1 AND ($2::timestamptz IS NULL OR (c.created_at, c.id) < ($2, $3))
+    WINDOW w AS (ORDER BY c.created_at DESC, c.id DESC ROWS UNBOUNDED PRECEDING)
+    ORDER BY c.created_at DESC, c.id DESC
+    LIMIT $4 + 1
+), page AS (
+    SELECT * FROM candidate WHERE n = 1 OR (n <= $4 AND upto <= $5)
+)
+SELECT page.*,
+       (SELECT count(*) FROM queued_messages q
+        WHERE q.chat_id = page.id AND q.promoted_at IS NULL) AS queued_count,
+       (SELECT count(*) FROM candidate) > (SELECT count(*) FROM page) AS more
+FROM page ORDER BY n
+"""

@@ -21,6 +21,7 @@ from chatd.parts import (
     without_provider_metadata,
 )
 from chatd.store.events import Conn, append_events
+from chatd.store.pages import DEFAULT_PAGE_BYTES, Page
 from chatd.store.step_keys import StepKey, stored_key
 
 __all__ = [
@@ -254,16 +255,18 @@ class TranscriptStore:
         )
         return _stored(row) if row else None
 
-    async def page(self, chat_id: uuid.UUID, *, after_id: int, limit: int) -> list[StoredMessage]:
-        """Messages after `after_id`, oldest first (compressed ones included, for people)."""
-        rows = await self._pool.fetch(
-            "SELECT * FROM messages WHERE chat_id = $1 AND id > $2 AND visible"
-            " ORDER BY id LIMIT $3",
-            chat_id,
-            after_id,
-            limit,
-        )
-        return [_stored(r) for r in rows]
+    async def page(
+        self,
+        chat_id: uuid.UUID,
+        *,
+        after_id: int,
+        limit: int,
+        max_bytes: int = DEFAULT_PAGE_BYTES,
+    ) -> Page[StoredMessage]:
+        """Messages after `after_id`, oldest first (compressed ones included, for people), up
+        to `limit` rows or `max_bytes` of their parts' JSON, whichever comes first."""
+        rows = await self._pool.fetch(_PAGE, chat_id, after_id, limit, max_bytes)
+        return Page([_stored(r) for r in rows], bool(rows[0]["more"]) if rows else False)
 
     async def for_model(
         self, chat_id: uuid.UUID, *, turn_message: uuid.UUID | None = None
@@ -293,6 +296,29 @@ class TranscriptStore:
             )
             for r in rows
         ]
+
+
+# Walks the transcript a row at a time (one index probe each) and stops at the first row that
+# doesn't fit: a page reads its own rows and one more, however long the chat and its messages.
+# The first row always fits, so a message larger than the budget still gets a page.
+_PAGE = """
+WITH RECURSIVE walk (id, n, upto, fits) AS (
+    SELECT $2::bigint, 0::bigint, 0::bigint, true
+    UNION ALL
+    SELECT next.id, walk.n + 1, walk.upto + next.size,
+           walk.n = 0 OR (walk.n < $3 AND walk.upto + next.size <= $4)
+    FROM walk CROSS JOIN LATERAL (
+        SELECT m.id, octet_length(m.parts::text) AS size FROM messages m
+        WHERE m.chat_id = $1 AND m.id > walk.id AND m.visible
+        ORDER BY m.id LIMIT 1
+    ) AS next
+    WHERE walk.fits
+)
+SELECT m.*, EXISTS (SELECT 1 FROM walk WHERE NOT walk.fits) AS more
+FROM walk JOIN messages m ON m.id = walk.id
+WHERE walk.n > 0 AND walk.fits
+ORDER BY m.id
+"""
 
 
 class NewMessage(NamedTuple):

@@ -268,7 +268,7 @@ async def test_message_events_finished_in_sql_are_the_ones_python_writes(stack: 
     ]
     queued, _ = await transcript.enqueue(chat_id, parts, None)
     assert await turns.begin(chat_id, str(queued.id))
-    [stored] = await transcript.page(chat_id, after_id=0, limit=10)
+    [stored] = (await transcript.page(chat_id, after_id=0, limit=10)).rows
     published = await stack.pool.fetchval(
         "SELECT data FROM chat_events WHERE chat_id = $1 AND event = 'message'", chat_id
     )

@@ -84,10 +84,17 @@ class Stack:
         return result
 
     async def messages(self, chat_id: str) -> list[dict[str, Any]]:
-        """The whole transcript."""
-        response = await self.http.get(f"/chats/{chat_id}/messages", params={"limit": 500})
-        assert response.status_code == 200, response.text
-        messages: list[dict[str, Any]] = response.json()["messages"]
+        """The whole transcript, page by page."""
+        messages: list[dict[str, Any]] = []
+        after: int | None = 0
+        while after is not None:
+            response = await self.http.get(
+                f"/chats/{chat_id}/messages", params={"after_id": after, "limit": 500}
+            )
+            assert response.status_code == 200, response.text
+            page = response.json()
+            messages += page["messages"]
+            after = page["next_after_id"]
         return messages
 
     async def events_until(

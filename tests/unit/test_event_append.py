@@ -115,7 +115,7 @@ async def test_message_events_are_message_event_of_the_stored_message(pool: asyn
     ]
     ended = await turns.save_last_step(chat_id, turn_id, NewMessage("1:assistant", "assistant", []))
     assert ended is not None
-    stored = [*(await transcript.page(chat_id, after_id=0, limit=1)), *saved, ended[0]]
+    stored = [*(await transcript.page(chat_id, after_id=0, limit=1)).rows, *saved, ended[0]]
     published = await pool.fetch(
         "SELECT data FROM chat_events WHERE chat_id = $1 AND event = 'message' ORDER BY seq",
         chat_id,
