@@ -162,6 +162,8 @@ class Bubblewrap:
             "--bind",
             str(workspace),
             WORKSPACE_MOUNT,
+            "--remount-ro",  # the root bwrap builds is a tmpfs: after the mounts, freeze it
+            "/",
             "--chdir",
             WORKSPACE_MOUNT,
             "/bin/sh",
