@@ -7,7 +7,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from api.auth import BearerKey, current_owner, invalid_key
+from api.auth import BearerKey, authenticated, current_owner
 from api.errors import ApiError
 from api.schemas import ChatOut
 from api.state import state_of
@@ -28,8 +28,7 @@ async def owned_chat(chat_id: uuid.UUID, request: Request, key: BearerKey) -> Ch
     """The path's chat, if the request's key is its owner's: the key and the chat in one
     query. 401 for a missing or invalid key; another owner's chat is a 404 like a missing one."""
     owner, chat = await state_of(request).chats.get_with_key(chat_id, hash_key(key))
-    if owner is None:
-        raise invalid_key()
+    await authenticated(request, key, owner)
     if chat is None:
         raise _not_found(chat_id)
     return chat

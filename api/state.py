@@ -1,4 +1,5 @@
-"""What the gateway's request handlers share: stores, the Temporal client, the event hub."""
+"""What the gateway's request handlers share: stores, the Temporal client, the event hub,
+the quota gates."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ import asyncpg
 from fastapi import Request
 from temporalio.client import Client
 
+from api.quotas import KeyGate, LimitsCache, StreamSlots, TurnGate
 from chatd.store.chats import ChatStore
 from chatd.store.events import EventLog
 from chatd.store.hub import NotifyHub
 from chatd.store.keys import KeyStore
+from chatd.store.quotas import QuotaStore
 from chatd.store.transcript import TranscriptStore
 from chatd.store.turns import TurnStore
 
@@ -34,6 +37,11 @@ class GatewayState:
         self.turns = TurnStore(self.pool)
         self.events = EventLog(self.pool)
         self.keys = KeyStore(self.pool)
+        quotas = QuotaStore(self.pool)
+        limits = LimitsCache(quotas)
+        self.key_gate = KeyGate(limits)
+        self.turn_gate = TurnGate(quotas, limits)
+        self.stream_slots = StreamSlots(quotas, limits)
 
 
 def state_of(request: Request) -> GatewayState:

@@ -1,4 +1,7 @@
-"""Server-Sent Events: a chat's events from a cursor, with no gap and no duplicate."""
+"""Server-Sent Events: a chat's events from a cursor, with no gap and no duplicate.
+
+Each stream holds one of its key's stream slots while it is open, and ends when the key is
+revoked."""
 
 from __future__ import annotations
 
@@ -10,11 +13,15 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from api.access import OwnedChat
+from api.auth import BearerKey
 from api.errors import ApiError
+from api.quotas import StreamSlot
 from api.state import GatewayState, state_of
 from chatd.store.events import ChatEvent
+from chatd.store.keys import hash_key
 
 __all__ = ["router"]
 
@@ -22,16 +29,21 @@ router = APIRouter(prefix="/chats/{chat_id}", tags=["stream"])
 
 PING_INTERVAL_S = 15.0
 RETRY_MS = 2000
+MAX_EVENT_ID = 2**63 - 1
+"""Event ids are bigints: a cursor above this can't name one."""
 
 
 def _frame(event: ChatEvent) -> str:
     return f"id: {event.seq}\nevent: {event.event}\ndata: {json.dumps(event.data)}\n\n"
 
 
-async def _events(state: GatewayState, chat_id: uuid.UUID, cursor: int) -> AsyncIterator[str]:
+async def _events(
+    state: GatewayState, chat_id: uuid.UUID, cursor: int, slot: StreamSlot
+) -> AsyncIterator[str]:
     yield f"retry: {RETRY_MS}\n\n"
     with state.hub.subscribe(chat_id) as wake:
-        while True:
+        slot.wake_with(wake)
+        while not slot.ended:
             wake.clear()  # before reading, so a notify during the read is not missed
             events = await state.events.read_after(chat_id, cursor)
             if events:
@@ -44,6 +56,26 @@ async def _events(state: GatewayState, chat_id: uuid.UUID, cursor: int) -> Async
                 yield ": ping\n\n"
 
 
+class _SlotStream(StreamingResponse):
+    """A stream that frees its slot however it ends (finished, disconnected, cancelled, or
+    never started)."""
+
+    def __init__(self, state: GatewayState, slot: StreamSlot, body: AsyncIterator[str]) -> None:
+        super().__init__(
+            body,
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+        self._slots = state.stream_slots
+        self._slot = slot
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._slots.release(self._slot)
+
+
 @router.get(
     "/stream",
     response_class=StreamingResponse,
@@ -52,27 +84,36 @@ async def _events(state: GatewayState, chat_id: uuid.UUID, cursor: int) -> Async
 async def stream(
     chat: OwnedChat,
     request: Request,
+    key: BearerKey,
     last_event_id: Annotated[str | None, Header(max_length=40)] = None,
-    after: Annotated[int | None, Query(ge=0, description="Start after this event id")] = None,
+    after: Annotated[
+        int | None, Query(ge=0, le=MAX_EVENT_ID, description="Start after this event id")
+    ] = None,
 ) -> StreamingResponse:
-    """Events after `Last-Event-ID` (or `after`); without either, from now on."""
+    """Events after `Last-Event-ID` (or `after`); without either, from now on. A cursor past
+    the chat's last event is a 400; so is one more stream than the key's limit (429)."""
     chat_id = chat.id
     state = state_of(request)
     cursor = _cursor(last_event_id, after)
+    last = await state.events.last_seq(chat_id)
     if cursor is None:
-        cursor = await state.events.last_seq(chat_id)
+        cursor = last
+    elif cursor > last:
+        raise ApiError(
+            400,
+            "invalid_cursor",
+            f"event {cursor} does not exist: the chat's last event is {last}",
+            {"last_event_id": last},
+        )
     if await state.events.cursor_expired(chat_id, cursor):
         raise ApiError(
             410,
             "cursor_expired",
             "events after this cursor are no longer kept: reload the transcript, then stream",
-            {"last_event_id": await state.events.last_seq(chat_id)},
+            {"last_event_id": last},
         )
-    return StreamingResponse(
-        _events(state, chat_id, cursor),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
+    slot = await state.stream_slots.take(hash_key(key), chat.owner)
+    return _SlotStream(state, slot, _events(state, chat_id, cursor, slot))
 
 
 def _cursor(last_event_id: str | None, after: int | None) -> int | None:
@@ -82,6 +123,6 @@ def _cursor(last_event_id: str | None, after: int | None) -> int | None:
         value = int(last_event_id)
     except ValueError as err:
         raise ApiError(400, "invalid_cursor", "Last-Event-ID must be an event id") from err
-    if value < 0:
+    if not 0 <= value <= MAX_EVENT_ID:
         raise ApiError(400, "invalid_cursor", "Last-Event-ID must be an event id")
     return value

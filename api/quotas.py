@@ -1,0 +1,283 @@
+"""Quotas at the front door: request rate per key, running turns and daily token budgets per
+owner, open streams per key. Each refusal is a 429 with `Retry-After`.
+
+The limits live in Postgres (`chatd.store.quotas`), read through a short cache. The request
+rate is a token bucket per key in this process: refusing costs no database work, and with N
+gateways behind a balancer a key gets up to N times its rate. Running turns, budgets and
+stream slots are counted in Postgres, so they hold across gateways.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+import uuid
+from collections.abc import Coroutine
+from datetime import timedelta
+from typing import Any
+
+import asyncpg
+
+from api.errors import ApiError
+from chatd.store.chats import ChatRecord
+from chatd.store.quotas import Limits, QuotaStore
+
+__all__ = ["KeyGate", "LimitsCache", "StreamSlot", "StreamSlots", "TurnGate", "quota_refusal"]
+
+log = logging.getLogger("chatd.api.quotas")
+
+LIMITS_CACHE_S = 10.0
+"""How long a gateway uses limits it read: a change in `owner_limits` applies within this."""
+BAD_KEY_CACHE_S = 10.0
+"""How long a key that failed to authenticate is refused without asking the database."""
+MAX_TRACKED_KEYS = 100_000
+"""Bound of each per-key table (buckets, failed keys): the oldest entry makes room."""
+TURN_RETRY_AFTER_S = 5
+"""`Retry-After` of a refused turn start: when one of the running turns may have ended."""
+STREAM_SWEEP_S = 2.0
+"""How often open streams' keys are re-checked (a revoked key's streams end within this) and
+their leases extended."""
+STREAM_LEASE = timedelta(seconds=30)
+"""How long a stream slot stays taken without being extended (a crashed gateway's)."""
+
+_BUSY = ("running", "requires_action")
+
+
+def quota_refusal(
+    code: str, message: str, retry_after_s: float, detail: dict[str, Any] | None = None
+) -> ApiError:
+    """A 429 with the error shape and `Retry-After` (whole seconds, at least 1)."""
+    retry_after = max(1, math.ceil(retry_after_s))
+    return ApiError(
+        429,
+        code,
+        message,
+        {"retry_after_s": retry_after, **(detail or {})},
+        headers={"Retry-After": str(retry_after)},
+    )
+
+
+class _Bounded(dict[str, Any]):
+    """A dict that forgets its oldest entry when full."""
+
+    def put(self, key: str, value: Any) -> None:
+        if key not in self and len(self) >= MAX_TRACKED_KEYS:
+            del self[next(iter(self))]
+        self[key] = value
+
+
+class _TokenBucket:
+    """`rate` tokens a second, up to `burst`; one per request."""
+
+    __slots__ = ("burst", "rate", "stamp", "tokens")
+
+    def __init__(self, limits: Limits, now: float) -> None:
+        self.rate = limits.requests_per_s
+        self.burst = float(limits.request_burst)
+        self.tokens = self.burst
+        self.stamp = now
+
+    def take(self, now: float) -> float:
+        """Take a token: 0.0, or else the seconds until one is due (nothing taken)."""
+        self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
+        self.stamp = now
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return 0.0
+        return (1.0 - self.tokens) / self.rate
+
+
+class LimitsCache:
+    """Owners' limits, read from Postgres at most once per `LIMITS_CACHE_S` each."""
+
+    def __init__(self, store: QuotaStore) -> None:
+        self._store = store
+        self._cached = _Bounded()
+
+    async def of(self, owner: str) -> Limits:
+        """The owner's limits as of at most `LIMITS_CACHE_S` ago."""
+        now = time.monotonic()
+        hit: tuple[float, Limits] | None = self._cached.get(owner)
+        if hit is not None and hit[0] > now:
+            return hit[1]
+        limits = await self._store.limits(owner)
+        self._cached.put(owner, (now + LIMITS_CACHE_S, limits))
+        return limits
+
+
+class KeyGate:
+    """Per key, answered before any database work: whether it failed to authenticate lately
+    (so it is refused without a lookup), and whether it is over its request rate. A key's
+    bucket is made on its first authenticated request, sized by its owner's limits."""
+
+    def __init__(self, limits: LimitsCache) -> None:
+        self._limits = limits
+        self._buckets = _Bounded()
+        self._bad = _Bounded()
+
+    def recently_failed(self, key_hash: str) -> bool:
+        """Whether the key failed to authenticate within `BAD_KEY_CACHE_S`."""
+        failed_until: float | None = self._bad.get(key_hash)
+        if failed_until is None:
+            return False
+        if failed_until > time.monotonic():
+            return True
+        del self._bad[key_hash]
+        return False
+
+    def take(self, key_hash: str) -> None:
+        """Count a request of the key; raise the 429 of a key over its rate."""
+        bucket: _TokenBucket | None = self._buckets.get(key_hash)
+        if bucket is None:
+            return
+        wait_s = bucket.take(time.monotonic())
+        if wait_s:
+            raise quota_refusal(
+                "rate_limited", f"more than {bucket.rate:g} requests per second on this key", wait_s
+            )
+
+    def failed(self, key_hash: str) -> None:
+        """The key is unknown or revoked: refuse it without a lookup for a while."""
+        self._bad.put(key_hash, time.monotonic() + BAD_KEY_CACHE_S)
+
+    async def authenticated(self, key_hash: str, owner: str) -> None:
+        """The key belongs to `owner`: size its bucket by the owner's limits (the first
+        request of a key takes its first token here)."""
+        limits = await self._limits.of(owner)
+        bucket: _TokenBucket | None = self._buckets.get(key_hash)
+        if bucket is None:
+            bucket = _TokenBucket(limits, time.monotonic())
+            bucket.tokens -= 1.0
+            self._buckets.put(key_hash, bucket)
+        elif (bucket.rate, bucket.burst) != (limits.requests_per_s, limits.request_burst):
+            bucket.rate, bucket.burst = limits.requests_per_s, float(limits.request_burst)
+            bucket.tokens = min(bucket.tokens, bucket.burst)
+
+
+class TurnGate:
+    """Whether a message may start a turn: the owner's running turns and today's tokens."""
+
+    def __init__(self, store: QuotaStore, limits: LimitsCache) -> None:
+        self._store = store
+        self._limits = limits
+
+    async def admit(self, chat: ChatRecord) -> None:
+        """Raise a 429 if a message to `chat` would start a turn its owner has no room for.
+        A message that waits behind the chat's running turn starts none and is let through.
+
+        Two turns started at once may both see the last free slot: the count is a limit on
+        load, not an exact bound.
+        """
+        if chat.status in _BUSY:
+            return
+        limits = await self._limits.of(chat.owner)
+        running = await self._store.running_turns(chat.owner)
+        if running >= limits.running_turns:
+            raise quota_refusal(
+                "too_many_turns",
+                f"{running} turns are running; the limit is {limits.running_turns}",
+                TURN_RETRY_AFTER_S,
+                {"running_turns": running, "limit": limits.running_turns},
+            )
+        if limits.input_tokens_per_day is None and limits.output_tokens_per_day is None:
+            return
+        usage = await self._store.usage_today(chat.owner)
+        for kind, used, budget in (
+            ("input", usage.input_tokens, limits.input_tokens_per_day),
+            ("output", usage.output_tokens, limits.output_tokens_per_day),
+        ):
+            if budget is not None and used >= budget:
+                raise quota_refusal(
+                    "budget_exhausted",
+                    f"today's {kind} token budget ({budget}) is used up; it renews at 00:00 UTC",
+                    usage.seconds_to_next_day,
+                    {"kind": kind, "used": used, "budget": budget},
+                )
+
+
+class StreamSlot:
+    """One open stream's lease; `ended` once its key is revoked."""
+
+    def __init__(self, lease_id: uuid.UUID, key_hash: str) -> None:
+        self.lease_id = lease_id
+        self.key_hash = key_hash
+        self.ended = False
+        self._wake: asyncio.Event | None = None
+
+    def wake_with(self, event: asyncio.Event) -> None:
+        """Set `event` when the slot ends (the stream's loop waits on it)."""
+        self._wake = event
+        if self.ended:
+            event.set()
+
+    def end(self) -> None:
+        """The key was revoked: the stream must stop."""
+        self.ended = True
+        if self._wake is not None:
+            self._wake.set()
+
+
+class StreamSlots:
+    """Open SSE streams per key, as lease rows every gateway counts. While this gateway has
+    streams open, a sweep extends their leases and ends those whose key was revoked."""
+
+    def __init__(self, store: QuotaStore, limits: LimitsCache) -> None:
+        self._store = store
+        self._limits = limits
+        self._open: dict[uuid.UUID, StreamSlot] = {}
+        self._sweeper: asyncio.Task[None] | None = None
+        self._releases: set[asyncio.Task[None]] = set()
+
+    async def take(self, key_hash: str, owner: str) -> StreamSlot:
+        """A slot for a new stream of this key; 429 if the key holds all of its slots."""
+        limit = (await self._limits.of(owner)).streams
+        lease_id = await self._store.take_stream_lease(key_hash, limit, STREAM_LEASE)
+        if lease_id is None:
+            raise quota_refusal(
+                "too_many_streams",
+                f"this key has {limit} streams open, its limit",
+                STREAM_SWEEP_S,
+                {"limit": limit},
+            )
+        slot = StreamSlot(lease_id, key_hash)
+        self._open[lease_id] = slot
+        if self._sweeper is None or self._sweeper.done():
+            self._sweeper = asyncio.create_task(self._sweep())
+        return slot
+
+    def release(self, slot: StreamSlot) -> None:
+        """Free the slot of a stream that ended. Synchronous (the stream may be ending by
+        cancellation, where awaiting is not possible): the delete runs in a task of its own."""
+        if self._open.pop(slot.lease_id, None) is None:
+            return
+        self._spawn(self._store.release_stream_lease(slot.lease_id))
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(_logged(work, "releasing a stream slot"))
+        self._releases.add(task)
+        task.add_done_callback(self._releases.discard)
+
+    async def _sweep(self) -> None:
+        while self._open:
+            await asyncio.sleep(STREAM_SWEEP_S)
+            leases = {lease: slot.key_hash for lease, slot in self._open.items()}
+            if not leases:
+                return
+            try:
+                revoked = await self._store.extend_stream_leases(leases, STREAM_LEASE)
+            except (OSError, asyncpg.PostgresError) as err:
+                log.warning("extending stream leases failed: %s", err)
+                continue
+            for lease_id in revoked:
+                slot = self._open.get(lease_id)
+                if slot is not None:
+                    slot.end()
+
+
+async def _logged(work: Coroutine[Any, Any, None], what: str) -> None:
+    try:
+        await work
+    except (OSError, asyncpg.PostgresError) as err:
+        log.warning("%s failed: %s", what, err)

@@ -1,0 +1,180 @@
+"""Quota limits, the usage they are checked against, and stream leases, in Postgres: so every
+gateway enforces the same numbers."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+import asyncpg
+from pydantic import BaseModel, Field
+
+__all__ = [
+    "BUILT_IN_LIMITS",
+    "DEFAULTS_OWNER",
+    "DailyUsage",
+    "LimitOverrides",
+    "Limits",
+    "QuotaStore",
+]
+
+DEFAULTS_OWNER = "*"
+"""The `owner_limits` row whose values apply to every owner without a value of their own."""
+
+
+class Limits(BaseModel):
+    """The limits one owner (and each of its keys) runs under."""
+
+    requests_per_s: float = Field(gt=0)
+    """Requests per second per key, refilling a bucket of `request_burst`."""
+    request_burst: int = Field(gt=0)
+    running_turns: int = Field(ge=0)
+    """Turns running (or waiting for tool results or approvals) at once, per owner."""
+    streams: int = Field(ge=0)
+    """Open SSE streams per key."""
+    input_tokens_per_day: int | None = Field(default=None, ge=0)
+    """Input tokens per owner and UTC day; None: no budget."""
+    output_tokens_per_day: int | None = Field(default=None, ge=0)
+
+
+BUILT_IN_LIMITS = Limits(requests_per_s=50, request_burst=100, running_turns=100, streams=100)
+"""What applies where neither the owner's row nor the defaults row sets a value."""
+
+
+class LimitOverrides(BaseModel):
+    """An `owner_limits` row: None leaves the value to the default."""
+
+    requests_per_s: float | None = Field(default=None, gt=0)
+    request_burst: int | None = Field(default=None, gt=0)
+    running_turns: int | None = Field(default=None, ge=0)
+    streams: int | None = Field(default=None, ge=0)
+    input_tokens_per_day: int | None = Field(default=None, ge=0)
+    output_tokens_per_day: int | None = Field(default=None, ge=0)
+
+
+class DailyUsage(BaseModel):
+    """Tokens one owner used today (UTC) and the seconds until the day rolls over."""
+
+    input_tokens: int
+    output_tokens: int
+    seconds_to_next_day: float
+
+
+_LIMIT_COLUMNS = list(LimitOverrides.model_fields)
+
+# Serialises the stream leases of one key across gateways, so two opens can't both take its
+# last slot.
+_LEASE_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended('stream_leases:' || $1, 0))"
+
+
+class QuotaStore:
+    """Reads and writes limits; counts running turns, today's usage and stream leases."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self._pool = pool
+
+    async def limits(self, owner: str) -> Limits:
+        """The owner's limits: its own values, else the defaults row's, else the built-in."""
+        rows = await self._pool.fetch(
+            f"SELECT owner, {', '.join(_LIMIT_COLUMNS)} FROM owner_limits"
+            " WHERE owner = $1 OR owner = $2",
+            owner,
+            DEFAULTS_OWNER,
+        )
+        merged = BUILT_IN_LIMITS.model_dump()
+        # The defaults row first, so the owner's own values win.
+        for row in sorted(rows, key=lambda r: r["owner"] != DEFAULTS_OWNER):
+            merged.update({k: row[k] for k in _LIMIT_COLUMNS if row[k] is not None})
+        return Limits.model_validate(merged)
+
+    async def set_limits(self, owner: str, overrides: LimitOverrides) -> None:
+        """Replace the owner's row (`DEFAULTS_OWNER`: the defaults); applies within a cache
+        lifetime on every gateway."""
+        values = overrides.model_dump()
+        await self._pool.execute(
+            f"""INSERT INTO owner_limits (owner, {", ".join(_LIMIT_COLUMNS)})
+                VALUES ($1, {", ".join(f"${i + 2}" for i in range(len(_LIMIT_COLUMNS)))})
+                ON CONFLICT (owner) DO UPDATE SET
+                {", ".join(f"{c} = EXCLUDED.{c}" for c in _LIMIT_COLUMNS)}, updated_at = now()""",
+            owner,
+            *(values[c] for c in _LIMIT_COLUMNS),
+        )
+
+    async def running_turns(self, owner: str) -> int:
+        """The owner's chats in a turn now."""
+        value = await self._pool.fetchval(
+            "SELECT count(*) FROM chats"
+            " WHERE owner = $1 AND status IN ('running', 'requires_action')",
+            owner,
+        )
+        return int(value)
+
+    async def usage_today(self, owner: str) -> DailyUsage:
+        """Tokens the owner's recorded model steps used today (UTC)."""
+        row = await self._pool.fetchrow(
+            """SELECT coalesce(u.input_tokens, 0) AS input_tokens,
+                      coalesce(u.output_tokens, 0) AS output_tokens,
+                      extract(epoch FROM (d.today + 1) - (now() AT TIME ZONE 'UTC'))
+                          AS seconds_to_next_day
+               FROM (SELECT (now() AT TIME ZONE 'UTC')::date AS today) d
+               LEFT JOIN owner_daily_usage u ON u.owner = $1 AND u.day = d.today""",
+            owner,
+        )
+        assert row is not None
+        return DailyUsage.model_validate(dict(row))
+
+    async def take_stream_lease(
+        self, key_hash: str, limit: int, lasts: timedelta
+    ) -> uuid.UUID | None:
+        """A lease on one of the key's `limit` stream slots, or None if all are taken."""
+        lease_id = uuid.uuid4()
+        async with self._pool.acquire() as conn, conn.transaction():
+            await conn.execute(_LEASE_LOCK, key_hash)
+            taken = await conn.fetchval(
+                """WITH lapsed AS (
+                       DELETE FROM stream_leases WHERE key_hash = $1 AND expires_at <= now()
+                   ), held AS (
+                       SELECT count(*) AS n FROM stream_leases
+                       WHERE key_hash = $1 AND expires_at > now()
+                   )
+                   INSERT INTO stream_leases (id, key_hash, expires_at)
+                   SELECT $2, $1, now() + $4::interval FROM held WHERE held.n < $3
+                   RETURNING true""",
+                key_hash,
+                lease_id,
+                limit,
+                lasts,
+            )
+        return lease_id if taken else None
+
+    async def extend_stream_leases(
+        self, leases: dict[uuid.UUID, str], lasts: timedelta
+    ) -> set[uuid.UUID]:
+        """Extend these leases (lease id: key hash) of streams still open; those whose key is
+        gone or revoked are not extended, and returned: their streams must end."""
+        ids, hashes = list(leases), list(leases.values())
+        async with self._pool.acquire() as conn:
+            valid = {
+                r["key_hash"]
+                for r in await conn.fetch(
+                    "SELECT key_hash FROM api_keys"
+                    " WHERE key_hash = ANY($1::text[]) AND revoked_at IS NULL",
+                    sorted(set(hashes)),
+                )
+            }
+            live = [(i, h) for i, h in zip(ids, hashes, strict=True) if h in valid]
+            # An upsert: a lease that lapsed (the database was out of reach) is taken again.
+            await conn.execute(
+                """INSERT INTO stream_leases (id, key_hash, expires_at)
+                   SELECT id, key_hash, now() + $3::interval
+                   FROM unnest($1::uuid[], $2::text[]) AS t(id, key_hash)
+                   ON CONFLICT (id) DO UPDATE SET expires_at = EXCLUDED.expires_at""",
+                [i for i, _ in live],
+                [h for _, h in live],
+                lasts,
+            )
+        return {i for i, h in zip(ids, hashes, strict=True) if h not in valid}
+
+    async def release_stream_lease(self, lease_id: uuid.UUID) -> None:
+        """Free the slot of a stream that ended."""
+        await self._pool.execute("DELETE FROM stream_leases WHERE id = $1", lease_id)

@@ -1,0 +1,178 @@
+"""Quotas: each refusal is a 429 with `Retry-After` and its code, and refuses only what is
+over the limit (another owner, a queued message, an open slot go through)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+from harness import Stack
+from support.names import model_name
+
+from chatd.fake_provider.script import FakeResponse, FakeText, FakeToolCall, FakeUsage
+from chatd.store.quotas import LimitOverrides, QuotaStore
+
+ASK_USER = {
+    "name": "ask_user",
+    "description": "Ask the user a question and wait for the answer.",
+    "input_schema": {"type": "object", "properties": {"question": {"type": "string"}}},
+}
+
+
+def _refused(response: httpx.Response, code: str) -> dict[str, Any]:
+    assert response.status_code == 429, response.text
+    error: dict[str, Any] = response.json()["error"]
+    assert error["code"] == code, error
+    assert int(response.headers["Retry-After"]) >= 1
+    return error
+
+
+async def _limit(stack: Stack, owner: str, **overrides: Any) -> None:
+    """Set before the owner's first request: the gateway has no cached limits yet."""
+    await QuotaStore(stack.pool).set_limits(owner, LimitOverrides(**overrides))
+
+
+async def test_a_key_over_its_request_rate_gets_429_and_other_keys_do_not(stack: Stack) -> None:
+    await _limit(stack, "alice", requests_per_s=0.01, request_burst=3)
+    answers = [(await stack.http.get("/chats")).status_code for _ in range(4)]
+    assert answers == [200, 200, 200, 429]
+    refused = await stack.http.get("/chats")
+    error = _refused(refused, "rate_limited")
+    assert int(refused.headers["Retry-After"]) == error["detail"]["retry_after_s"] == 100
+    assert (await stack.other_owner.get("/chats")).status_code == 200
+
+
+async def test_the_owner_s_running_turns_are_limited_but_a_queued_send_is_not(
+    stack: Stack,
+) -> None:
+    await _limit(stack, "alice", running_turns=1)
+    name = model_name()
+    stack.fake.script(
+        name,
+        [
+            FakeResponse(parts=[FakeToolCall(name="ask_user", arguments={"question": "?"})]),
+            FakeResponse(parts=[FakeText(text="done")]),
+        ],
+    )
+    model = {"provider": "anthropic", "name": name}
+    busy = await stack.create_chat(model=model, dynamic_tools=[ASK_USER])
+    await stack.send(busy["id"], "ask me")
+    await stack.wait_status(busy["id"], "requires_action")
+
+    idle = await stack.create_chat(model=model)
+    error = _refused(
+        await stack.http.post(f"/chats/{idle['id']}/messages", json={"content": "hi"}),
+        "too_many_turns",
+    )
+    assert error["detail"]["running_turns"] == 1 and error["detail"]["limit"] == 1
+    assert (await stack.http.get(f"/chats/{idle['id']}")).json()["queued_messages"] == []
+    created = await stack.http.post("/chats", json={"model": model, "message": {"content": "x"}})
+    _refused(created, "too_many_turns")
+
+    queued = await stack.send(busy["id"], "and this, after")
+    assert queued["queued"] is True, "waits behind the running turn: not a new one"
+    other = await stack.other_owner.post("/chats", json={"model": {"provider": "demo"}})
+    assert other.status_code == 201
+
+
+async def test_an_edit_that_would_start_a_turn_over_the_limit_is_refused_before_the_cut(
+    stack: Stack,
+) -> None:
+    await _limit(stack, "alice", running_turns=1)
+    name = model_name()
+    stack.fake.script(
+        name,
+        [
+            FakeResponse(parts=[FakeText(text="first")]),
+            FakeResponse(parts=[FakeToolCall(name="ask_user", arguments={"question": "?"})]),
+        ],
+    )
+    model = {"provider": "anthropic", "name": name}
+    chat = await stack.create_chat(model=model, dynamic_tools=[ASK_USER])
+    await stack.send(chat["id"], "one")
+    await stack.wait_status(chat["id"], "waiting")
+    other = await stack.create_chat(model=model, dynamic_tools=[ASK_USER])
+    await stack.send(other["id"], "two")
+    await stack.wait_status(other["id"], "requires_action")
+
+    before = await stack.messages(chat["id"])
+    edit = await stack.http.patch(
+        f"/chats/{chat['id']}/messages/{before[0]['id']}", json={"content": "uno"}
+    )
+    _refused(edit, "too_many_turns")
+    assert await stack.messages(chat["id"]) == before, "nothing was cut"
+
+
+async def test_a_day_s_token_budget_refuses_new_turns_until_the_day_ends(stack: Stack) -> None:
+    await _limit(stack, "alice", output_tokens_per_day=5)
+    name = model_name()
+    stack.fake.script(
+        name,
+        [FakeResponse(parts=[FakeText(text="hello")], usage=FakeUsage(output_tokens=7))],
+    )
+    chat = await stack.create_chat(model={"provider": "anthropic", "name": name})
+    await stack.send(chat["id"], "hi")
+    await stack.wait_status(chat["id"], "waiting")
+
+    refused = await stack.http.post(f"/chats/{chat['id']}/messages", json={"content": "more"})
+    error = _refused(refused, "budget_exhausted")
+    assert error["detail"] == {
+        "retry_after_s": error["detail"]["retry_after_s"],
+        "kind": "output",
+        "used": 7,
+        "budget": 5,
+    }
+    assert 1 <= error["detail"]["retry_after_s"] <= 24 * 3600
+    usage = await QuotaStore(stack.pool).usage_today("alice")
+    assert (usage.input_tokens, usage.output_tokens) == (10, 7)
+
+
+async def test_a_step_written_twice_is_counted_once(stack: Stack) -> None:
+    name = model_name()
+    stack.fake.script(
+        name, [FakeResponse(parts=[FakeText(text="hi")], usage=FakeUsage(output_tokens=3))]
+    )
+    chat = await stack.create_chat(model={"provider": "anthropic", "name": name})
+    await stack.send(chat["id"], "hi")
+    await stack.wait_status(chat["id"], "waiting")
+    await stack.pool.execute(
+        "INSERT INTO messages (chat_id, turn_id, step_key, role, parts, usage)"
+        " SELECT chat_id, turn_id, step_key, role, parts, usage FROM messages"
+        " WHERE chat_id = $1 AND usage IS NOT NULL ON CONFLICT DO NOTHING",
+        chat["id"],
+    )
+    usage = await QuotaStore(stack.pool).usage_today("alice")
+    assert usage.output_tokens == 3
+
+
+async def _open_stream(http: httpx.AsyncClient, chat_id: str) -> httpx.Response:
+    request = http.build_request("GET", f"/chats/{chat_id}/stream", timeout=None)
+    return await http.send(request, stream=True)
+
+
+async def test_a_key_s_streams_are_limited_and_a_closed_stream_frees_its_slot(
+    stack: Stack,
+) -> None:
+    await _limit(stack, "alice", streams=1)
+    chat = await stack.create_chat(model={"provider": "demo"})
+    first = await _open_stream(stack.http, chat["id"])
+    assert first.status_code == 200
+    second = await _open_stream(stack.http, chat["id"])
+    await second.aread()
+    _refused(second, "too_many_streams")
+    other = await stack.other_owner.post("/chats", json={"model": {"provider": "demo"}})
+    bobs = await _open_stream(stack.other_owner, other.json()["id"])
+    assert bobs.status_code == 200, "another key's slots are its own"
+    await bobs.aclose()
+
+    await first.aclose()
+    async with asyncio.timeout(30):
+        while True:
+            again = await _open_stream(stack.http, chat["id"])
+            if again.status_code == 200:
+                await again.aclose()
+                break
+            await again.aread()
+            _refused(again, "too_many_streams")
+            await asyncio.sleep(0.1)
