@@ -4,21 +4,29 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, GetPydanticSchema, model_validator
 
-from api.user_parts import MAX_TEXT, UserPart, UserTextPart, check_file_data
-from chatd.models import ModelConfig, ModelError
+from api.user_parts import (
+    MAX_PARTS,
+    MAX_TEXT,
+    UserPart,
+    UserTextPart,
+    check_message_size,
+    check_user_parts,
+    refuse_foreign_parts,
+    text_bytes,
+)
+from chatd.models import ModelConfig, ModelError, WebSearchConfig
 from chatd.parts import Part, Usage
-from chatd.store.chats import ChatRecord, ChatStatus, ChatSummary, DynamicTool
+from chatd.store.chats import ChatRecord, ChatStatus, DynamicTool
 from chatd.store.transcript import QueuedMessage, StoredMessage
 from workflows.payloads import SubmittedToolResult
 
 __all__ = [
     "ChatList",
     "ChatOut",
-    "ChatSummary",
     "CreateChat",
     "EditMessage",
     "MessageList",
@@ -28,20 +36,78 @@ __all__ = [
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """An HTTP input: unknown fields are refused and nothing is coerced (`0` is not `false`,
+    `"5"` is not `5`), so what the document says is what the gateway accepts."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class StrictWebSearch(WebSearchConfig):
+    """`WebSearchConfig` as a client sends it: validated strictly."""
+
+    model_config = ConfigDict(strict=True)
+
+
+class StrictModelConfig(ModelConfig):
+    """`ModelConfig` as a client sends it: validated strictly."""
+
+    model_config = ConfigDict(strict=True)
+
+    web_search: StrictWebSearch | None = None
+
+
+class StrictDynamicTool(DynamicTool):
+    """`DynamicTool` as a client sends it: validated strictly."""
+
+    model_config = ConfigDict(strict=True)
+
+
+class StrictToolResult(SubmittedToolResult):
+    """`SubmittedToolResult` as a client sends it: validated strictly, no unknown fields
+    (the workflow payload itself stays as it is)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+def _validated_as(strict: Any) -> GetPydanticSchema:
+    """Validate a field as `strict` (its declared type with strict subclasses), so the field
+    keeps the type the store and the workflows take."""
+    return GetPydanticSchema(lambda _type, handler: handler(strict))
+
+
+_NON_EMPTY: dict[str, Any] = {
+    "anyOf": [
+        {"required": ["content"], "properties": {"content": {"type": "string", "minLength": 1}}},
+        {"required": ["parts"], "properties": {"parts": {"type": "array", "minItems": 1}}},
+    ]
+}
+"""The document's way of saying `content` or `parts` must be non-empty."""
 
 
 class EditMessage(_Strict):
-    """The new content of a user message: `content` text, or `parts` (text and files)."""
+    """The new content of a user message: `content` text, or `parts` (text and files; when
+    `parts` is non-empty, `content` is ignored)."""
+
+    model_config = ConfigDict(json_schema_extra=_NON_EMPTY)
 
     content: str | None = Field(default=None, max_length=MAX_TEXT)
-    parts: list[UserPart] | None = Field(default=None, max_length=100)
+    parts: list[UserPart] | None = Field(default=None, max_length=MAX_PARTS)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _user_parts_only(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            refuse_foreign_parts(data.get("parts"))
+        return data
 
     @model_validator(mode="after")
     def _has_content(self) -> EditMessage:
         if not self.user_parts():
             raise ValueError("give `content` (non-empty text) or `parts`")
-        check_file_data(self.parts or [])
+        if self.parts:
+            check_user_parts(self.parts)
+        else:
+            check_message_size(text_bytes(self.content or ""))
         return self
 
     def user_parts(self) -> list[Part]:
@@ -61,10 +127,12 @@ class SendMessage(EditMessage):
 class CreateChat(_Strict):
     """Body of `POST /chats`."""
 
-    model: ModelConfig = Field(default_factory=ModelConfig)
+    model: StrictModelConfig = Field(default_factory=StrictModelConfig)
     title: str | None = Field(default=None, max_length=200)
     system_prompt: str | None = Field(default=None, max_length=MAX_TEXT)
-    dynamic_tools: list[DynamicTool] = Field(default_factory=list, max_length=64)
+    dynamic_tools: Annotated[list[DynamicTool], _validated_as(list[StrictDynamicTool])] = Field(
+        default_factory=list, max_length=64
+    )
     active_tools: list[str] | None = Field(default=None, max_length=64)
     max_steps: int = Field(default=25, ge=1, le=1000)
     action_timeout_s: int = Field(default=600, ge=1, le=7 * 24 * 3600)
@@ -83,7 +151,9 @@ class Accepted(BaseModel):
 class ToolResults(_Strict):
     """Body of `POST /chats/{id}/tool-results`."""
 
-    results: list[SubmittedToolResult] = Field(max_length=128)
+    results: Annotated[list[SubmittedToolResult], _validated_as(list[StrictToolResult])] = Field(
+        max_length=128
+    )
 
 
 class QueuedOut(BaseModel):
@@ -129,14 +199,10 @@ class ChatOut(BaseModel):
 
 
 class ChatList(BaseModel):
-    """A page of chat summaries; pass `next_before` as `before` for the next page. A page
-    ends at its `limit` or at its byte budget, whichever comes first."""
+    """A page of chats; pass `next_before` as `before` for the next page."""
 
-    chats: list[ChatSummary]
-    has_more: bool
-    """Whether more chats follow this page."""
+    chats: list[ChatOut]
     next_before: str | None
-    """Set exactly when `has_more`."""
 
 
 class SendMessageResult(BaseModel):
@@ -149,12 +215,7 @@ class SendMessageResult(BaseModel):
 
 
 class MessageList(BaseModel):
-    """A page of the transcript; pass `next_after_id` as `after_id` for the next page. A page
-    ends at its `limit` or at its byte budget, whichever comes first (a message larger than
-    the budget comes alone)."""
+    """A page of the transcript; pass `next_after_id` as `after_id` for the next page."""
 
     messages: list[StoredMessage]
-    has_more: bool
-    """Whether more messages follow this page."""
     next_after_id: int | None
-    """Set exactly when `has_more`."""
