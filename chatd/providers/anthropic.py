@@ -26,6 +26,7 @@ from chatd.parts import (
 )
 from chatd.providers.base import ModelRequest, ProviderError, StepFinish, StreamEvent
 from chatd.providers.errors import (
+    described,
     error_fields,
     incomplete_stream_error,
     kind_for_status,
@@ -429,12 +430,13 @@ def _status_error(exc: anthropic.APIStatusError, provider: str) -> ModelError:
     if kind == "invalid_request" and any(m in str(message).lower() for m in _CONTEXT_MARKERS):
         kind = "context_exceeded"
     detail = {"type": error_type, "error_code": exc.error_code, "request_id": exc.request_id}
+    status_code = None if in_stream else exc.status_code
     return ModelError(
-        message=str(message),
+        message=described(kind, provider, status_code, error_type, str(message)),
         kind=kind,
         provider=provider,
         retryable=retryable,
-        status_code=None if in_stream else exc.status_code,
+        status_code=status_code,
         retry_after_ms=parse_retry_after_ms(exc.response.headers),
         detail={k: v for k, v in detail.items() if v is not None},
     )

@@ -1,4 +1,5 @@
-"""Helpers shared by the provider error classifiers: status table, retry-after, transport errors."""
+"""Helpers shared by the provider error classifiers: status table, retry-after, transport errors,
+and our own words for errors whose provider text must not reach a chat's `last_error`."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from chatd.models import ErrorKind, ModelError
 
 __all__ = [
     "STATUS_KINDS",
+    "described",
     "error_fields",
     "incomplete_stream_error",
     "kind_for_status",
@@ -102,14 +104,49 @@ def error_fields(body: object) -> dict[str, Any]:
 
 
 def transport_error(exc: BaseException, provider: str, *, is_timeout: bool) -> ModelError:
-    """A retryable error for a connection failure or timeout (SDK-wrapped or raw httpx2)."""
+    """A retryable error for a connection failure or timeout (SDK-wrapped or raw httpx2).
+
+    The exception's text names hosts and addresses of the worker's network: only its type is
+    kept.
+    """
+    cause = type(exc.__cause__ or exc).__name__
+    what = "did not answer in time" if is_timeout else "could not be reached"
     return ModelError(
-        message=str(exc) or type(exc).__name__,
+        message=f"the {provider} API {what} ({cause})",
         kind="timeout" if is_timeout else "generic",
         provider=provider,
         retryable=True,
         detail={"type": "timeout" if is_timeout else "connection_error"},
     )
+
+
+_KEY_VARIABLES = {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY"}
+_BILLING_CODES = {"billing_error", "insufficient_quota"}
+_NOT_FOUND_CODES = {"not_found_error", "model_not_found"}
+
+
+def described(
+    kind: ErrorKind, provider: str, status_code: int | None, code: str | None, message: str
+) -> str:
+    """The message of a classified error: the provider's own for most kinds, ours for `auth`
+    and `config`, whose provider text can echo a masked key, an account or an organisation."""
+    if kind not in ("auth", "config"):
+        return message
+    status = f" ({status_code})" if status_code else ""
+    key = _KEY_VARIABLES.get(provider, "provider settings")
+    base_url = f"{provider.upper()}_BASE_URL"
+    if kind == "auth" and (status_code == 403 or code == "permission_error"):
+        return f"the {provider} API key may not make this request{status}: check its permissions"
+    if kind == "auth":
+        return f"the {provider} API key was refused{status}: check the worker's {key}"
+    if status_code == 402 or code in _BILLING_CODES:
+        return f"the {provider} account has no credit or quota left{status}: check its billing"
+    if status_code == 404 or code in _NOT_FOUND_CODES:
+        return (
+            f"the {provider} API does not know this model or endpoint{status}:"
+            f" check the chat's model and the worker's {base_url}"
+        )
+    return f"the {provider} API refused the worker's configuration{status}"
 
 
 def incomplete_stream_error(provider: str) -> ModelError:

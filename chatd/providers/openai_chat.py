@@ -15,6 +15,7 @@ from chatd.models import ErrorKind, ModelConfig, ModelError
 from chatd.parts import FilePart, Message, PartDelta, TextPart, ToolCallPart, ToolResultPart, Usage
 from chatd.providers.base import ModelRequest, ProviderError, StepFinish, StreamEvent
 from chatd.providers.errors import (
+    described,
     error_fields,
     incomplete_stream_error,
     kind_for_status,
@@ -309,7 +310,7 @@ def classify_openai_payload(
     )
     detail = {"code": code, "type": error_type}
     return ModelError(
-        message=message,
+        message=described(kind, provider, None, code or error_type, message),
         kind=kind,
         provider=provider,
         retryable=retryable,
@@ -325,9 +326,10 @@ def _status_error(exc: openai.APIStatusError, provider: str) -> ModelError:
         kind, retryable = _ERROR_CODES[code]
     else:
         kind, retryable = kind_for_status(exc.status_code)
-    detail = {"code": code, "type": exc.type or fields.get("type"), "request_id": exc.request_id}
+    error_type = exc.type or fields.get("type")
+    detail = {"code": code, "type": error_type, "request_id": exc.request_id}
     return ModelError(
-        message=str(message),
+        message=described(kind, provider, exc.status_code, code or error_type, str(message)),
         kind=kind,
         provider=provider,
         retryable=retryable,

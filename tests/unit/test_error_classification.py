@@ -15,6 +15,8 @@ from chatd.providers.errors import parse_retry_after_ms
 from chatd.providers.openai_chat import classify_openai_error, classify_openai_payload
 
 REQUEST = httpx2.Request("POST", "https://api.example.test/v1/messages")
+OUR_WORDS = ("auth", "config")
+"""Kinds whose message is ours, never the provider's text."""
 
 
 def response(status: int, headers: dict[str, str] | None = None) -> httpx2.Response:
@@ -70,7 +72,7 @@ def test_anthropic_status_errors(
     error = classify_anthropic_error(exc)
     assert (error.kind, error.retryable, error.status_code) == (kind, retryable, status)
     assert error.provider == "anthropic"
-    assert error.message == message
+    assert error.message == message or (kind in OUR_WORDS and message not in error.message)
     assert error.detail["type"] == error_type
 
 
@@ -162,7 +164,7 @@ def test_openai_status_errors(
     error = classify_openai_error(exc)
     assert (error.kind, error.retryable, error.status_code) == (kind, retryable, status)
     assert error.provider == "openai"
-    assert error.message == "boom"
+    assert error.message == "boom" or (kind in OUR_WORDS and "boom" not in error.message)
     assert error.detail.get("code") == code
 
 
@@ -204,6 +206,99 @@ def test_openai_connection_errors() -> None:
 def test_openai_stream_payloads(code: str | None, kind: str, retryable: bool) -> None:
     error = classify_openai_payload(code, "failed", provider="openai")
     assert (error.kind, error.retryable) == (kind, retryable)
+
+
+# --- our own words --------------------------------------------------------------------------
+
+OPENAI_401 = (
+    "Incorrect API key provided: sk-proj-****************************abcd. You can find your"
+    " API key at https://platform.openai.com/account/api-keys."
+)
+
+
+@pytest.mark.parametrize(
+    ("exc", "expected"),
+    [
+        (
+            openai.AuthenticationError(
+                "Error code: 401",
+                response=response(401),
+                body=openai_body("invalid_api_key", "invalid_request_error", OPENAI_401),
+            ),
+            "the openai API key was refused (401): check the worker's OPENAI_API_KEY",
+        ),
+        (
+            openai.RateLimitError(
+                "Error code: 429",
+                response=response(429),
+                body=openai_body("insufficient_quota", "insufficient_quota", "org-Xyz over quota"),
+            ),
+            "the openai account has no credit or quota left (429): check its billing",
+        ),
+        (
+            openai.NotFoundError(
+                "Error code: 404",
+                response=response(404),
+                body=openai_body("model_not_found", "invalid_request_error", "org-Xyz: gpt-x"),
+            ),
+            "the openai API does not know this model or endpoint (404): check the chat's model"
+            " and the worker's OPENAI_BASE_URL",
+        ),
+    ],
+    ids=["401", "insufficient_quota", "404"],
+)
+def test_openai_auth_and_config_errors_say_what_is_wrong_in_our_words(
+    exc: openai.APIStatusError, expected: str
+) -> None:
+    error = classify_openai_error(exc)
+    assert error.message == expected
+    assert error.status_code == exc.status_code and error.provider == "openai"
+
+
+def test_anthropic_auth_and_config_errors_say_what_is_wrong_in_our_words() -> None:
+    key = anthropic.AuthenticationError(
+        "Error code: 401",
+        response=response(401),
+        body=anthropic_body("authentication_error", "invalid x-api-key sk-ant-…Qw"),
+    )
+    assert classify_anthropic_error(key).message == (
+        "the anthropic API key was refused (401): check the worker's ANTHROPIC_API_KEY"
+    )
+    denied = anthropic.PermissionDeniedError(
+        "Error code: 403", response=response(403), body=anthropic_body("permission_error", "org")
+    )
+    assert classify_anthropic_error(denied).message == (
+        "the anthropic API key may not make this request (403): check its permissions"
+    )
+    billing = anthropic_body("billing_error", "workspace wrk_123 has no credit")
+    in_stream = anthropic.APIStatusError(str(billing), response=response(200), body=billing)
+    error = classify_anthropic_error(in_stream, provider="demo")
+    assert error.message == "the demo account has no credit or quota left: check its billing"
+    assert (error.kind, error.status_code, error.detail["type"]) == (
+        "config",
+        None,
+        "billing_error",
+    )
+
+
+def test_openai_stream_payloads_of_auth_kinds_are_described_in_our_words() -> None:
+    error = classify_openai_payload("invalid_api_key", OPENAI_401, provider="openai")
+    assert error.kind == "auth" and "sk-proj" not in error.message
+    assert "OPENAI_API_KEY" in error.message
+
+
+def test_transport_errors_do_not_name_hosts() -> None:
+    internal = "[Errno -2] Name or service not known: llm-proxy.corp.internal:8443"
+    raw = classify_anthropic_error(httpx2.ConnectError(internal, request=REQUEST))
+    assert raw.message == "the anthropic API could not be reached (ConnectError)"
+    try:
+        raise openai.APIConnectionError(request=REQUEST) from httpx2.ConnectError(internal)
+    except openai.APIConnectionError as exc:
+        wrapped = classify_openai_error(exc)
+    assert wrapped.message == "the openai API could not be reached (ConnectError)"
+    slow = classify_openai_error(openai.APITimeoutError(request=REQUEST))
+    assert slow.message == "the openai API did not answer in time (APITimeoutError)"
+    assert "corp.internal" not in raw.model_dump_json() + wrapped.model_dump_json()
 
 
 # --- retry-after -----------------------------------------------------------------------------
