@@ -14,7 +14,6 @@ import contextlib
 import os
 import signal
 import subprocess
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -112,11 +111,6 @@ class OwnerAllowList:
         """A comma-separated list of owners, or `*` for everyone."""
         names = {name.strip() for name in raw.split(",") if name.strip()}
         return cls(frozenset(names - {"*"}), everyone="*" in names)
-
-    @classmethod
-    def of(cls, owners: Iterable[str]) -> OwnerAllowList:
-        """Exactly these owners."""
-        return cls(frozenset(owners))
 
     def allows(self, owner: str | None) -> bool:
         """Whether a chat of `owner` may run commands."""
