@@ -65,6 +65,7 @@ async def chaos_rig(worker_env: Mapping[str, str] | None = None) -> AsyncIterato
         task_queue = f"chaos-{uuid.uuid4().hex[:8]}"
         pool = await connect_pool(svc.database_url)
         key = await KeyStore(pool).create("chaos")
+        await _stack.bench_limits(pool)
         await pool.close()
         settings = TemporalSettings(address=svc.temporal.address, task_queue=task_queue)
         port = free_port()

@@ -56,6 +56,7 @@ from chatd.fake_provider.script import FakeRequest, FakeResponse, ScriptBook
 from chatd.fake_provider.server import FakeProviderServer
 from chatd.fake_provider.server import create_app as create_fake_app
 from chatd.providers import close_clients
+from chatd.store.quotas import DEFAULTS_OWNER, LimitOverrides, QuotaStore
 
 # The helpers shared with the tests live in tests/support (imported there as `support`).
 sys.path.append(str(Path(__file__).resolve().parents[1] / "tests"))
@@ -73,6 +74,7 @@ __all__ = [
     "SseEvent",
     "SseListener",
     "WorkerProcess",
+    "bench_limits",
     "percentile",
     "running_stack",
     "say",
@@ -150,6 +152,20 @@ async def services(
 
 # --- the chatd stack -------------------------------------------------------------------------
 
+BENCH_LIMITS = LimitOverrides(
+    requests_per_s=1_000_000,
+    request_burst=1_000_000,
+    running_turns=1_000_000,
+    streams=1_000_000,
+)
+"""The defaults of a bench's database: far above any load a bench makes, so a bench measures
+the stack and never a quota (a bench about quotas sets its owners' own rows)."""
+
+
+async def bench_limits(pool: asyncpg.Pool) -> None:
+    """Set `BENCH_LIMITS` as the defaults, before the gateway's first request."""
+    await QuotaStore(pool).set_limits(DEFAULTS_OWNER, BENCH_LIMITS)
+
 
 @dataclass
 class BenchStack:
@@ -217,6 +233,7 @@ async def running_stack(
             worker_overrides=worker_overrides,
             http_timeout_s=60,
         ) as stack:
+            await bench_limits(stack.pool)
             yield BenchStack(svc, stack)
     finally:
         await close_clients()

@@ -366,6 +366,7 @@ async def run(args: argparse.Namespace) -> int | None:
         await migrate(svc.database_url)
         pool = await connect_pool(svc.database_url, min_size=1, max_size=2)
         api_key = await KeyStore(pool).create("bench")
+        await _stack.bench_limits(pool)
         await pool.close()
         task_queue = f"bench-conc-{uuid.uuid4().hex[:8]}"
         fake_port, api_port = free_port(), free_port()

@@ -26,12 +26,18 @@ from chatd.serving import EmbeddedServer
 from chatd.settings import DEFAULT_TASK_QUEUE, ProviderSettings, TemporalSettings
 from chatd.store.db import connect_pool, migrate
 from chatd.store.keys import KeyConflict, KeyStore
+from chatd.store.quotas import DEFAULTS_OWNER, LimitOverrides, QuotaStore
 from chatd.telemetry import setup_telemetry
 from chatd.tools.defaults import default_registry
 
 __all__ = ["DevOptions", "database_url_file", "run_dev"]
 
 DEV_OWNER = "dev"
+DEV_LIMITS = LimitOverrides(
+    requests_per_s=1000, request_burst=1000, running_turns=100, streams=1000
+)
+"""The defaults `chatd dev` sets on each start: one developer's scripts and UIs should not
+meet a quota; no token budget."""
 
 
 @dataclass
@@ -108,6 +114,15 @@ async def _api_key(database_url: str, options: DevOptions) -> str:
     return key
 
 
+async def _set_limits(database_url: str) -> None:
+    """Set `DEV_LIMITS` as the defaults (an explicit choice, not the gateway's built-ins)."""
+    pool = await connect_pool(database_url, min_size=1, max_size=1)
+    try:
+        await QuotaStore(pool).set_limits(DEFAULTS_OWNER, DEV_LIMITS)
+    finally:
+        await pool.close()
+
+
 async def run_dev(options: DevOptions) -> None:
     """Start everything, print where it is, run until Ctrl-C, then stop every child."""
     options.data_dir.mkdir(parents=True, exist_ok=True)
@@ -124,6 +139,7 @@ async def run_dev(options: DevOptions) -> None:
             await asyncio.to_thread(temporal.start)
         with _step("schema migrations"):
             await migrate(postgres.dsn)
+        await _set_limits(postgres.dsn)
         with _step("demo model (fake provider, Anthropic wire format)"):
             demo.start()
         key = await _api_key(postgres.dsn, options)
