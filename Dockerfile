@@ -16,6 +16,11 @@ COPY activities ./activities
 COPY workers ./workers
 COPY api ./api
 
+# bubblewrap: the sandbox `execute` runs commands in (only used when CHATD_ENABLE_EXECUTE=1).
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends bubblewrap \
+    && rm -rf /var/lib/apt/lists/*
+
 RUN pip install . \
     && useradd --create-home --uid 10001 --user-group chatd
 
