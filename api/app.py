@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
-import asyncpg
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
@@ -21,15 +17,13 @@ from api.routes import chats, health, messages, stream, turn_control
 from api.state import GatewayState
 from chatd.settings import TemporalSettings
 from chatd.store.db import connect_pool
-from chatd.store.events import NOTIFY_CHANNEL, EventLog
+from chatd.store.events import NOTIFY_CHANNEL
 from chatd.store.hub import NotifyHub
 from workers.client import connect_temporal
 
 __all__ = ["GatewayConfig", "create_app"]
 
 API_PREFIX = "/api/v1"
-_PRUNE_EVERY_S = 600
-log = logging.getLogger("chatd.api")
 
 
 @dataclass
@@ -38,8 +32,6 @@ class GatewayConfig:
 
     database_url: str
     temporal: TemporalSettings
-    event_retention: timedelta = timedelta(hours=24)
-    """How long stream events are kept for reconnecting clients."""
     generate_titles: bool = True
     """Ask the turn that starts an untitled chat to name it (as the workers are set up)."""
 
@@ -60,11 +52,9 @@ def create_app(config: GatewayConfig) -> FastAPI:
             hub=hub,
             generate_titles=config.generate_titles,
         )
-        pruner = asyncio.create_task(_prune_events(EventLog(pool), config.event_retention))
         try:
             yield
         finally:
-            pruner.cancel()
             await hub.stop()
             await pool.close()
 
@@ -98,15 +88,3 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
                 operation.get("responses", {}).pop("422", None)
         app.openapi_schema = schema
     return app.openapi_schema
-
-
-async def _prune_events(events: EventLog, retention: timedelta) -> None:
-    """Forget old stream events now and then (a cursor before them then gets 410)."""
-    while True:
-        try:
-            pruned = await events.prune(retention)
-            if pruned:
-                log.info("pruned %d stream events older than %s", pruned, retention)
-        except (OSError, asyncpg.PostgresError) as err:
-            log.warning("pruning stream events failed: %s", err)
-        await asyncio.sleep(_PRUNE_EVERY_S)

@@ -1,4 +1,4 @@
-"""The `chatd` command: dev stack, worker, gateway, migrations and API keys."""
+"""The `chatd` command: dev stack, worker, gateway, migrations, API keys and retention."""
 
 from __future__ import annotations
 
@@ -47,6 +47,31 @@ def _add_dev(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     dev.add_argument("--no-worker", action="store_true", help="start everything but the worker")
 
 
+def _add_gc(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    gc = sub.add_parser(
+        "gc",
+        help="run one retention round now (DATABASE_URL)",
+        description=(
+            "Delete what retention forgets, once, and print how much of each kind went:"
+            " stream events older than CHATD_EVENT_RETENTION_HOURS (24), queued messages"
+            " taken by a turn over CHATD_QUEUED_MESSAGE_RETENTION_HOURS (168) ago, tool"
+            " results and start markers of turns ended over CHATD_TOOL_CALL_RETENTION_HOURS"
+            " (24) ago, and workspaces under the workspace root of chats idle for"
+            " CHATD_WORKSPACE_RETENTION_HOURS (720). 0 keeps a kind forever. Workers run"
+            " the same round every CHATD_RETENTION_INTERVAL_SECONDS (600)."
+        ),
+    )
+    gc.add_argument(
+        "--dry-run", action="store_true", help="print what would be deleted, delete nothing"
+    )
+    gc.add_argument(
+        "--workspace-root",
+        type=Path,
+        default=None,
+        help="the workspaces to sweep (default: CHATD_WORKSPACE_ROOT, else .data/workspaces)",
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="chatd", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -58,6 +83,7 @@ def _parser() -> argparse.ArgumentParser:
     api.add_argument("--host", default=_env("CHATD_API_HOST", "127.0.0.1"))
     api.add_argument("--port", type=int, default=int(_env("CHATD_API_PORT", "8080") or 0))
     sub.add_parser("migrate", help="apply database migrations (DATABASE_URL)")
+    _add_gc(sub)
     _add_keys(sub)
     return parser
 
@@ -133,6 +159,8 @@ async def _run(args: argparse.Namespace) -> None:
         await commands.run_migrate(_database_url())
     elif args.command == "keys":
         await commands.run_keys(_keys_database_url(args.data_dir), args)
+    elif args.command == "gc":
+        await commands.run_gc(_database_url(), args.dry_run, args.workspace_root)
 
 
 if __name__ == "__main__":

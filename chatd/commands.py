@@ -1,4 +1,5 @@
-"""The production processes behind `chatd worker`, `chatd api`, `chatd migrate`, `chatd keys`."""
+"""The production processes behind `chatd worker`, `chatd api`, `chatd migrate`, `chatd keys`
+and `chatd gc`."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from chatd.telemetry import setup_telemetry
 from chatd.tools.defaults import default_registry
 from chatd.tools.loading import with_extra_tools
 
-__all__ = ["run_api", "run_keys", "run_migrate", "run_worker"]
+__all__ = ["run_api", "run_gc", "run_keys", "run_migrate", "run_worker"]
 
 log = logging.getLogger("chatd")
 
@@ -82,6 +83,29 @@ async def run_migrate(database_url: str) -> None:
     """Apply pending migrations."""
     applied = await migrate(database_url)
     print(f"applied {len(applied)} migration(s): {', '.join(applied) or 'none pending'}")
+
+
+async def run_gc(database_url: str, dry_run: bool, workspaces: Path | None) -> None:
+    """`chatd gc [--dry-run]`: one retention round, each kind printed as it is done."""
+    from chatd.retention import Pruned, Retention, RetentionSettings
+
+    verb = "would delete" if dry_run else "deleted"
+
+    def show(pruned: Pruned) -> None:
+        of_chats = f" of {pruned.chats} chat(s)" if pruned.chats is not None else ""
+        print(f"{pruned.what}: {verb} {pruned.count}{of_chats}", flush=True)
+
+    pool = await connect_pool(database_url, min_size=1, max_size=2)
+    try:
+        retention = Retention(pool, RetentionSettings.from_env(), workspaces or workspace_root())
+        report = await retention.run_round(dry_run=dry_run, progress=show)
+    finally:
+        await pool.close()
+    if not report.elected:
+        raise SystemExit(
+            "chatd: another process is running a retention round: the database was left"
+            " alone; try again"
+        )
 
 
 async def run_keys(database_url: str, args: argparse.Namespace) -> None:

@@ -11,6 +11,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
+from typing import Protocol
 
 import asyncpg
 from temporalio.client import Client, WorkflowHistory
@@ -28,6 +29,7 @@ from activities.model_step import ModelStepActivities, StreamTimeouts
 from activities.tools import ToolActivities
 from activities.turn import TurnActivities, TurnEdges
 from chatd.reconciler import Reconciler
+from chatd.retention import Retention, RetentionSettings
 from chatd.settings import ProviderSettings, ReconcilerSettings
 from chatd.store.hub import NotifyHub
 from chatd.store.turns import INTERRUPT_CHANNEL
@@ -53,6 +55,7 @@ class WorkerConfig:
     stream_timeouts: StreamTimeouts = field(default_factory=StreamTimeouts)
     generate_titles: bool = True
     reconciler: ReconcilerSettings = field(default_factory=ReconcilerSettings.from_env)
+    retention: RetentionSettings = field(default_factory=RetentionSettings.from_env)
 
 
 def build_worker(
@@ -109,21 +112,36 @@ def build_worker(
         max_concurrent_workflow_tasks=200,
         # A dead worker's sticky queue would hold the turn's next workflow task this long.
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=2),
-        plugins=[ReconcilerPlugin(Reconciler(pool, client, config.reconciler))],
+        plugins=[
+            BackgroundPlugin(
+                Reconciler(pool, client, config.reconciler),
+                Retention(pool, config.retention, config.workspace_root),
+            )
+        ],
     )
 
 
-class ReconcilerPlugin(Plugin):
-    """Runs the reconciler for as long as the worker runs (`async with worker` or `run()`)."""
+class Background(Protocol):
+    """Work a worker does beside its tasks: the reconciler, retention."""
 
-    def __init__(self, reconciler: Reconciler) -> None:
-        self._reconciler = reconciler
+    def running(self) -> AbstractAsyncContextManager[None]:
+        """Run in the background for the duration of the block."""
+        ...
+
+
+class BackgroundPlugin(Plugin):
+    """Runs background work for as long as the worker runs (`async with worker` or `run()`)."""
+
+    def __init__(self, *services: Background) -> None:
+        self._services = services
 
     def configure_worker(self, config: TemporalWorkerConfig) -> TemporalWorkerConfig:
         return config
 
     async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
-        async with self._reconciler.running():
+        async with contextlib.AsyncExitStack() as stack:
+            for service in self._services:
+                await stack.enter_async_context(service.running())
             await next(worker)
 
     def configure_replayer(self, config: ReplayerConfig) -> ReplayerConfig:

@@ -8,17 +8,42 @@ in `chatd_append_events` (migration 008), which every publishing statement calls
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, TypeAlias
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 from pydantic import BaseModel
 
-__all__ = ["NOTIFY_CHANNEL", "ChatEvent", "Conn", "EventLog", "append_events"]
+__all__ = [
+    "NOTIFY_CHANNEL",
+    "READ_BATCH_BYTES",
+    "READ_BATCH_EVENTS",
+    "ChatEvent",
+    "Conn",
+    "CursorExpired",
+    "EventLog",
+    "append_events",
+]
 
 NOTIFY_CHANNEL = "chatd_events"
 """The channel `chatd_append_events` notifies; the payload is `<chat id>:<last seq>`."""
+
+
+READ_BATCH_EVENTS = 500
+"""Events per read (one SSE write)."""
+READ_BATCH_BYTES = 1024 * 1024
+"""JSON data per read: a chat of large events (files, long tool results) is sent in several
+writes, not one that holds them all in the gateway's memory."""
+
+
+class CursorExpired(LookupError):
+    """Events after the cursor were pruned: resuming from it would skip them."""
+
+    def __init__(self, chat_id: uuid.UUID, cursor: int) -> None:
+        super().__init__(f"events of chat {chat_id} after {cursor} were pruned")
+        self.chat_id = chat_id
+        self.cursor = cursor
 
 
 class ChatEvent(BaseModel):
@@ -65,6 +90,31 @@ FROM (
 """
 
 
+# The chat's pruned-through mark and, if the cursor is not below it, the events after the
+# cursor: up to $3 of them, while their JSON adds up to at most $4 bytes (the first always).
+# One statement, one snapshot: a prune commits wholly before it or after it.
+_READ_AFTER = """
+SELECT mark.pruned_through, batch.seq, batch.event, batch.data, batch.created_at
+FROM (
+    SELECT coalesce(max(through_seq), 0) AS pruned_through
+    FROM chat_events_pruned WHERE chat_id = $1
+) AS mark
+LEFT JOIN LATERAL (
+    SELECT seq, event, data, created_at
+    FROM (
+        SELECT page.*, row_number() OVER w AS n, sum(octet_length(page.data::text)) OVER w AS bytes
+        FROM (
+            SELECT seq, event, data, created_at FROM chat_events
+            WHERE chat_id = $1 AND seq > $2 ORDER BY seq LIMIT $3
+        ) AS page
+        WINDOW w AS (ORDER BY seq)
+    ) AS sized
+    WHERE n = 1 OR bytes <= $4
+) AS batch ON mark.pruned_through <= $2
+ORDER BY batch.seq
+"""
+
+
 class EventLog:
     """Publishes and reads a chat's events."""
 
@@ -85,35 +135,30 @@ class EventLog:
                 [data for _, _, data in events],
             )
 
-    async def read_after(self, chat_id: uuid.UUID, seq: int, limit: int = 500) -> list[ChatEvent]:
-        """Events with a sequence number above `seq`, in order."""
-        rows = await self._pool.fetch(
-            "SELECT seq, event, data, created_at FROM chat_events"
-            " WHERE chat_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
-            chat_id,
-            seq,
-            limit,
-        )
-        return [ChatEvent.model_validate(dict(r)) for r in rows]
+    async def read_after(
+        self,
+        chat_id: uuid.UUID,
+        seq: int,
+        limit: int = READ_BATCH_EVENTS,
+        max_bytes: int = READ_BATCH_BYTES,
+    ) -> list[ChatEvent]:
+        """Events with a sequence number above `seq`, in order: at most `limit`, and no more
+        than `max_bytes` of JSON data unless the first alone is larger (it still comes).
 
-    async def prune(self, older_than: timedelta) -> int:
-        """Forget events older than `older_than`; a cursor before them gets 410 afterwards."""
-        result = await self._pool.execute(
-            "DELETE FROM chat_events WHERE created_at < now() - $1::interval", older_than
-        )
-        return int(result.split()[-1])
+        Raises `CursorExpired` if events after `seq` were pruned: checked in the same
+        statement, so a round pruning meanwhile can't make the batch skip events.
+        """
+        rows = await self._pool.fetch(_READ_AFTER, chat_id, seq, limit, max_bytes)
+        if rows and rows[0]["pruned_through"] > seq:
+            raise CursorExpired(chat_id, seq)
+        return [ChatEvent.model_validate(dict(r)) for r in rows if r["seq"] is not None]
 
     async def cursor_expired(self, chat_id: uuid.UUID, cursor: int) -> bool:
         """Whether events after `cursor` were pruned (so resuming from it would skip some)."""
-        row = await self._pool.fetchrow(
-            """SELECT c.last_event_seq AS last, min(e.seq) AS oldest
-               FROM chats c LEFT JOIN chat_events e ON e.chat_id = c.id
-               WHERE c.id = $1 GROUP BY c.last_event_seq""",
-            chat_id,
+        pruned_through = await self._pool.fetchval(
+            "SELECT through_seq FROM chat_events_pruned WHERE chat_id = $1", chat_id
         )
-        if row is None or cursor >= row["last"]:
-            return False
-        return row["oldest"] is None or row["oldest"] > cursor + 1
+        return pruned_through is not None and cursor < pruned_through
 
     async def last_seq(self, chat_id: uuid.UUID) -> int:
         """The id of the chat's newest event (0 if none)."""

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import uuid
-from datetime import timedelta
 
 import httpx
 from harness import Stack
 from support.names import model_name
 
 from chatd.fake_provider.script import FakeReasoning, FakeResponse, FakeText, FakeToolCall
-from chatd.store.events import EventLog
+from chatd.retention import Pruned, Retention, RetentionSettings
 
 
 def _assert_error(response: httpx.Response, status: int, code: str) -> None:
@@ -140,12 +139,13 @@ async def test_a_cursor_older_than_the_kept_events_is_a_410(stack: Stack) -> Non
         "UPDATE chat_events SET created_at = now() - interval '2 days' WHERE chat_id = $1",
         uuid.UUID(chat["id"]),
     )
-    assert await EventLog(stack.pool).prune(timedelta(hours=24)) > 0
-    path = f"/chats/{chat['id']}/stream"
-    _assert_error(await stack.http.get(path, headers={"Last-Event-ID": "1"}), 410, "cursor_expired")
     last = await stack.pool.fetchval(
         "SELECT last_event_seq FROM chats WHERE id = $1", uuid.UUID(chat["id"])
     )
+    report = await Retention(stack.pool, RetentionSettings(), None).run_round()
+    assert report.pruned[0] == Pruned("chat_events", count=last, chats=1)
+    path = f"/chats/{chat['id']}/stream"
+    _assert_error(await stack.http.get(path, headers={"Last-Event-ID": "1"}), 410, "cursor_expired")
     async with stack.http.stream("GET", path, headers={"Last-Event-ID": str(last)}) as live:
         assert live.status_code == 200, "a cursor at the newest event is still good"
 

@@ -1,0 +1,209 @@
+"""What retention deletes, in SQL: stream events per chat by sequence number, and the rows
+of finished turns, each in bounded batches; read under an advisory lock so one process
+prunes at a time.
+
+Rows that a turn may still read are never candidates: a queued message is deleted only once
+promoted and its chat out of any turn (a waiting one is never), a staged tool result or
+start marker only once its chat is no longer in that call's turn.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import asyncpg
+
+__all__ = [
+    "QUEUED_MESSAGES",
+    "RETENTION_LOCK",
+    "TOOL_CALL_STARTS",
+    "TOOL_RESULTS",
+    "FinishedRows",
+    "PruneCandidate",
+    "RetentionStore",
+]
+
+RETENTION_LOCK = 7_400_003
+"""Advisory lock key of a retention round (the migrations hold 7_400_001, the reconciler
+7_400_002)."""
+
+_IN_TURN = "c.status IN ('running', 'requires_action')"
+
+
+@dataclass(frozen=True)
+class FinishedRows:
+    """Rows of one table that no turn reads any more, older than a cutoff."""
+
+    table: str
+    key: str
+    """The table's primary key columns, as a row constructor."""
+    select: str
+    """SQL selecting the keys of deletable rows; $1 is the retention (an interval)."""
+
+
+QUEUED_MESSAGES = FinishedRows(
+    "queued_messages",
+    "(id)",
+    f"""SELECT q.id FROM queued_messages q JOIN chats c ON c.id = q.chat_id
+            WHERE q.promoted_at < now() - $1::interval AND NOT {_IN_TURN}""",
+)
+"""Messages a turn took into the transcript, of chats in no turn (never one still waiting)."""
+
+# A chat in a turn whose id it does not know (begun before `chats.turn_id`) keeps all of its
+# tool rows.
+TOOL_RESULTS = FinishedRows(
+    "tool_results",
+    "(chat_id, turn_id, step, tool_call_id)",
+    f"""SELECT r.chat_id, r.turn_id, r.step, r.tool_call_id
+            FROM tool_results r JOIN chats c ON c.id = r.chat_id
+            WHERE r.created_at < now() - $1::interval
+              AND NOT ({_IN_TURN} AND (c.turn_id IS NULL OR c.turn_id = r.turn_id))""",
+)
+"""Staged results of calls whose turn the chat is no longer in."""
+
+TOOL_CALL_STARTS = FinishedRows(
+    "tool_call_starts",
+    "(chat_id, turn_id, step, tool_call_id)",
+    f"""SELECT s.chat_id, s.turn_id, s.step, s.tool_call_id
+            FROM tool_call_starts s JOIN chats c ON c.id = s.chat_id
+            WHERE s.started_at < now() - $1::interval
+              AND NOT ({_IN_TURN} AND (c.turn_id IS NULL OR c.turn_id = s.turn_id))""",
+)
+"""Start markers of calls whose turn the chat is no longer in."""
+
+
+@dataclass(frozen=True)
+class PruneCandidate:
+    """A chat whose oldest kept stream event is older than the cutoff."""
+
+    chat_id: uuid.UUID
+    through_seq: int
+    """Its events up to here are pruned already."""
+
+
+# One page of chats in id order, each flagged if its oldest kept event (one primary-key
+# probe) is older than the cutoff: no index on `created_at` is needed for the busiest table.
+_CANDIDATES = """
+SELECT c.id AS chat_id, coalesce(p.through_seq, 0) AS through_seq,
+       c.last_event_seq > coalesce(p.through_seq, 0) AND coalesce((
+           SELECT e.created_at < $2 FROM chat_events e
+           WHERE e.chat_id = c.id AND e.seq > coalesce(p.through_seq, 0)
+           ORDER BY e.seq LIMIT 1
+       ), false) AS prunable
+FROM chats c LEFT JOIN chat_events_pruned p ON p.chat_id = c.id
+WHERE c.id > $1
+ORDER BY c.id
+LIMIT $3
+"""
+
+_WINDOW = """
+SELECT seq, created_at FROM chat_events WHERE chat_id = $1 AND seq > $2 ORDER BY seq LIMIT $3
+"""
+
+# Delete a prefix of the chat's events and record how far, in one statement: a reader sees
+# both or neither. Appends lock the chat's row, never this one.
+_PRUNE = """
+WITH gone AS (
+    DELETE FROM chat_events WHERE chat_id = $1 AND seq > $2 AND seq <= $3 RETURNING 1
+), moved AS (
+    INSERT INTO chat_events_pruned (chat_id, through_seq) VALUES ($1, $3)
+    ON CONFLICT (chat_id) DO UPDATE
+    SET through_seq = greatest(chat_events_pruned.through_seq, excluded.through_seq)
+)
+SELECT count(*) FROM gone
+"""
+
+
+class RetentionStore:
+    """Finds and deletes what retention forgets."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self._pool = pool
+
+    @asynccontextmanager
+    async def round_lock(self) -> AsyncIterator[bool]:
+        """Try the retention lock for the duration of the block: True if this holds it.
+
+        A transaction-level lock on a connection of its own while the batches commit on
+        others: it ends with the block, or with the connection if this process dies.
+        """
+        async with self._pool.acquire() as conn, conn.transaction():
+            yield bool(await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", RETENTION_LOCK))
+
+    async def event_candidates(
+        self, *, after: uuid.UUID, cutoff: datetime, limit: int
+    ) -> tuple[list[PruneCandidate], uuid.UUID | None]:
+        """The chats after `after` (id order, a page of `limit`) with events older than
+        `cutoff`, and where the next page starts (None after the last)."""
+        rows = await self._pool.fetch(_CANDIDATES, after, cutoff, limit)
+        candidates = [
+            PruneCandidate(r["chat_id"], int(r["through_seq"])) for r in rows if r["prunable"]
+        ]
+        return candidates, (rows[-1]["chat_id"] if len(rows) == limit else None)
+
+    async def event_boundary(
+        self, chat: PruneCandidate, *, cutoff: datetime, settled: timedelta, window: int
+    ) -> int:
+        """The highest sequence number of the chat's events older than `cutoff`.
+
+        Read in sequence order, `window` events at a time, until an event `settled` past
+        the cutoff: an event's time is its transaction's start while its number is taken
+        under the chat's lock, so a slightly older event can follow a newer one.
+        """
+        boundary = scanned = chat.through_seq
+        while True:
+            rows = await self._pool.fetch(_WINDOW, chat.chat_id, scanned, window)
+            for row in rows:
+                if row["created_at"] < cutoff:
+                    boundary = row["seq"]
+            if len(rows) < window or rows[-1]["created_at"] >= cutoff + settled:
+                return int(boundary)
+            scanned = rows[-1]["seq"]
+
+    async def prune_events(self, chat_id: uuid.UUID, after: int, through: int) -> int | None:
+        """Delete the chat's events in (`after`, `through`] and record it pruned through
+        `through`; the number deleted, or None if the chat was deleted meanwhile."""
+        try:
+            return int(await self._pool.fetchval(_PRUNE, chat_id, after, through))
+        except asyncpg.ForeignKeyViolationError:
+            return None
+
+    async def count_events(self, chat_id: uuid.UUID, after: int, through: int) -> int:
+        """How many of the chat's events lie in (`after`, `through`]."""
+        return int(
+            await self._pool.fetchval(
+                "SELECT count(*) FROM chat_events WHERE chat_id = $1 AND seq > $2 AND seq <= $3",
+                chat_id,
+                after,
+                through,
+            )
+        )
+
+    async def delete_finished(self, rows: FinishedRows, retention: timedelta, limit: int) -> int:
+        """Delete up to `limit` of the rows; how many went."""
+        result = await self._pool.execute(
+            f"DELETE FROM {rows.table} WHERE {rows.key} IN ({rows.select} LIMIT $2)",
+            retention,
+            limit,
+        )
+        return int(result.split()[-1])
+
+    async def count_finished(self, rows: FinishedRows, retention: timedelta) -> int:
+        """How many of the rows there are."""
+        return int(
+            await self._pool.fetchval(f"SELECT count(*) FROM ({rows.select}) AS x", retention)
+        )
+
+    async def busy_chats(self, chat_ids: list[uuid.UUID], idle_for: timedelta) -> set[uuid.UUID]:
+        """Those of the chats that exist and are in a turn or changed within `idle_for`."""
+        rows = await self._pool.fetch(
+            f"""SELECT c.id FROM chats c WHERE c.id = ANY($1::uuid[])
+                AND ({_IN_TURN} OR c.updated_at >= now() - $2::interval)""",
+            chat_ids,
+            idle_for,
+        )
+        return {r["id"] for r in rows}

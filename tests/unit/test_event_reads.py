@@ -1,0 +1,48 @@
+"""Reading a chat's events for the stream: batches bounded in events and in bytes."""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import AsyncIterator
+
+import asyncpg
+import pytest
+
+from chatd.models import ModelConfig
+from chatd.store.chats import ChatStore
+from chatd.store.db import connect_pool, migrate
+from chatd.store.events import EventLog
+
+
+@pytest.fixture
+async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
+    await migrate(database_url)
+    pool = await connect_pool(database_url)
+    yield pool
+    await pool.close()
+
+
+def _payload(size: int) -> dict[str, str]:
+    """Data whose JSON is about `size` bytes (random, so no compression hides it)."""
+    return {"blob": os.urandom(size // 2).hex()}
+
+
+async def test_a_batch_stops_at_the_byte_budget_but_always_holds_one_event(
+    pool: asyncpg.Pool,
+) -> None:
+    chat_id = (await ChatStore(pool).create(owner="o", model=ModelConfig())).id
+    log = EventLog(pool)
+    await log.publish(chat_id, [("big", _payload(300_000)) for _ in range(5)])
+    await log.publish(chat_id, [("small", {"n": n}) for n in range(3)])
+
+    batch = await log.read_after(chat_id, 0, max_bytes=1_000_000)
+    assert [e.seq for e in batch] == [1, 2, 3]
+    assert sum(len(json.dumps(e.data)) for e in batch) <= 1_000_000
+    assert [e.seq for e in await log.read_after(chat_id, 0, max_bytes=10)] == [1]
+    assert [e.seq for e in await log.read_after(chat_id, 5, max_bytes=10)] == [6]
+    assert [e.seq for e in await log.read_after(chat_id, 5)] == [6, 7, 8]
+    assert [e.seq for e in await log.read_after(chat_id, 0, limit=2)] == [1, 2]
+    assert await log.read_after(chat_id, 8) == []
+    assert await log.read_after(uuid.uuid4(), 0) == []
