@@ -300,7 +300,9 @@ class TranscriptStore:
 
 # Walks the transcript a row at a time (one index probe each) and stops at the first row that
 # doesn't fit: a page reads its own rows and one more, however long the chat and its messages.
-# The first row always fits, so a message larger than the budget still gets a page.
+# The first row always fits, so a message larger than the budget still gets a page. The row
+# comparison keeps each probe on the (chat_id, id) index: on `id` alone, a chat's next message
+# may lie behind every other chat's.
 _PAGE = """
 WITH RECURSIVE walk (id, n, upto, fits) AS (
     SELECT $2::bigint, 0::bigint, 0::bigint, true
@@ -309,8 +311,8 @@ WITH RECURSIVE walk (id, n, upto, fits) AS (
            walk.n = 0 OR (walk.n < $3 AND walk.upto + next.size <= $4)
     FROM walk CROSS JOIN LATERAL (
         SELECT m.id, octet_length(m.parts::text) AS size FROM messages m
-        WHERE m.chat_id = $1 AND m.id > walk.id AND m.visible
-        ORDER BY m.id LIMIT 1
+        WHERE m.chat_id = $1 AND (m.chat_id, m.id) > ($1, walk.id) AND m.visible
+        ORDER BY m.chat_id, m.id LIMIT 1
     ) AS next
     WHERE walk.fits
 )
