@@ -20,13 +20,14 @@ from api.user_parts import (
 )
 from chatd.models import ModelConfig, ModelError, WebSearchConfig
 from chatd.parts import Part, Usage
-from chatd.store.chats import ChatRecord, ChatStatus, DynamicTool
+from chatd.store.chats import ChatRecord, ChatStatus, ChatSummary, DynamicTool
 from chatd.store.transcript import QueuedMessage, StoredMessage
 from workflows.payloads import SubmittedToolResult
 
 __all__ = [
     "ChatList",
     "ChatOut",
+    "ChatSummary",
     "CreateChat",
     "EditMessage",
     "MessageList",
@@ -199,10 +200,14 @@ class ChatOut(BaseModel):
 
 
 class ChatList(BaseModel):
-    """A page of chats; pass `next_before` as `before` for the next page."""
+    """A page of chat summaries; pass `next_before` as `before` for the next page. A page
+    ends at its `limit` or at its byte budget, whichever comes first."""
 
-    chats: list[ChatOut]
+    chats: list[ChatSummary]
+    has_more: bool
+    """Whether more chats follow this page."""
     next_before: str | None
+    """Set exactly when `has_more`."""
 
 
 class SendMessageResult(BaseModel):
@@ -215,7 +220,12 @@ class SendMessageResult(BaseModel):
 
 
 class MessageList(BaseModel):
-    """A page of the transcript; pass `next_after_id` as `after_id` for the next page."""
+    """A page of the transcript; pass `next_after_id` as `after_id` for the next page. A page
+    ends at its `limit` or at its byte budget, whichever comes first (a message larger than
+    the budget comes alone)."""
 
     messages: list[StoredMessage]
+    has_more: bool
+    """Whether more messages follow this page."""
     next_after_id: int | None
+    """Set exactly when `has_more`."""
