@@ -5,10 +5,12 @@ one process per round, and `chatd gc` to run a round by hand."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import subprocess
 import sys
 import uuid
+from datetime import timedelta
 from pathlib import Path
 
 import httpx
@@ -22,6 +24,8 @@ from chatd.retention import Pruned, Retention, RetentionSettings
 from chatd.store.events import CursorExpired, EventLog
 from chatd.store.retention import RETENTION_LOCK
 from chatd.store.transcript import TranscriptStore
+from chatd.tools.defaults import default_registry
+from workers.worker import WorkerConfig, build_worker
 
 OLD = "interval '40 days'"
 """Older than every default retention."""
@@ -200,3 +204,27 @@ async def _chatd_gc(database_url: str, tmp_path: Path, *args: str) -> str:
     )
     assert done.returncode == 0, done.stderr
     return done.stdout
+
+
+async def test_workers_run_rounds_by_themselves(stack: Stack, tmp_path: Path) -> None:
+    chat_id = await _answered_chat(stack)
+    last = await EventLog(stack.pool).last_seq(chat_id)
+    await _age(stack, chat_id, list(range(1, last + 1)))
+    quick = RetentionSettings(interval=timedelta(milliseconds=100))
+    async with contextlib.AsyncExitStack() as workers:
+        for n in range(2):  # both try every round; the lock lets one at a time prune
+            config = WorkerConfig(
+                task_queue=f"{stack.task_queue}-retention-{n}",
+                providers=stack.fake.provider_settings(),
+                registry=default_registry(),
+                workspace_root=tmp_path / "workspaces",
+                generate_titles=False,
+                retention=quick,
+            )
+            await workers.enter_async_context(build_worker(stack.temporal, stack.pool, config))
+        for _ in range(600):  # up to 30 s: a round runs every 0.1 s
+            if await EventLog(stack.pool).cursor_expired(chat_id, last - 1):
+                break
+            await asyncio.sleep(0.05)
+    assert await EventLog(stack.pool).cursor_expired(chat_id, last - 1), "no worker pruned"
+    assert await stack.pool.fetchval("SELECT count(*) FROM chat_events") == 0
