@@ -155,21 +155,26 @@ class Retention:
             if progress is not None:
                 progress(pruned)
 
-        settings = self._settings
         async with self._store.round_lock() as held:
             report.elected = held
-            if held and settings.events is not None:
-                done(await self._prune_events(settings.events, dry_run))
-            for rows, retention in (
-                (QUEUED_MESSAGES, settings.queued_messages),
-                (TOOL_RESULTS, settings.tool_calls),
-                (TOOL_CALL_STARTS, settings.tool_calls),
-            ):
-                if held and retention is not None:
-                    done(await self._delete_finished(rows, retention, dry_run))
+            if held:
+                await self._prune_database(dry_run, done)
         if self._settings.workspaces is not None and self._workspace_root is not None:
             done(await self._sweep_workspaces(self._settings.workspaces, dry_run))
         return report
+
+    async def _prune_database(self, dry_run: bool, done: Progress) -> None:
+        """Everything but workspaces: what the elected process does."""
+        settings = self._settings
+        if settings.events is not None:
+            done(await self._prune_events(settings.events, dry_run))
+        for rows, retention in (
+            (QUEUED_MESSAGES, settings.queued_messages),
+            (TOOL_RESULTS, settings.tool_calls),
+            (TOOL_CALL_STARTS, settings.tool_calls),
+        ):
+            if retention is not None:
+                done(await self._delete_finished(rows, retention, dry_run))
 
     async def _prune_events(self, retention: timedelta, dry_run: bool) -> Pruned:
         cutoff: datetime = await self._pool.fetchval("SELECT now() - $1::interval", retention)
@@ -216,7 +221,9 @@ class Retention:
 
     async def _sweep_workspaces(self, idle_for: timedelta, dry_run: bool) -> Pruned:
         """Remove the workspaces of chats idle for `idle_for` (or deleted), never of a chat in
-        a turn; directories not named by a chat id are left alone."""
+        a turn; directories not named by a chat id are left alone. Idle is read from the chat's
+        `updated_at`, which each turn's begin and end move: only a turn that begins in the
+        instant between that read and the removal can find its workspace gone."""
         assert self._workspace_root is not None
         found = await asyncio.to_thread(_chat_directories, self._workspace_root)
         busy = await self._store.busy_chats(list(found), idle_for)
@@ -237,6 +244,6 @@ def _chat_directories(root: Path) -> dict[uuid.UUID, Path]:
             chat_id = uuid.UUID(entry.name)
         except ValueError:
             continue
-        if entry.is_dir() and not entry.is_symlink():
+        if str(chat_id) == entry.name and entry.is_dir() and not entry.is_symlink():
             found[chat_id] = entry
     return found
