@@ -25,7 +25,7 @@ from chatd.providers import import_sdks
 from chatd.serving import EmbeddedServer
 from chatd.settings import DEFAULT_TASK_QUEUE, ProviderSettings, TemporalSettings
 from chatd.store.db import connect_pool, migrate
-from chatd.store.keys import KeyConflict, KeyStore
+from chatd.store.keys import KeyRefused, KeyStore
 from chatd.store.quotas import DEFAULTS_OWNER, LimitOverrides, QuotaStore
 from chatd.telemetry import setup_telemetry
 from chatd.tools.defaults import default_registry
@@ -102,10 +102,10 @@ async def _api_key(database_url: str, options: DevOptions) -> str:
         keys = KeyStore(pool)
         try:
             key = await keys.create(DEV_OWNER, "chatd dev", plaintext=options.api_key or kept)
-        except KeyConflict as conflict:
+        except KeyRefused as refused:
             if options.api_key:
-                raise SystemExit(f"chatd dev: --api-key refused: {conflict}") from None
-            _say(f"the key kept in {key_file} is refused ({conflict}): generating a new one")
+                raise SystemExit(f"chatd dev: --api-key refused: {refused}") from None
+            _say(f"the key kept in {key_file} is refused ({refused}): generating a new one")
             key = await keys.create(DEV_OWNER, "chatd dev")
     finally:
         await pool.close()

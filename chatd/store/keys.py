@@ -11,11 +11,13 @@ from datetime import datetime
 import asyncpg
 from pydantic import BaseModel
 
-__all__ = ["ApiKey", "KeyConflict", "KeyStore", "display_prefix", "hash_key"]
+__all__ = ["ApiKey", "KeyRefused", "KeyStore", "display_prefix", "hash_key"]
 
 KEY_PREFIX = "chatd_"
 SHOWN_SECRET_CHARS = 4
 """How much of a key's secret part is stored in the clear, to tell keys apart in a listing."""
+MIN_CHOSEN_LENGTH = 16
+"""A chosen key shorter than this is refused: its shown prefix would be too much of it."""
 
 
 class ApiKey(BaseModel):
@@ -29,8 +31,8 @@ class ApiKey(BaseModel):
     revoked_at: datetime | None
 
 
-class KeyConflict(Exception):
-    """A chosen key that is already stored revoked, or for another owner: it is never reused."""
+class KeyRefused(Exception):
+    """A chosen key the store won't take: revoked, another owner's, or too short."""
 
 
 def hash_key(plaintext: str) -> str:
@@ -55,8 +57,11 @@ class KeyStore:
         """Store a key for `owner` (a fresh random one unless given); return the plaintext.
 
         A chosen key already stored, active, for the same owner is left as it is (`chatd dev`
-        passes its key on every start); one revoked or another owner's raises KeyConflict.
+        passes its key on every start); one revoked, another owner's or shorter than
+        MIN_CHOSEN_LENGTH raises KeyRefused.
         """
+        if plaintext is not None and len(plaintext) < MIN_CHOSEN_LENGTH:
+            raise KeyRefused(f"a chosen key needs at least {MIN_CHOSEN_LENGTH} characters")
         key = plaintext or KEY_PREFIX + secrets.token_urlsafe(32)
         digest = hash_key(key)
         inserted = await self._pool.fetchval(
@@ -73,9 +78,9 @@ class KeyStore:
                 "SELECT owner, revoked_at FROM api_keys WHERE key_hash = $1", digest
             )
             if row is not None and row["revoked_at"] is not None:
-                raise KeyConflict("this key was revoked; a revoked key is never reused")
+                raise KeyRefused("this key was revoked; a revoked key is never reused")
             if row is not None and row["owner"] != owner:
-                raise KeyConflict("this key belongs to another owner")
+                raise KeyRefused("this key belongs to another owner")
         return key
 
     async def list(self) -> list[ApiKey]:

@@ -16,7 +16,7 @@ import pytest
 from harness import Stack
 
 from chatd.store.db import connect_pool, migrate
-from chatd.store.keys import KeyConflict, KeyStore
+from chatd.store.keys import KeyRefused, KeyStore
 
 
 async def _chatd(database_url: str, *args: str) -> str:
@@ -63,20 +63,22 @@ async def test_a_chosen_key_is_reused_only_by_its_owner_and_never_once_revoked(
     assert await keys.create("dev", "chatd dev", plaintext=chosen) == chosen
     assert await keys.create("dev", "chatd dev", plaintext=chosen) == chosen, "a restart"
     assert len(await keys.list()) == 1
-    with pytest.raises(KeyConflict, match="another owner"):
+    with pytest.raises(KeyRefused, match="another owner"):
         await keys.create("mallory", plaintext=chosen)
     assert await keys.owner_of(chosen) == "dev"
     await keys.revoke((await keys.list())[0].id)
-    with pytest.raises(KeyConflict, match="revoked"):
+    with pytest.raises(KeyRefused, match="revoked"):
         await keys.create("dev", "chatd dev", plaintext=chosen)
     assert await keys.owner_of(chosen) is None
 
 
 async def test_only_a_fixed_length_prefix_of_a_key_is_stored(keys: KeyStore) -> None:
     generated = await keys.create("carol")
-    await keys.create("dave", plaintext="short-chosen")
+    await keys.create("dave", plaintext="a-chosen-key-of-dave")
+    with pytest.raises(KeyRefused, match="at least 16 characters"):
+        await keys.create("erin", plaintext="short-chosen")
     prefixes = {key.owner: key.prefix for key in await keys.list()}
-    assert prefixes == {"carol": generated[:10], "dave": "shor"}
+    assert prefixes == {"carol": generated[:10], "dave": "a-ch"}
 
 
 async def test_the_migration_cuts_prefixes_stored_before(keys: KeyStore, database_url: str) -> None:
