@@ -11,6 +11,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 
+from api.auth import install_key_gate
 from api.errors import ERROR_RESPONSES, install_error_handlers
 from api.limits import BodySizeLimit
 from api.routes import chats, health, messages, stream, turn_control
@@ -70,6 +71,7 @@ def create_app(config: GatewayConfig) -> FastAPI:
         app, excluded_urls="healthz,readyz", exclude_spans=["receive", "send"]
     )
     app.add_middleware(BodySizeLimit)
+    install_key_gate(app)  # after instrumenting: refusals by key cost no span
     app.include_router(health.router)
     for module in (chats, messages, stream, turn_control):
         app.include_router(module.router, prefix=API_PREFIX, responses=ERROR_RESPONSES)

@@ -1,42 +1,40 @@
-"""Bearer-key authentication: every request resolves to one owner."""
+"""Bearer-key authentication: every request resolves to one owner.
+
+A key is checked in two places. In front of the whole app (`install_key_gate`), from memory
+only: a key that failed lately is refused with a 401 and a key over its request rate with a
+429, before routing, tracing or any query, so a flood of refused requests costs little. The
+dependencies then look the key up (`current_owner`, `access.owned_chat`).
+"""
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from api.errors import ApiError
-from api.state import state_of
+from api.errors import ApiError, error_response
+from api.state import GatewayState, state_of
 from chatd.store.keys import hash_key
 
-__all__ = ["BearerKey", "authenticated", "current_owner", "invalid_key"]
+__all__ = ["BearerKey", "authenticated", "current_owner", "install_key_gate", "invalid_key"]
 
 _bearer = HTTPBearer(auto_error=False)
 
 
 async def bearer_key(
-    request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> str:
-    """The request's API key as sent; 401 if there is none or it failed lately, 429 if the
-    key is over its request rate. Nothing here reads the database: a flood of refused
-    requests costs no queries."""
+    """The request's API key as sent; 401 if there is none."""
     if credentials is None or not credentials.credentials:
         raise ApiError(401, "unauthorized", "missing bearer API key")
-    key = credentials.credentials
-    gate = state_of(request).key_gate
-    key_hash = hash_key(key)
-    if gate.recently_failed(key_hash):
-        raise invalid_key()
-    gate.take(key_hash)
-    return key
+    return credentials.credentials
 
 
 BearerKey = Annotated[str, Depends(bearer_key)]
-"""The request's API key (a dependency: it runs, and answers 401 or 429, before path
-parameters are validated)."""
+"""The request's API key (a dependency: it runs, and answers 401, before path parameters are
+validated)."""
 
 
 def invalid_key() -> ApiError:
@@ -58,3 +56,49 @@ async def authenticated(request: Request, key: str, owner: str | None) -> str:
 async def current_owner(request: Request, key: BearerKey) -> str:
     """The owner of the request's API key; 401 otherwise."""
     return await authenticated(request, key, await state_of(request).keys.owner_of(key))
+
+
+def install_key_gate(app: FastAPI) -> None:
+    """Put `_KeyGate` in front of everything the app runs, tracing middleware included
+    (call it after instrumenting the app)."""
+    build = app.build_middleware_stack
+
+    def build_behind_gate() -> ASGIApp:
+        return _KeyGate(build(), app)
+
+    app.build_middleware_stack = build_behind_gate  # type: ignore[method-assign]
+
+
+class _KeyGate:
+    """Refuses, from memory, a request whose bearer key failed lately or is over its rate."""
+
+    def __init__(self, inner: ASGIApp, app: FastAPI) -> None:
+        self._inner = inner
+        self._app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        key = _bearer_key(scope) if scope["type"] == "http" else None
+        if key is not None:
+            state: GatewayState = self._app.state.gateway
+            key_hash = hash_key(key)
+            try:
+                if state.key_gate.recently_failed(key_hash):
+                    raise invalid_key()
+                state.key_gate.take(key_hash)
+            except ApiError as refusal:
+                response = error_response(
+                    refusal.status, refusal.code, refusal.message, refusal.detail,
+                    headers=refusal.headers,
+                )  # fmt: skip
+                await response(scope, receive, send)
+                return
+        await self._inner(scope, receive, send)
+
+
+def _bearer_key(scope: Scope) -> str | None:
+    """The key of an `Authorization: Bearer <key>` header, as `HTTPBearer` reads it."""
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            scheme, _, key = value.decode("latin-1").partition(" ")
+            return key if scheme.lower() == "bearer" and key else None
+    return None
