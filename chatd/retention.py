@@ -27,6 +27,7 @@ import asyncpg
 from pydantic import BaseModel, Field
 
 from chatd.store.retention import (
+    CHAT_CREATIONS,
     QUEUED_MESSAGES,
     TOOL_CALL_STARTS,
     TOOL_RESULTS,
@@ -53,8 +54,8 @@ class RetentionSettings(BaseModel):
     events: timedelta | None = timedelta(hours=24)
     """Stream events, for clients that reconnect with a cursor."""
     queued_messages: timedelta | None = timedelta(days=7)
-    """Sent messages after their turn took them: as long, a retried send with the same
-    `Idempotency-Key` is recognised."""
+    """Sent messages after their turn took them, and the keys of created chats: as long, a
+    retried send or create with the same `Idempotency-Key` is recognised."""
     tool_calls: timedelta | None = timedelta(hours=24)
     """Staged tool results and start markers, after their turn ended."""
     workspaces: timedelta | None = timedelta(days=30)
@@ -170,6 +171,7 @@ class Retention:
             done(await self._prune_events(settings.events, dry_run))
         for rows, retention in (
             (QUEUED_MESSAGES, settings.queued_messages),
+            (CHAT_CREATIONS, settings.queued_messages),
             (TOOL_RESULTS, settings.tool_calls),
             (TOOL_CALL_STARTS, settings.tool_calls),
         ):

@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 import asyncpg
 
 __all__ = [
+    "CHAT_CREATIONS",
     "QUEUED_MESSAGES",
     "RETENTION_LOCK",
     "TOOL_CALL_STARTS",
@@ -74,6 +75,14 @@ TOOL_CALL_STARTS = FinishedRows(
               AND NOT ({_IN_TURN} AND (c.turn_id IS NULL OR c.turn_id = s.turn_id))""",
 )
 """Start markers of calls whose turn the chat is no longer in."""
+
+
+CHAT_CREATIONS = FinishedRows(
+    "chat_creations",
+    "(owner, idempotency_key)",
+    "SELECT owner, idempotency_key FROM chat_creations WHERE created_at < now() - $1::interval",
+)
+"""Idempotency keys of `POST /chats`: a retried create is recognised as long as they are kept."""
 
 
 @dataclass(frozen=True)

@@ -136,7 +136,12 @@ async def test_rows_of_finished_turns_go_and_what_a_turn_may_read_stays(
         " turn_id = (SELECT turn_id FROM tool_results WHERE chat_id = $1) WHERE id = $1",
         busy,
     )
+    created = await stack.http.post(
+        "/chats", json={"model": {"provider": "anthropic"}}, headers={"Idempotency-Key": "c1"}
+    )
+    assert created.status_code == 201, created.text
     for table, column in (
+        ("chat_creations", "created_at"),
         ("queued_messages", "promoted_at"),
         ("queued_messages", "created_at"),
         ("tool_results", "created_at"),
@@ -155,6 +160,7 @@ async def test_rows_of_finished_turns_go_and_what_a_turn_may_read_stays(
     assert _by_what(report.pruned) == {
         "chat_events": 0,
         "queued_messages": 1,
+        "chat_creations": 1,
         "tool_results": 1,
         "tool_call_starts": 1,
         "workspaces": 2,
