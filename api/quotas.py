@@ -267,7 +267,7 @@ class StreamSlots:
                 return
             try:
                 revoked = await self._store.extend_stream_leases(leases, STREAM_LEASE)
-            except (OSError, asyncpg.PostgresError) as err:
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as err:
                 log.warning("extending stream leases failed: %s", err)
                 continue
             for lease_id in revoked:
@@ -279,5 +279,5 @@ class StreamSlots:
 async def _logged(work: Coroutine[Any, Any, None], what: str) -> None:
     try:
         await work
-    except (OSError, asyncpg.PostgresError) as err:
+    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as err:
         log.warning("%s failed: %s", what, err)
