@@ -11,6 +11,7 @@ from harness import Stack
 from support.names import model_name
 
 from chatd.fake_provider.script import FakeResponse, FakeText, FakeToolCall, FakeUsage
+from chatd.store.keys import hash_key
 from chatd.store.quotas import LimitOverrides, QuotaStore
 
 ASK_USER = {
@@ -176,3 +177,16 @@ async def test_a_key_s_streams_are_limited_and_a_closed_stream_frees_its_slot(
             await again.aread()
             _refused(again, "too_many_streams")
             await asyncio.sleep(0.1)
+
+
+async def test_a_lapsed_lease_of_a_gone_gateway_frees_its_slot(stack: Stack) -> None:
+    await _limit(stack, "alice", streams=1)
+    await stack.pool.execute(
+        "INSERT INTO stream_leases (id, key_hash, expires_at)"
+        " VALUES (gen_random_uuid(), $1, now() - interval '1 second')",
+        hash_key(stack.key),
+    )
+    chat = await stack.create_chat(model={"provider": "demo"})
+    stream = await _open_stream(stack.http, chat["id"])
+    assert stream.status_code == 200
+    await stream.aclose()
