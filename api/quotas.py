@@ -1,5 +1,6 @@
 """Quotas at the front door: request rate per key, running turns and daily token budgets per
-owner, open streams per key. Each refusal is a 429 with `Retry-After`.
+owner, messages queued per chat, open streams per key. Each refusal is a 429 with
+`Retry-After`.
 
 The limits live in Postgres (`chatd.store.quotas`), read through a short cache. The request
 rate is a token bucket per key in this process: refusing costs no database work, and with N
@@ -24,7 +25,7 @@ from api.errors import ApiError
 from chatd.store.chats import ChatRecord
 from chatd.store.quotas import Limits, QuotaStore
 
-__all__ = ["KeyGate", "LimitsCache", "StreamSlot", "StreamSlots", "TurnGate", "quota_refusal"]
+__all__ = ["KeyGate", "LimitsCache", "MessageGate", "StreamSlot", "StreamSlots", "quota_refusal"]
 
 log = logging.getLogger("chatd.api.quotas")
 
@@ -35,7 +36,8 @@ BAD_KEY_CACHE_S = 10.0
 MAX_TRACKED_KEYS = 100_000
 """Bound of each per-key table (buckets, failed keys): the oldest entry makes room."""
 TURN_RETRY_AFTER_S = 5
-"""`Retry-After` of a refused turn start: when one of the running turns may have ended."""
+"""`Retry-After` of a refused message: when a running turn may have ended, or taken the
+chat's queue."""
 STREAM_SWEEP_S = 2.0
 """How often open streams' keys are re-checked (a revoked key's streams end within this) and
 their leases extended."""
@@ -156,21 +158,23 @@ class KeyGate:
             bucket.tokens = min(bucket.tokens, bucket.burst)
 
 
-class TurnGate:
-    """Whether a message may start a turn: the owner's running turns and today's tokens."""
+class MessageGate:
+    """Whether a message may be sent: to an idle chat, if its owner has room for one more
+    running turn and tokens left today; to a busy chat, if its queue has room."""
 
     def __init__(self, store: QuotaStore, limits: LimitsCache) -> None:
         self._store = store
         self._limits = limits
 
     async def admit(self, chat: ChatRecord) -> None:
-        """Raise a 429 if a message to `chat` would start a turn its owner has no room for.
-        A message that waits behind the chat's running turn starts none and is let through.
+        """Raise a 429 if a message to `chat` would start a turn its owner has no room for,
+        or would wait behind the chat's running turn in a full queue.
 
-        Two turns started at once may both see the last free slot: the count is a limit on
-        load, not an exact bound.
+        Two messages sent at once may both see the last free slot: the counts limit load,
+        they are not exact bounds.
         """
         if chat.status in _BUSY:
+            await self._queue_has_room(chat)
             return
         limits = await self._limits.of(chat.owner)
         running = await self._store.running_turns(chat.owner)
@@ -195,6 +199,18 @@ class TurnGate:
                     usage.seconds_to_next_day,
                     {"kind": kind, "used": used, "budget": budget},
                 )
+
+    async def _queue_has_room(self, chat: ChatRecord) -> None:
+        limits = await self._limits.of(chat.owner)
+        queued = await self._store.queued_messages(chat.id)
+        if queued >= limits.queued_messages:
+            raise quota_refusal(
+                "queue_full",
+                f"{queued} messages wait for this chat's turn; the limit is"
+                f" {limits.queued_messages}",
+                TURN_RETRY_AFTER_S,
+                {"queued_messages": queued, "limit": limits.queued_messages},
+            )
 
 
 class StreamSlot:

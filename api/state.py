@@ -9,7 +9,7 @@ import asyncpg
 from fastapi import Request
 from temporalio.client import Client
 
-from api.quotas import KeyGate, LimitsCache, StreamSlots, TurnGate
+from api.quotas import KeyGate, LimitsCache, MessageGate, StreamSlots
 from chatd.store.chats import ChatStore
 from chatd.store.events import EventLog
 from chatd.store.hub import NotifyHub
@@ -40,7 +40,7 @@ class GatewayState:
         quotas = QuotaStore(self.pool)
         limits = LimitsCache(quotas)
         self.key_gate = KeyGate(limits)
-        self.turn_gate = TurnGate(quotas, limits)
+        self.message_gate = MessageGate(quotas, limits)
         self.stream_slots = StreamSlots(quotas, limits)
 
 

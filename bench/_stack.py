@@ -156,6 +156,7 @@ BENCH_LIMITS = LimitOverrides(
     requests_per_s=1_000_000,
     request_burst=1_000_000,
     running_turns=1_000_000,
+    queued_messages=1_000_000,
     streams=1_000_000,
 )
 """The defaults of a bench's database: far above any load a bench makes, so a bench measures

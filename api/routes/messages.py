@@ -38,7 +38,7 @@ async def accept_message(
             return await _hand_over(request, chat, earlier, created=False)
     if body.on_busy == "reject" and chat.status in BUSY:
         raise ApiError(409, "chat_busy", "a turn is running", {"status": chat.status})
-    await state.turn_gate.admit(chat)  # before storing: a refused message leaves no trace
+    await state.message_gate.admit(chat)  # before storing: a refused message leaves no trace
     if body.on_busy == "interrupt" and chat.status in BUSY:
         await interrupt_turn(state.temporal, state.turns, chat)
     queued, created = await state.transcript.enqueue(chat.id, body.user_parts(), client_id, digest)
@@ -117,7 +117,8 @@ async def edit_message(
     edited text starts a new turn as a new message. With an `Idempotency-Key`, a retried
     edit (after a 503) is answered as the first one was, instead of with a 404."""
     state = state_of(request)
-    await state.turn_gate.admit(chat)
+    if chat.status not in BUSY:  # a busy chat's edit is refused (or, retried, answered) below
+        await state.message_gate.admit(chat)
     queued, created = await cut_and_queue(
         state.pool, chat.id, message_id, body.user_parts(), idempotency_key, request_digest(body)
     )

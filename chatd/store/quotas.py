@@ -32,12 +32,16 @@ class Limits(BaseModel):
     """Turns running (or waiting for tool results or approvals) at once, per owner."""
     streams: int = Field(ge=0)
     """Open SSE streams per key."""
+    queued_messages: int = Field(ge=0)
+    """Messages waiting behind a chat's running turn, per chat."""
     input_tokens_per_day: int | None = Field(default=None, ge=0)
     """Input tokens per owner and UTC day; None: no budget."""
     output_tokens_per_day: int | None = Field(default=None, ge=0)
 
 
-BUILT_IN_LIMITS = Limits(requests_per_s=50, request_burst=100, running_turns=100, streams=100)
+BUILT_IN_LIMITS = Limits(
+    requests_per_s=50, request_burst=100, running_turns=100, streams=100, queued_messages=20
+)
 """What applies where neither the owner's row nor the defaults row sets a value."""
 
 
@@ -48,6 +52,7 @@ class LimitOverrides(BaseModel):
     request_burst: int | None = Field(default=None, gt=0)
     running_turns: int | None = Field(default=None, ge=0)
     streams: int | None = Field(default=None, ge=0)
+    queued_messages: int | None = Field(default=None, ge=0)
     input_tokens_per_day: int | None = Field(default=None, ge=0)
     output_tokens_per_day: int | None = Field(default=None, ge=0)
 
@@ -106,6 +111,14 @@ class QuotaStore:
             "SELECT count(*) FROM chats"
             " WHERE owner = $1 AND status IN ('running', 'requires_action')",
             owner,
+        )
+        return int(value)
+
+    async def queued_messages(self, chat_id: uuid.UUID) -> int:
+        """The chat's messages waiting for a turn."""
+        value = await self._pool.fetchval(
+            "SELECT count(*) FROM queued_messages WHERE chat_id = $1 AND promoted_at IS NULL",
+            chat_id,
         )
         return int(value)
 

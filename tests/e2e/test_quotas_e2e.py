@@ -77,6 +77,33 @@ async def test_the_owner_s_running_turns_are_limited_but_a_queued_send_is_not(
     assert other.status_code == 201
 
 
+async def test_a_busy_chat_s_queue_is_limited_and_a_retried_send_still_answered(
+    stack: Stack,
+) -> None:
+    """Each queued send is work for the chat's workflow: a flood of sends to one busy chat is
+    refused once its queue is full, while the retry of a stored send keeps its answer."""
+    await _limit(stack, "alice", queued_messages=2)
+    name = model_name()
+    stack.fake.script(
+        name, [FakeResponse(parts=[FakeToolCall(name="ask_user", arguments={"question": "?"})])]
+    )
+    chat = await stack.create_chat(
+        model={"provider": "anthropic", "name": name}, dynamic_tools=[ASK_USER]
+    )
+    await stack.send(chat["id"], "ask me")
+    await stack.wait_status(chat["id"], "requires_action")
+    path = f"/chats/{chat['id']}/messages"
+    first = await stack.http.post(path, json={"content": "1"}, headers={"Idempotency-Key": "q1"})
+    assert first.json()["queued"] is True, first.text
+    await stack.send(chat["id"], "2")
+    error = _refused(await stack.http.post(path, json={"content": "3"}), "queue_full")
+    assert error["detail"] == {"retry_after_s": 5, "queued_messages": 2, "limit": 2}
+    again = await stack.http.post(path, json={"content": "1"}, headers={"Idempotency-Key": "q1"})
+    assert again.json() == first.json()
+    queued = (await stack.http.get(f"/chats/{chat['id']}")).json()["queued_messages"]
+    assert [q["parts"][0]["text"] for q in queued] == ["1", "2"]
+
+
 async def test_an_edit_that_would_start_a_turn_over_the_limit_is_refused_before_the_cut(
     stack: Stack,
 ) -> None:
