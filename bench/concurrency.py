@@ -400,7 +400,7 @@ async def run(args: argparse.Namespace) -> int | None:
             worker.start()
             await fake.wait_http(f"{fake_url}/health")
             await gateway.wait_http(f"http://127.0.0.1:{api_port}/healthz")
-            await _polling(worker)
+            await worker_polling(worker)
             meter = ProcessMeter()
             meter.add("worker", worker.pid)
             meter.add("gateway", gateway.pid)
@@ -484,7 +484,7 @@ def _stop_profilers(profilers: list[subprocess.Popen[bytes]]) -> None:
             proc.wait()
 
 
-async def _polling(worker: WorkerProcess, within_s: float = 60.0) -> None:
+async def worker_polling(worker: WorkerProcess, within_s: float = 60.0) -> None:
     async with asyncio.timeout(within_s):
         while "worker polling task queue" not in worker.log.read_text(errors="replace"):
             if not worker.running:

@@ -1,0 +1,350 @@
+"""One abusive key beside well-behaved chats: do the quotas keep the others' streams fast?
+
+    python bench/abuse.py [--chats 100] [--connections 50] [--deltas 100] [--spacing-ms 20]
+                          [--solo-s 10]
+
+Processes: PostgreSQL and the Temporal dev server (`_stack.services()`), one `chatd worker`,
+one `chatd api` gateway, the fake provider in its own process (as `bench/concurrency.py`
+runs them), and the abuser in a process of its own (this script with `--abuser`).
+
+The abuser holds one key under the product's default limits (`BUILT_IN_LIMITS`, set as the
+database's defaults). It first opens streams on its chat until one is refused, holding the
+ones it got; then `--connections` connections send requests as fast as they can, turn about
+`POST /chats/{id}/messages` and `GET /chats/{id}`. The well-behaved tenant is another owner
+whose limits are raised to fit its `--chats` chats, each with a stream.
+
+In one run, on the same servers:
+1. baseline: `--chats` three-step turns (`concurrency.run_level`: two `current_time` calls,
+   then `--deltas` text deltas) with nobody else on the gateway;
+2. the abuser alone for `--solo-s` seconds: the gateway's CPU per request it refuses;
+3. the same turns again with the abuser running.
+
+Target: the p99 delta latency (fake provider's write -> SSE client) of step 3 is at most
+2x that of step 1, every turn finishes, and the abuser got 429s. Exit status 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import contextlib
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import _stack
+import concurrency
+import httpx
+import psutil  # type: ignore[import-untyped]
+from _stack import ChildProcess, ProcessMeter, WorkerProcess, say
+
+from chatd.devstack.ports import free_port
+from chatd.store.db import connect_pool, migrate
+from chatd.store.keys import KeyStore
+from chatd.store.quotas import BUILT_IN_LIMITS, DEFAULTS_OWNER, LimitOverrides, QuotaStore
+
+TARGET_RATIO = 2.0
+GOOD_OWNER = "well-behaved"
+ABUSER_OWNER = "abuser"
+
+
+# --- the abuser (runs in its own process) -----------------------------------------------------
+
+
+async def abuse(base_url: str, key: str, chat_id: str, connections: int) -> dict[str, object]:
+    """Open streams until refused, then flood until SIGTERM; the tallies."""
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    headers = {"Authorization": f"Bearer {key}"}
+    tally: collections.Counter[str] = collections.Counter()
+    streams = await _open_streams(base_url, headers, chat_id, tally)
+    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+    async with httpx.AsyncClient(
+        base_url=base_url, headers=headers, limits=limits, timeout=30
+    ) as http:
+
+        async def flood(worker: int) -> None:
+            n = 0
+            while not stop.is_set():
+                n += 1
+                try:
+                    if n % 2:
+                        response = await http.post(
+                            f"/chats/{chat_id}/messages", json={"content": f"spam {worker} {n}"}
+                        )
+                    else:
+                        response = await http.get(f"/chats/{chat_id}")
+                except httpx.HTTPError as err:
+                    tally[f"transport {type(err).__name__}"] += 1
+                    continue
+                tally[_outcome(response)] += 1
+
+        started = time.perf_counter()
+        flooders = [asyncio.create_task(flood(i)) for i in range(connections)]
+        await stop.wait()
+        for task in flooders:
+            task.cancel()
+        await asyncio.gather(*flooders, return_exceptions=True)
+        elapsed = time.perf_counter() - started
+    for stream in streams:
+        await stream.aclose()
+    return {"tally": tally, "streams_held": len(streams), "flood_s": elapsed}
+
+
+async def _open_streams(
+    base_url: str, headers: dict[str, str], chat_id: str, tally: collections.Counter[str]
+) -> list[httpx.AsyncClient]:
+    """Streams on the chat, opened one by one until the gateway refuses one (each on its own
+    client, kept open)."""
+    held: list[httpx.AsyncClient] = []
+    while len(held) < 10_000:
+        client = httpx.AsyncClient(base_url=base_url, headers=headers, timeout=None)
+        request = client.build_request("GET", f"/chats/{chat_id}/stream")
+        response = await client.send(request, stream=True)
+        if response.status_code != 200:
+            await response.aread()
+            tally[f"stream {_outcome(response)}"] += 1
+            await response.aclose()
+            await client.aclose()
+            break
+        tally["stream 200"] += 1
+        held.append(client)
+    say(f"abuser: holding {len(held)} streams")
+    return held
+
+
+def _outcome(response: httpx.Response) -> str:
+    if response.status_code < 400:
+        return str(response.status_code)
+    with contextlib.suppress(ValueError, KeyError, TypeError):
+        return f"{response.status_code} {response.json()['error']['code']}"
+    return str(response.status_code)
+
+
+# --- the run ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Solo:
+    """The abuser alone: what the gateway spent on it."""
+
+    requests: int
+    refused: int
+    seconds: float
+    gateway_cpu_s: float
+
+    @property
+    def us_per_request(self) -> float:
+        return 1e6 * self.gateway_cpu_s / self.requests if self.requests else float("nan")
+
+
+def _cpu_s(pid: int) -> float:
+    times = psutil.Process(pid).cpu_times()
+    return float(times.user + times.system)
+
+
+async def run(args: argparse.Namespace) -> int:
+    """Bring everything up, measure the three phases, report; the exit status."""
+    logs = Path(tempfile.mkdtemp(prefix="chatd-abuse-"))
+    async with _stack.services() as svc:
+        await migrate(svc.database_url)
+        pool = await connect_pool(svc.database_url, min_size=1, max_size=2)
+        quotas = QuotaStore(pool)
+        await quotas.set_limits(DEFAULTS_OWNER, LimitOverrides(**BUILT_IN_LIMITS.model_dump()))
+        roomy = 10 * args.chats
+        await quotas.set_limits(
+            GOOD_OWNER,
+            LimitOverrides(
+                requests_per_s=roomy, request_burst=roomy, running_turns=roomy, streams=roomy
+            ),
+        )
+        good_key = await KeyStore(pool).create(GOOD_OWNER)
+        abuser_key = await KeyStore(pool).create(ABUSER_OWNER)
+        await pool.close()
+        task_queue = f"bench-abuse-{uuid.uuid4().hex[:8]}"
+        fake_port, api_port = free_port(), free_port()
+        fake = ChildProcess(
+            [sys.executable, concurrency.__file__, "--serve-fake", str(fake_port),
+             "--deltas", str(args.deltas), "--spacing-ms", str(args.spacing_ms)],
+            log=logs / "fake.log",
+        )  # fmt: skip
+        fake_url = f"http://127.0.0.1:{fake_port}"
+        gateway = _stack.gateway_process(
+            database_url=svc.database_url,
+            temporal_address=svc.temporal.address,
+            task_queue=task_queue,
+            port=api_port,
+            log=logs / "gateway.log",
+        )
+        worker = WorkerProcess(
+            database_url=svc.database_url,
+            temporal_address=svc.temporal.address,
+            task_queue=task_queue,
+            fake=svc.fake,
+            workspace=logs / "workspaces",
+            log=logs / "worker.log",
+            tools=None,
+            env={"ANTHROPIC_BASE_URL": fake_url},
+        )
+        base_url = f"http://127.0.0.1:{api_port}/api/v1"
+        tallies = logs / "abuser.json"
+        abuser: ChildProcess | None = None
+        say(f"logs in {logs}")
+        try:
+            fake.start()
+            gateway.start()
+            worker.start()
+            await fake.wait_http(f"{fake_url}/health")
+            await gateway.wait_http(f"http://127.0.0.1:{api_port}/healthz")
+            await concurrency.worker_polling(worker)
+            meter = ProcessMeter()
+            meter.add("worker", worker.pid)
+            meter.add("gateway", gateway.pid)
+            meter.add("postgres", svc.postgres.pid, children=True)
+            meter.add("temporal", svc.temporal.pid, children=True)
+            limits = httpx.Limits(
+                max_connections=120, max_keepalive_connections=120, keepalive_expiry=2.0
+            )
+            async with httpx.AsyncClient(
+                base_url=base_url,
+                headers={"Authorization": f"Bearer {good_key}"},
+                timeout=120,
+                limits=limits,
+            ) as http:
+                h = concurrency.Harness(
+                    base_url, "127.0.0.1", api_port, good_key, http, fake_url, meter
+                )
+                h.database_url, h.logs = svc.database_url, logs
+                say(f"baseline: {args.chats} chats, nobody else on the gateway")
+                baseline = await concurrency.run_level(h, args.chats, args.turn_timeout)
+                say(f"baseline: p99 {baseline.p99:.1f} ms")
+
+                abuser_chat = await _abusers_chat(base_url, abuser_key)
+                abuser = ChildProcess(
+                    [sys.executable, __file__, "--abuser", base_url, abuser_key, abuser_chat,
+                     str(args.connections), str(tallies)],
+                    log=logs / "abuser.log",
+                )  # fmt: skip
+                gateway_pid = gateway.pid or 0
+                cpu_before = _cpu_s(gateway_pid)
+                abuser.start()
+                await _until_flooding(abuser)
+                solo_started = time.perf_counter()
+                cpu_solo = _cpu_s(gateway_pid)
+                await asyncio.sleep(args.solo_s)
+                solo_cpu_s = _cpu_s(gateway_pid) - cpu_solo
+                solo_s = time.perf_counter() - solo_started
+                say(f"abuser alone for {solo_s:.1f}s: gateway {100 * solo_cpu_s / solo_s:.0f}% CPU")
+                say(f"with the abuser: {args.chats} chats")
+                abused = await concurrency.run_level(h, args.chats, args.turn_timeout)
+                say(f"with the abuser: p99 {abused.p99:.1f} ms")
+                abuser.stop()
+                whole_cpu_s = _cpu_s(gateway_pid) - cpu_before
+        finally:
+            for proc in (abuser, worker, gateway, fake):
+                if proc is not None:
+                    await asyncio.to_thread(proc.stop)
+    found = json.loads(tallies.read_text())
+    tally: dict[str, int] = found["tally"]
+    flooded = sum(n for what, n in tally.items() if not what.startswith("stream"))
+    refused = sum(n for what, n in tally.items() if what.startswith("429"))
+    # The abuser's rate over its whole flood, applied to the solo window.
+    solo = Solo(
+        requests=round(flooded * solo_s / found["flood_s"]),
+        refused=round(refused * solo_s / found["flood_s"]),
+        seconds=solo_s,
+        gateway_cpu_s=solo_cpu_s,
+    )
+    return report(args, baseline, abused, found, solo, whole_cpu_s)
+
+
+async def _abusers_chat(base_url: str, key: str) -> str:
+    async with httpx.AsyncClient(
+        base_url=base_url, headers={"Authorization": f"Bearer {key}"}, timeout=30
+    ) as http:
+        response = await http.post("/chats", json={"model": {"provider": "anthropic"}})
+        response.raise_for_status()
+        return str(response.json()["id"])
+
+
+async def _until_flooding(abuser: ChildProcess, within_s: float = 120.0) -> None:
+    """Wait until the abuser holds its streams and floods (and a second more, at full speed)."""
+    async with asyncio.timeout(within_s):
+        while "abuser: holding" not in abuser.log.read_text(errors="replace"):
+            if abuser.pid is None:
+                raise RuntimeError(f"the abuser exited; see {abuser.log}")
+            await asyncio.sleep(0.1)
+    await asyncio.sleep(1)
+
+
+def report(
+    args: argparse.Namespace,
+    baseline: concurrency.Level,
+    abused: concurrency.Level,
+    found: dict[str, object],
+    solo: Solo,
+    whole_cpu_s: float,
+) -> int:
+    """Print the figures; the exit status."""
+    tally: dict[str, int] = found["tally"]  # type: ignore[assignment]
+    ratio = abused.p99 / baseline.p99
+    print(f"\n=== {args.chats} well-behaved chats, with and without one abusive key ===")
+    names = list(baseline.cpu)
+    cpu_header = " ".join(f"{n:>9}" for n in names)
+    print(f"{'':24} {'done':>9} {'p50 ms':>8} {'p99 ms':>8}   CPU % of a core: {cpu_header}")
+    for name, level in (("without the abuser", baseline), ("with the abuser", abused)):
+        cpu = " ".join(f"{level.cpu.get(n, float('nan')):8.0f}%" for n in names)
+        print(
+            f"{name:24} {level.finished:4d}/{level.k:<4d} {level.p50:8.1f} {level.p99:8.1f}"
+            f"{'':20}{cpu}"
+        )
+    print(f"\np99 ratio (with / without): {ratio:.2f} (target <= {TARGET_RATIO:g})")
+    print(f"\nthe abuser ({args.connections} connections, {found['flood_s']:.0f}s of flood):")
+    for what, n in sorted(tally.items(), key=lambda item: -item[1]):
+        print(f"  {n:8d}  {what}")
+    print(f"  streams held: {found['streams_held']}")
+    print(
+        f"\nabuser alone: ~{solo.requests / solo.seconds:.0f} requests/s "
+        f"({solo.refused / max(solo.requests, 1):.0%} refused); the gateway spent "
+        f"{100 * solo.gateway_cpu_s / solo.seconds:.0f}% of a core, "
+        f"~{solo.us_per_request:.0f} us of CPU per request"
+    )
+    print(f"gateway CPU over the abuser's whole run: {whole_cpu_s:.1f} s")
+    got_429s = any(what.startswith("429") for what in tally) and any(
+        what.startswith("stream 429") for what in tally
+    )
+    finished = baseline.finished == baseline.k and abused.finished == abused.k
+    passed = ratio <= TARGET_RATIO and got_429s and finished
+    print(f"\n{'PASS' if passed else 'FAIL'}")
+    return 0 if passed else 1
+
+
+def main() -> None:
+    """Parse options; run the bench, or be the abuser (`--abuser`) or the fake provider."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--chats", type=int, default=100, help="well-behaved chats")
+    parser.add_argument("--connections", type=int, default=50, help="the abuser's connections")
+    parser.add_argument("--deltas", type=int, default=100, help="deltas in step 3")
+    parser.add_argument("--spacing-ms", type=float, default=20.0, help="between deltas")
+    parser.add_argument("--solo-s", type=float, default=10.0, help="the abuser alone, seconds")
+    parser.add_argument("--turn-timeout", type=float, default=300.0, help="per phase, seconds")
+    parser.add_argument("--abuser", nargs=5, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.abuser:
+        base_url, key, chat_id, connections, out = args.abuser
+        tallies = asyncio.run(abuse(base_url, key, chat_id, int(connections)))
+        Path(out).write_text(json.dumps(tallies))
+        return
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(asyncio.run(run(args)))
+
+
+if __name__ == "__main__":
+    main()
