@@ -10,6 +10,7 @@ from fastapi import Request
 from temporalio.client import Client
 
 from api.quotas import KeyGate, LimitsCache, MessageGate, StreamSlots
+from api.stream_reads import SharedReads
 from chatd.store.chats import ChatStore
 from chatd.store.events import EventLog
 from chatd.store.hub import NotifyHub
@@ -36,6 +37,7 @@ class GatewayState:
         self.transcript = TranscriptStore(self.pool)
         self.turns = TurnStore(self.pool)
         self.events = EventLog(self.pool)
+        self.stream_reads = SharedReads(self.events)
         self.keys = KeyStore(self.pool)
         quotas = QuotaStore(self.pool)
         limits = LimitsCache(quotas)

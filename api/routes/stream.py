@@ -6,7 +6,6 @@ revoked."""
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 from collections.abc import AsyncIterator
 from typing import Annotated
@@ -20,7 +19,7 @@ from api.auth import BearerKey
 from api.errors import ApiError
 from api.quotas import StreamSlot
 from api.state import GatewayState, state_of
-from chatd.store.events import ChatEvent
+from chatd.store.events import CursorExpired
 from chatd.store.keys import hash_key
 
 __all__ = ["router"]
@@ -33,10 +32,6 @@ MAX_EVENT_ID = 2**63 - 1
 """Event ids are bigints: a cursor above this can't name one."""
 
 
-def _frame(event: ChatEvent) -> str:
-    return f"id: {event.seq}\nevent: {event.event}\ndata: {json.dumps(event.data)}\n\n"
-
-
 async def _events(
     state: GatewayState, chat_id: uuid.UUID, cursor: int, slot: StreamSlot
 ) -> AsyncIterator[str]:
@@ -44,11 +39,15 @@ async def _events(
     with state.hub.subscribe(chat_id) as wake:
         slot.wake_with(wake)
         while not slot.ended:
+            since = state.stream_reads.mark()
             wake.clear()  # before reading, so a notify during the read is not missed
-            events = await state.events.read_after(chat_id, cursor)
-            if events:
-                yield "".join(_frame(e) for e in events)  # one socket write per read
-                cursor = events[-1].seq
+            try:
+                batch = await state.stream_reads.after(chat_id, cursor, since)
+            except CursorExpired:
+                return  # pruned meanwhile: the client reconnects with its cursor and gets 410
+            if batch.frames:
+                yield batch.frames  # one socket write per read
+                cursor = batch.cursor
                 continue
             try:
                 await asyncio.wait_for(wake.wait(), PING_INTERVAL_S)
