@@ -34,13 +34,15 @@ class Batch:
 
 @dataclass
 class _Read:
-    started: int
-    batch: asyncio.Future[Batch]
+    batch: asyncio.Future[Batch] | None = None
+    sent: int | None = None
+    """When its query went out (a `mark`); None before."""
 
 
 class SharedReads:
-    """Reads in flight, by (chat, cursor): a stream joins one that started after it was woken,
-    so it sees at least what a read of its own would have."""
+    """Reads in flight, by (chat, cursor). A stream joins one whose query was not yet sent
+    when the stream cleared its wake-up flag: the query then sees at least what one of the
+    stream's own would have."""
 
     def __init__(self, events: EventLog) -> None:
         self._events = events
@@ -52,20 +54,24 @@ class SharedReads:
         return next(self._ticks)
 
     async def after(self, chat_id: uuid.UUID, cursor: int, since: int) -> Batch:
-        """The events after `cursor`, from a read that started after `since` (`mark`).
+        """The events after `cursor`, from a read whose query is sent after `since` (`mark`).
 
         Raises what the read raises (`CursorExpired` among them). A stream cancelled while it
         waits leaves the read to the others.
         """
         key = (chat_id, cursor)
         read = self._reads.get(key)
-        if read is None or read.started < since:
-            read = _Read(next(self._ticks), asyncio.ensure_future(self._read(chat_id, cursor)))
+        if read is None or (read.sent is not None and read.sent < since):
+            read = _Read()
+            batch = asyncio.ensure_future(self._read(read, chat_id, cursor))
+            read.batch = batch
             self._reads[key] = read
-            read.batch.add_done_callback(lambda _: self._forget(key, read))
+            batch.add_done_callback(lambda _: self._forget(key, read))
+        assert read.batch is not None
         return await asyncio.shield(read.batch)
 
-    async def _read(self, chat_id: uuid.UUID, cursor: int) -> Batch:
+    async def _read(self, read: _Read, chat_id: uuid.UUID, cursor: int) -> Batch:
+        read.sent = self.mark()
         events = await self._events.read_after(chat_id, cursor)
         if not events:
             return Batch("", cursor)
@@ -74,5 +80,5 @@ class SharedReads:
     def _forget(self, key: tuple[uuid.UUID, int], read: _Read) -> None:
         if self._reads.get(key) is read:
             del self._reads[key]
-        if not read.batch.cancelled():
+        if read.batch is not None and not read.batch.cancelled():
             read.batch.exception()  # retrieved: every waiter may have gone

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
-from api.stream_reads import SharedReads
+from api.stream_reads import Batch, SharedReads
 from chatd.models import ModelConfig
 from chatd.store.chats import ChatStore
 from chatd.store.db import connect_pool, migrate
@@ -52,8 +52,12 @@ async def test_streams_woken_together_share_one_read(pool: asyncpg.Pool) -> None
     chat_id = await _chat(pool, 3)
     log = CountedEventLog(pool)
     reads = SharedReads(log)
-    marks = [reads.mark() for _ in range(50)]
-    batches = await asyncio.gather(*(reads.after(chat_id, 0, since) for since in marks))
+
+    async def woken() -> Batch:
+        """What a stream does on waking: mark, clear its flag, read."""
+        return await reads.after(chat_id, 0, reads.mark())
+
+    batches = await asyncio.gather(*(woken() for _ in range(50)))
     assert log.reads == 1
     assert {b.cursor for b in batches} == {3}
     assert len({b.frames for b in batches}) == 1
