@@ -11,11 +11,13 @@ stream slots are counted in Postgres, so they hold across gateways.
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
 import logging
 import math
 import time
 import uuid
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -25,7 +27,16 @@ from api.errors import ApiError
 from chatd.store.chats import ChatRecord
 from chatd.store.quotas import Limits, QuotaStore
 
-__all__ = ["KeyGate", "LimitsCache", "MessageGate", "StreamSlot", "StreamSlots", "quota_refusal"]
+__all__ = [
+    "ChatSends",
+    "KeyGate",
+    "LimitsCache",
+    "MessageGate",
+    "StreamSlot",
+    "StreamSlots",
+    "quota_refusal",
+    "too_many_sends",
+]
 
 log = logging.getLogger("chatd.api.quotas")
 
@@ -38,6 +49,10 @@ MAX_TRACKED_KEYS = 100_000
 TURN_RETRY_AFTER_S = 5
 """`Retry-After` of a refused message: when a running turn may have ended, or taken the
 chat's queue."""
+SENDS_IN_FLIGHT_PER_CHAT = 4
+"""Sends to one chat this gateway hands to Temporal at once. Temporal refuses more than 10
+concurrent updates of a workflow (after its client has retried each for seconds), so more
+are refused here first, at no cost."""
 STREAM_SWEEP_S = 2.0
 """How often open streams' keys are re-checked (a revoked key's streams end within this) and
 their leases extended."""
@@ -211,6 +226,36 @@ class MessageGate:
                 TURN_RETRY_AFTER_S,
                 {"queued_messages": queued, "limit": limits.queued_messages},
             )
+
+
+class ChatSends:
+    """Sends to each chat in flight in this gateway, bounded per chat."""
+
+    def __init__(self) -> None:
+        self._in_flight: collections.Counter[uuid.UUID] = collections.Counter()
+
+    @contextlib.contextmanager
+    def slot(self, chat_id: uuid.UUID) -> Iterator[None]:
+        """Hold one of the chat's send slots; a 429 if all are taken."""
+        if self._in_flight[chat_id] >= SENDS_IN_FLIGHT_PER_CHAT:
+            raise too_many_sends()
+        self._in_flight[chat_id] += 1
+        try:
+            yield
+        finally:
+            self._in_flight[chat_id] -= 1
+            if not self._in_flight[chat_id]:
+                del self._in_flight[chat_id]
+
+
+def too_many_sends() -> ApiError:
+    """The 429 of a send that found the chat's sends all in flight (here or in Temporal)."""
+    return quota_refusal(
+        "rate_limited",
+        "too many messages are being sent to this chat at once; retry with the same"
+        " Idempotency-Key",
+        1,
+    )
 
 
 class StreamSlot:

@@ -9,7 +9,7 @@ import asyncpg
 from fastapi import Request
 from temporalio.client import Client
 
-from api.quotas import KeyGate, LimitsCache, MessageGate, StreamSlots
+from api.quotas import ChatSends, KeyGate, LimitsCache, MessageGate, StreamSlots
 from api.stream_reads import SharedReads
 from chatd.store.chats import ChatStore
 from chatd.store.events import EventLog
@@ -43,6 +43,7 @@ class GatewayState:
         limits = LimitsCache(quotas)
         self.key_gate = KeyGate(limits)
         self.message_gate = MessageGate(quotas, limits)
+        self.chat_sends = ChatSends()
         self.stream_slots = StreamSlots(quotas, limits)
 
 

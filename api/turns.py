@@ -22,6 +22,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from api.errors import ApiError
+from api.quotas import too_many_sends
 from chatd.settings import retry_deadline_s
 from chatd.store.chats import ChatRecord
 from chatd.store.transcript import TranscriptStore
@@ -97,6 +98,10 @@ async def submit_message(
             ),
             SUBMIT_TIMEOUT_S,
         )
+    except RPCError as err:
+        if err.status == RPCStatusCode.RESOURCE_EXHAUSTED:  # the workflow's in-flight updates
+            raise too_many_sends() from err
+        raise
     except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError) as err:
         # Our deadline, or the server's (cancelling the call surfaces as the SDK's error).
         # The message is stored; a retry with the same Idempotency-Key resends this update.

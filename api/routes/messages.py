@@ -29,22 +29,24 @@ async def accept_message(
     Idempotency-Key or `client_message_id`, and the same body) is answered as the first was,
     whatever the chat does now; the same key with another body is a 422."""
     state = state_of(request)
-    client_id = idempotency_key or body.client_message_id
-    digest = request_digest(body)
-    if client_id is not None:
-        earlier = await state.transcript.sent(chat.id, client_id)
-        if earlier is not None:
-            check_same_request(earlier.request_digest, digest)
-            return await _hand_over(request, chat, earlier, created=False)
-    if body.on_busy == "reject" and chat.status in BUSY:
-        raise ApiError(409, "chat_busy", "a turn is running", {"status": chat.status})
-    await state.message_gate.admit(chat)  # before storing: a refused message leaves no trace
-    if body.on_busy == "interrupt" and chat.status in BUSY:
-        await interrupt_turn(state.temporal, state.turns, chat)
-    queued, created = await state.transcript.enqueue(chat.id, body.user_parts(), client_id, digest)
-    if not created:  # a concurrent send with the same key stored it first
-        check_same_request(queued.request_digest, digest)
-    return await _hand_over(request, chat, queued, created)
+    with state.chat_sends.slot(chat.id):
+        client_id = idempotency_key or body.client_message_id
+        digest = request_digest(body)
+        if client_id is not None:
+            earlier = await state.transcript.sent(chat.id, client_id)
+            if earlier is not None:
+                check_same_request(earlier.request_digest, digest)
+                return await _hand_over(request, chat, earlier, created=False)
+        if body.on_busy == "reject" and chat.status in BUSY:
+            raise ApiError(409, "chat_busy", "a turn is running", {"status": chat.status})
+        await state.message_gate.admit(chat)  # before storing: a refused message leaves no trace
+        if body.on_busy == "interrupt" and chat.status in BUSY:
+            await interrupt_turn(state.temporal, state.turns, chat)
+        parts = body.user_parts()
+        queued, created = await state.transcript.enqueue(chat.id, parts, client_id, digest)
+        if not created:  # a concurrent send with the same key stored it first
+            check_same_request(queued.request_digest, digest)
+        return await _hand_over(request, chat, queued, created)
 
 
 async def _hand_over(
@@ -117,9 +119,11 @@ async def edit_message(
     edited text starts a new turn as a new message. With an `Idempotency-Key`, a retried
     edit (after a 503) is answered as the first one was, instead of with a 404."""
     state = state_of(request)
-    if chat.status not in BUSY:  # a busy chat's edit is refused (or, retried, answered) below
-        await state.message_gate.admit(chat)
-    queued, created = await cut_and_queue(
-        state.pool, chat.id, message_id, body.user_parts(), idempotency_key, request_digest(body)
-    )
-    return await _hand_over(request, chat, queued, created)
+    with state.chat_sends.slot(chat.id):
+        if chat.status not in BUSY:  # a busy chat's edit is refused (or, retried, answered) below
+            await state.message_gate.admit(chat)
+        parts, digest = body.user_parts(), request_digest(body)
+        queued, created = await cut_and_queue(
+            state.pool, chat.id, message_id, parts, idempotency_key, digest
+        )
+        return await _hand_over(request, chat, queued, created)
