@@ -209,6 +209,8 @@ async def run(args: argparse.Namespace) -> int:
             meter.add("gateway", gateway.pid)
             meter.add("postgres", svc.postgres.pid, children=True)
             meter.add("temporal", svc.temporal.pid, children=True)
+            meter.add("fake", fake.pid)
+            meter.add("bench", os.getpid())
             limits = httpx.Limits(
                 max_connections=120, max_keepalive_connections=120, keepalive_expiry=2.0
             )
@@ -235,6 +237,7 @@ async def run(args: argparse.Namespace) -> int:
                 gateway_pid = gateway.pid or 0
                 cpu_before = _cpu_s(gateway_pid)
                 abuser.start()
+                meter.add("abuser", abuser.pid)
                 await _until_flooding(abuser)
                 solo_started = time.perf_counter()
                 cpu_solo = _cpu_s(gateway_pid)
@@ -296,7 +299,10 @@ def report(
     tally: dict[str, int] = found["tally"]  # type: ignore[assignment]
     ratio = abused.p99 / baseline.p99
     print(f"\n=== {args.chats} well-behaved chats, with and without one abusive key ===")
-    names = list(baseline.cpu)
+    names = [*abused.cpu, "machine"]
+    cores = os.cpu_count() or 1
+    for level in (baseline, abused):
+        level.cpu["machine"] = level.system_cpu * cores
     cpu_header = " ".join(f"{n:>9}" for n in names)
     print(f"{'':24} {'done':>9} {'p50 ms':>8} {'p99 ms':>8}   CPU % of a core: {cpu_header}")
     for name, level in (("without the abuser", baseline), ("with the abuser", abused)):
