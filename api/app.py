@@ -5,15 +5,14 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
 
 from fastapi import FastAPI
-from fastapi.openapi.utils import get_openapi
 from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 
 from api.auth import install_key_gate
 from api.errors import ERROR_RESPONSES, install_error_handlers
 from api.limits import BodySizeLimit
+from api.openapi import openapi_document
 from api.routes import chats, health, messages, stream, turn_control
 from api.state import GatewayState
 from chatd.settings import TemporalSettings
@@ -75,18 +74,5 @@ def create_app(config: GatewayConfig) -> FastAPI:
     app.include_router(health.router)
     for module in (chats, messages, stream, turn_control):
         app.include_router(module.router, prefix=API_PREFIX, responses=ERROR_RESPONSES)
-    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
+    app.openapi = lambda: openapi_document(app)  # type: ignore[method-assign]
     return app
-
-
-def _openapi(app: FastAPI) -> dict[str, Any]:
-    """FastAPI's document, minus the 422 responses it assumes: invalid input here is a 400."""
-    if app.openapi_schema is None:
-        schema = get_openapi(
-            title=app.title, version=app.version, description=app.description, routes=app.routes
-        )
-        for path in schema.get("paths", {}).values():
-            for operation in path.values():
-                operation.get("responses", {}).pop("422", None)
-        app.openapi_schema = schema
-    return app.openapi_schema

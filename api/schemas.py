@@ -42,6 +42,23 @@ class _Strict(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _whole_numbers_as_ints(cls, data: Any) -> Any:
+        return _ints_for_whole_floats(data)
+
+
+def _ints_for_whole_floats(data: Any) -> Any:
+    """`data` with every float that has no fraction made an int: JSON (and its Schema) has
+    one number type, so `5.0` is the integer `5`, which strict validation would refuse."""
+    if isinstance(data, float) and data.is_integer():
+        return int(data)
+    if isinstance(data, dict):
+        return {key: _ints_for_whole_floats(value) for key, value in data.items()}
+    if isinstance(data, list):
+        return [_ints_for_whole_floats(value) for value in data]
+    return data
+
 
 class StrictWebSearch(WebSearchConfig):
     """`WebSearchConfig` as a client sends it: validated strictly."""
@@ -115,7 +132,7 @@ class EditMessage(_Strict):
         """The parts to store."""
         if self.parts:
             return [*self.parts]
-        return [UserTextPart(text=self.content)] if self.content else []
+        return [UserTextPart(type="text", text=self.content)] if self.content else []
 
 
 class SendMessage(EditMessage):

@@ -10,7 +10,6 @@ the part (`parts[2]`) and says why.
 
 from __future__ import annotations
 
-import binascii
 import re
 from typing import Annotated, Any, Literal
 
@@ -49,6 +48,10 @@ _MEDIA_TYPE = re.compile(
 """`FILE_MEDIA_TYPES` or `text/<subtype>` (a subtype in the characters RFC 6838 allows)."""
 
 
+_BASE64 = re.compile(r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$")
+"""Strict base64: the standard alphabet, padded, no whitespace."""
+
+
 def _base64_length(size: int) -> int:
     return 4 * -(-size // 3)
 
@@ -61,7 +64,7 @@ class UserTextPart(TextPart):
 
     model_config = _STRICT
 
-    type: Literal["text"] = "text"
+    type: Literal["text"]
     text: str = Field(min_length=1, max_length=MAX_TEXT)
 
 
@@ -70,13 +73,16 @@ class UserFilePart(FilePart):
 
     model_config = _STRICT
 
-    type: Literal["file"] = "file"
+    type: Literal["file"]
     media_type: str = Field(
         max_length=255,
         # Stated in the document; checked with the part's index (see `check_user_parts`).
         json_schema_extra={"pattern": _MEDIA_TYPE.pattern},
     )
-    data: str = Field(min_length=1, json_schema_extra={"maxLength": _base64_length(MAX_FILE_BYTES)})
+    data: str = Field(
+        min_length=1,
+        json_schema_extra={"pattern": _BASE64.pattern, "maxLength": _base64_length(MAX_FILE_BYTES)},
+    )
     """Strict base64 of at most `MAX_FILE_BYTES` (checked with the part's index)."""
     name: str | None = Field(default=None, max_length=255)
 
@@ -144,7 +150,7 @@ def text_bytes(text: str) -> int:
 
 
 def _check_file(index: int, part: UserFilePart) -> None:
-    if not _MEDIA_TYPE.match(part.media_type):
+    if not _MEDIA_TYPE.fullmatch(part.media_type):
         raise PydanticCustomError(
             "media_type_not_allowed",
             "parts[{index}].media_type '{media_type}' is not allowed: send {allowed} or text/*",
@@ -154,7 +160,7 @@ def _check_file(index: int, part: UserFilePart) -> None:
                 "allowed": ", ".join(FILE_MEDIA_TYPES),
             },
         )
-    if not _is_base64(part.data):
+    if not _BASE64.fullmatch(part.data):
         raise PydanticCustomError(
             "invalid_base64", "parts[{index}].data is not valid base64", {"index": index}
         )
@@ -170,11 +176,3 @@ def _check_file(index: int, part: UserFilePart) -> None:
 def _decoded_size(data: str) -> int:
     """The size of strict base64 `data` once decoded, without decoding it."""
     return len(data) // 4 * 3 - data[-2:].count("=")
-
-
-def _is_base64(data: str) -> bool:
-    try:
-        binascii.a2b_base64(data.encode("ascii"), strict_mode=True)
-    except (binascii.Error, UnicodeEncodeError):
-        return False
-    return True

@@ -4,17 +4,21 @@ sizes, bounded model names; no field coerced from another JSON type."""
 from __future__ import annotations
 
 import base64
+import binascii
+import re
 from typing import Any
 
 import httpx
 import pytest
 from fastapi import FastAPI
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 
 from api.errors import install_error_handlers
 from api.limits import MAX_BODY_BYTES
 from api.schemas import CreateChat, EditMessage, SendMessage, ToolResults
-from api.user_parts import MAX_FILE_BYTES, MAX_MESSAGE_BYTES
+from api.user_parts import MAX_FILE_BYTES, MAX_MESSAGE_BYTES, UserFilePart
 from chatd.models import ModelConfig
 from chatd.store.chats import DynamicTool
 from workflows.payloads import SubmitToolResultsInput
@@ -29,6 +33,26 @@ def test_file_data_must_be_strict_base64(data: str) -> None:
     for schema in (SendMessage, EditMessage):
         with pytest.raises(ValidationError, match=r"parts\[1\]\.data is not valid base64"):
             schema.model_validate({"parts": [{"type": "text", "text": "x"}, _file(data)]})
+
+
+@settings(max_examples=500, derandomize=True, database=None)
+@given(st.text(alphabet="aAzZ09+/=-_ \n", max_size=12))
+def test_the_documented_base64_pattern_is_strict_base64(data: str) -> None:
+    """The document states the pattern; the gateway accepts exactly what it matches (as a
+    JSON Schema `pattern`: `$` is the end of the text), and all of that decodes."""
+    pattern = UserFilePart.model_json_schema()["properties"]["data"]["pattern"]
+    matches = re.fullmatch(pattern, data) is not None and data != ""
+    assert _accepts({"parts": [_file(data)]}) == matches
+    if matches:
+        binascii.a2b_base64(data.encode(), strict_mode=True)
+
+
+def _accepts(body: dict[str, Any]) -> bool:
+    try:
+        SendMessage.model_validate(body)
+    except ValidationError:
+        return False
+    return True
 
 
 def test_valid_files_and_text_are_kept_as_sent() -> None:
@@ -198,7 +222,7 @@ def test_the_caps_fit_the_body_limit() -> None:
         (SendMessage, {"parts": [{"type": "text", "text": 5}]}),
         (SendMessage, {"parts": [{"type": "file", "media_type": "text/plain", "data": b"aGk="}]}),
         (CreateChat, {"max_steps": "5"}),
-        (CreateChat, {"max_steps": 5.0}),
+        (CreateChat, {"max_steps": 5.5}),
         (CreateChat, {"compaction_threshold": "0.5"}),
         (CreateChat, {"model": {"openai_chain": 0}}),
         (CreateChat, {"model": {"max_output_tokens": "100"}}),
@@ -215,6 +239,15 @@ def test_no_input_is_coerced_from_another_json_type(
     calls invalid would be accepted."""
     with pytest.raises(ValidationError):
         schema.model_validate(body)
+
+
+def test_a_whole_number_is_an_integer_however_it_is_written() -> None:
+    """JSON has one number type: `5.0` is the integer 5 (as the document's JSON Schema says)."""
+    chat = CreateChat.model_validate(
+        {"max_steps": 5.0, "model": {"max_output_tokens": 1e3}, "compaction_threshold": 1}
+    )
+    assert (chat.max_steps, chat.model.max_output_tokens) == (5, 1000)
+    assert type(chat.max_steps) is int
 
 
 def test_strict_inputs_keep_the_types_the_store_and_workflows_take() -> None:
