@@ -11,6 +11,9 @@ __all__ = [
     "ProviderSettings",
     "ReconcilerSettings",
     "TemporalSettings",
+    "max_body_bytes",
+    "max_file_bytes",
+    "max_message_bytes",
     "retry_deadline_s",
     "titles_enabled",
 ]
