@@ -32,12 +32,14 @@ import contextlib
 import json
 import os
 import signal
+import statistics
 import sys
 import tempfile
 import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import _stack
 import concurrency
@@ -58,12 +60,17 @@ ABUSER_OWNER = "abuser"
 # --- the abuser (runs in its own process) -----------------------------------------------------
 
 
-async def abuse(base_url: str, key: str, chat_id: str, connections: int) -> dict[str, object]:
-    """Open streams until refused, then flood until SIGTERM; the tallies."""
+async def abuse(
+    base_url: str, key: str, chat_id: str, connections: int, snapshots: Path
+) -> dict[str, object]:
+    """Open streams until refused, then flood until SIGTERM; the tallies. SIGUSR1 writes the
+    tallies so far to `snapshots`."""
     stop = asyncio.Event()
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
     headers = {"Authorization": f"Bearer {key}"}
     tally: collections.Counter[str] = collections.Counter()
+    loop.add_signal_handler(signal.SIGUSR1, lambda: _write_whole(snapshots, tally))
     streams = await _open_streams(base_url, headers, chat_id, tally)
     limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
     async with httpx.AsyncClient(
@@ -118,6 +125,13 @@ async def _open_streams(
         held.append(client)
     say(f"abuser: holding {len(held)} streams")
     return held
+
+
+def _write_whole(path: Path, tally: collections.Counter[str]) -> None:
+    """Write the tallies so that a reader never sees half of them."""
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps(tally))
+    partial.replace(path)
 
 
 def _outcome(response: httpx.Response) -> str:
@@ -194,8 +208,11 @@ async def run(args: argparse.Namespace) -> int:
             env={"ANTHROPIC_BASE_URL": fake_url},
         )
         base_url = f"http://127.0.0.1:{api_port}/api/v1"
-        tallies = logs / "abuser.json"
         abuser: ChildProcess | None = None
+        rounds_without: list[concurrency.Level] = []
+        rounds_with: list[concurrency.Level] = []
+        floods: list[dict[str, Any]] = []
+        solo: Solo | None = None
         say(f"logs in {logs}")
         try:
             fake.start()
@@ -224,48 +241,81 @@ async def run(args: argparse.Namespace) -> int:
                     base_url, "127.0.0.1", api_port, good_key, http, fake_url, meter
                 )
                 h.database_url, h.logs = svc.database_url, logs
-                say(f"baseline: {args.chats} chats, nobody else on the gateway")
-                baseline = await concurrency.run_level(h, args.chats, args.turn_timeout)
-                say(f"baseline: p99 {baseline.p99:.1f} ms")
-
                 abuser_chat = await _abusers_chat(base_url, abuser_key)
-                abuser = ChildProcess(
-                    [sys.executable, __file__, "--abuser", base_url, abuser_key, abuser_chat,
-                     str(args.connections), str(tallies)],
-                    log=logs / "abuser.log",
-                )  # fmt: skip
-                gateway_pid = gateway.pid or 0
-                cpu_before = _cpu_s(gateway_pid)
-                abuser.start()
-                meter.add("abuser", abuser.pid)
-                await _until_flooding(abuser)
-                solo_started = time.perf_counter()
-                cpu_solo = _cpu_s(gateway_pid)
-                await asyncio.sleep(args.solo_s)
-                solo_cpu_s = _cpu_s(gateway_pid) - cpu_solo
-                solo_s = time.perf_counter() - solo_started
-                say(f"abuser alone for {solo_s:.1f}s: gateway {100 * solo_cpu_s / solo_s:.0f}% CPU")
-                say(f"with the abuser: {args.chats} chats")
-                abused = await concurrency.run_level(h, args.chats, args.turn_timeout)
-                say(f"with the abuser: p99 {abused.p99:.1f} ms")
-                abuser.stop()
-                whole_cpu_s = _cpu_s(gateway_pid) - cpu_before
+                for round_no in range(1, args.rounds + 1):
+                    say(f"round {round_no}: {args.chats} chats without the abuser")
+                    rounds_without.append(
+                        await concurrency.run_level(h, args.chats, args.turn_timeout)
+                    )
+                    tallies = logs / f"abuser-{round_no}.json"
+                    abuser = ChildProcess(
+                        [sys.executable, __file__, "--abuser", base_url, abuser_key,
+                         abuser_chat, str(args.connections), str(tallies)],
+                        log=logs / f"abuser-{round_no}.log",
+                    )  # fmt: skip
+                    abuser.start()
+                    meter.add("abuser", abuser.pid)
+                    await _until_flooding(abuser)
+                    if solo is None:
+                        solo = await _alone(abuser, tallies, gateway.pid or 0, args.solo_s)
+                    say(f"round {round_no}: {args.chats} chats with the abuser")
+                    rounds_with.append(
+                        await concurrency.run_level(h, args.chats, args.turn_timeout)
+                    )
+                    abuser.stop()
+                    floods.append(json.loads(tallies.read_text()))
+                    await asyncio.sleep(2)  # let the abuser's streams and turns settle
         finally:
             for proc in (abuser, worker, gateway, fake):
                 if proc is not None:
                     await asyncio.to_thread(proc.stop)
-    found = json.loads(tallies.read_text())
-    tally: dict[str, int] = found["tally"]
-    flooded = sum(n for what, n in tally.items() if not what.startswith("stream"))
-    refused = sum(n for what, n in tally.items() if what.startswith("429"))
-    # The abuser's rate over its whole flood, applied to the solo window.
+    assert solo is not None
+    return report(args, _pooled(rounds_without), _pooled(rounds_with), floods, solo)
+
+
+async def _alone(abuser: ChildProcess, tallies: Path, gateway_pid: int, seconds: float) -> Solo:
+    """The abuser's requests and the gateway's CPU over `seconds` of the abuser alone."""
+    first = await asyncio.to_thread(_snapshot, abuser, tallies)
+    cpu_first, started = _cpu_s(gateway_pid), time.time()
+    await asyncio.sleep(seconds)
+    last = await asyncio.to_thread(_snapshot, abuser, tallies)
+    cpu_last, ended = _cpu_s(gateway_pid), time.time()
+    flood = [w for w in last if not w.startswith("stream")]
     solo = Solo(
-        requests=round(flooded * solo_s / found["flood_s"]),
-        refused=round(refused * solo_s / found["flood_s"]),
-        seconds=solo_s,
-        gateway_cpu_s=solo_cpu_s,
+        requests=sum(last[w] - first.get(w, 0) for w in flood),
+        refused=sum(last[w] - first.get(w, 0) for w in flood if w.startswith("429")),
+        seconds=ended - started,
+        gateway_cpu_s=cpu_last - cpu_first,
     )
-    return report(args, baseline, abused, found, solo, whole_cpu_s)
+    say(f"the abuser alone: {solo.requests / solo.seconds:.0f} requests/s, gateway "
+        f"{100 * solo.gateway_cpu_s / solo.seconds:.0f}% CPU")  # fmt: skip
+    return solo
+
+
+def _snapshot(abuser: ChildProcess, tallies: Path) -> dict[str, int]:
+    """The abuser's tallies so far (it writes them on SIGUSR1); blocks for a moment."""
+    snapshot = Path(f"{tallies}.snapshot")
+    snapshot.unlink(missing_ok=True)
+    assert abuser.process is not None
+    abuser.process.send_signal(signal.SIGUSR1)
+    deadline = time.monotonic() + 10
+    while not snapshot.exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the abuser wrote no tallies; see {abuser.log}")
+        time.sleep(0.01)
+    counts: dict[str, int] = json.loads(snapshot.read_text())
+    return counts
+
+
+def _pooled(levels: list[concurrency.Level]) -> concurrency.Level:
+    """The rounds of one condition as one level: every delta's latency, mean CPU."""
+    pooled = concurrency.Level(sum(level.k for level in levels))
+    pooled.finished = sum(level.finished for level in levels)
+    pooled.latencies = [x for level in levels for x in level.latencies]
+    for name in {n for level in levels for n in level.cpu}:
+        pooled.cpu[name] = statistics.mean(level.cpu.get(name, 0.0) for level in levels)
+    pooled.system_cpu = statistics.mean(level.system_cpu for level in levels)
+    return pooled
 
 
 async def _abusers_chat(base_url: str, key: str) -> str:
@@ -289,44 +339,48 @@ async def _until_flooding(abuser: ChildProcess, within_s: float = 120.0) -> None
 
 def report(
     args: argparse.Namespace,
-    baseline: concurrency.Level,
-    abused: concurrency.Level,
-    found: dict[str, object],
+    without: concurrency.Level,
+    with_abuser: concurrency.Level,
+    floods: list[dict[str, Any]],
     solo: Solo,
-    whole_cpu_s: float,
 ) -> int:
     """Print the figures; the exit status."""
-    tally: dict[str, int] = found["tally"]  # type: ignore[assignment]
-    ratio = abused.p99 / baseline.p99
-    print(f"\n=== {args.chats} well-behaved chats, with and without one abusive key ===")
-    names = [*abused.cpu, "machine"]
+    tally: collections.Counter[str] = collections.Counter()
+    for flood in floods:
+        tally.update(flood["tally"])
+    ratio = with_abuser.p99 / without.p99
+    print(
+        f"\n=== {args.chats} well-behaved chats, with and without one abusive key "
+        f"({args.rounds} rounds of each, alternating) ==="
+    )
+    names = [*with_abuser.cpu, "machine"]
     cores = os.cpu_count() or 1
-    for level in (baseline, abused):
+    for level in (without, with_abuser):
         level.cpu["machine"] = level.system_cpu * cores
     cpu_header = " ".join(f"{n:>9}" for n in names)
-    print(f"{'':24} {'done':>9} {'p50 ms':>8} {'p99 ms':>8}   CPU % of a core: {cpu_header}")
-    for name, level in (("without the abuser", baseline), ("with the abuser", abused)):
+    print(f"{'':20} {'done':>9} {'p50 ms':>8} {'p99 ms':>8}   CPU % of a core: {cpu_header}")
+    for name, level in (("without the abuser", without), ("with the abuser", with_abuser)):
         cpu = " ".join(f"{level.cpu.get(n, float('nan')):8.0f}%" for n in names)
         print(
-            f"{name:24} {level.finished:4d}/{level.k:<4d} {level.p50:8.1f} {level.p99:8.1f}"
+            f"{name:20} {level.finished:4d}/{level.k:<4d} {level.p50:8.1f} {level.p99:8.1f}"
             f"{'':20}{cpu}"
         )
     print(f"\np99 ratio (with / without): {ratio:.2f} (target <= {TARGET_RATIO:g})")
-    print(f"\nthe abuser ({args.connections} connections, {found['flood_s']:.0f}s of flood):")
-    for what, n in sorted(tally.items(), key=lambda item: -item[1]):
+    flood_s = sum(flood["flood_s"] for flood in floods)
+    print(f"\nthe abuser ({args.connections} connections, {flood_s:.0f} s of flood in all):")
+    for what, n in tally.most_common():
         print(f"  {n:8d}  {what}")
-    print(f"  streams held: {found['streams_held']}")
+    print(f"  streams held per round: {[flood['streams_held'] for flood in floods]}")
     print(
-        f"\nabuser alone: ~{solo.requests / solo.seconds:.0f} requests/s "
-        f"({solo.refused / max(solo.requests, 1):.0%} refused); the gateway spent "
-        f"{100 * solo.gateway_cpu_s / solo.seconds:.0f}% of a core, "
-        f"~{solo.us_per_request:.0f} us of CPU per request"
+        f"\nthe abuser alone ({solo.seconds:.0f} s): {solo.requests / solo.seconds:.0f} "
+        f"requests/s, {solo.refused / max(solo.requests, 1):.0%} of them refused; the gateway "
+        f"spent {100 * solo.gateway_cpu_s / solo.seconds:.0f}% of a core on them and the "
+        f"abuser's streams: {solo.us_per_request:.0f} us of CPU per request"
     )
-    print(f"gateway CPU over the abuser's whole run: {whole_cpu_s:.1f} s")
-    got_429s = any(what.startswith("429") for what in tally) and any(
-        what.startswith("stream 429") for what in tally
+    got_429s = any(w.startswith("429") for w in tally) and any(
+        w.startswith("stream 429") for w in tally
     )
-    finished = baseline.finished == baseline.k and abused.finished == abused.k
+    finished = without.finished == without.k and with_abuser.finished == with_abuser.k
     passed = ratio <= TARGET_RATIO and got_429s and finished
     print(f"\n{'PASS' if passed else 'FAIL'}")
     return 0 if passed else 1
@@ -340,12 +394,14 @@ def main() -> None:
     parser.add_argument("--deltas", type=int, default=100, help="deltas in step 3")
     parser.add_argument("--spacing-ms", type=float, default=20.0, help="between deltas")
     parser.add_argument("--solo-s", type=float, default=10.0, help="the abuser alone, seconds")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of both conditions")
     parser.add_argument("--turn-timeout", type=float, default=300.0, help="per phase, seconds")
     parser.add_argument("--abuser", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.abuser:
         base_url, key, chat_id, connections, out = args.abuser
-        tallies = asyncio.run(abuse(base_url, key, chat_id, int(connections)))
+        snapshots = Path(f"{out}.snapshot")
+        tallies = asyncio.run(abuse(base_url, key, chat_id, int(connections), snapshots))
         Path(out).write_text(json.dumps(tallies))
         return
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
