@@ -110,12 +110,14 @@ def _call_options(config: ModelConfig) -> dict[str, Any]:
             "max_tokens": max_tokens if max_tokens > budget else budget + DEFAULT_MAX_TOKENS,
             "thinking": {"type": "enabled", "budget_tokens": budget},
         }
-    options: dict[str, Any] = {"max_tokens": max_tokens}
-    if config.temperature is not None:
-        options["temperature"] = config.temperature
-    if config.top_p is not None:
-        options["top_p"] = config.top_p
-    return options
+    # The API takes temperature and top_p; the SDK's typed arguments (2.x) no longer name them.
+    sampling = {"temperature": config.temperature, "top_p": config.top_p}
+    sampling = {name: value for name, value in sampling.items() if value is not None}
+    return (
+        {"max_tokens": max_tokens, "extra_body": sampling}
+        if sampling
+        else {"max_tokens": max_tokens}
+    )
 
 
 def _mark_cache(messages: list[dict[str, Any]]) -> None:

@@ -86,7 +86,7 @@ def test_anthropic_request_options_and_tools() -> None:
     kwargs = build_anthropic_request(request(transcript(), temperature=0.3, top_p=0.9))
     assert kwargs["model"] == "m"
     assert kwargs["max_tokens"] == 4096
-    assert (kwargs["temperature"], kwargs["top_p"]) == (0.3, 0.9)
+    assert kwargs["extra_body"] == {"temperature": 0.3, "top_p": 0.9}
     assert kwargs["system"] == [{"type": "text", "text": "be brief", "cache_control": EPHEMERAL}]
     assert kwargs["tools"] == [
         {"name": "lookup", "description": "Look it up", "input_schema": TOOL.input_schema}

@@ -202,6 +202,17 @@ async def test_anthropic_thinking_round_trips_with_signature(
     assert sent["messages"][1]["content"][0]["signature"] == "sig-1"
 
 
+@pytest.mark.parametrize("api", APIS)
+async def test_sampling_options_reach_the_provider(
+    adapter: Adapters, server: FakeProviderServer, api: str
+) -> None:
+    model = f"streams-sampling-{api}"
+    server.script(model, [FakeResponse.of_text("ok")])
+    await run(adapter(api), ask(model, temperature=0.3, top_p=0.9))
+    sent = server.requests(model)[-1].body
+    assert (sent["temperature"], sent["top_p"]) == (0.3, 0.9)
+
+
 async def test_responses_reasoning_is_replayed_encrypted(
     adapter: Adapters, server: FakeProviderServer
 ) -> None:
