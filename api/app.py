@@ -70,7 +70,7 @@ def create_app(config: GatewayConfig) -> FastAPI:
         app, excluded_urls="healthz,readyz", exclude_spans=["receive", "send"]
     )
     app.add_middleware(BodySizeLimit)
-    install_key_gate(app)  # after instrumenting: refusals by key cost no span
+    install_key_gate(app, API_PREFIX)  # after instrumenting: refusals by key cost no span
     app.include_router(health.router)
     for module in (chats, messages, stream, turn_control):
         app.include_router(module.router, prefix=API_PREFIX, responses=ERROR_RESPONSES)

@@ -58,13 +58,14 @@ async def current_owner(request: Request, key: BearerKey) -> str:
     return await authenticated(request, key, await state_of(request).keys.owner_of(key))
 
 
-def install_key_gate(app: FastAPI) -> None:
+def install_key_gate(app: FastAPI, under: str) -> None:
     """Put `_KeyGate` in front of everything the app runs, tracing middleware included
-    (call it after instrumenting the app)."""
+    (call it after instrumenting the app), for the paths `under` a prefix: the routes that
+    take a key (health checks take none, and answer whatever key comes with them)."""
     build = app.build_middleware_stack
 
     def build_behind_gate() -> ASGIApp:
-        return _KeyGate(build(), app)
+        return _KeyGate(build(), app, under)
 
     app.build_middleware_stack = build_behind_gate  # type: ignore[method-assign]
 
@@ -72,12 +73,14 @@ def install_key_gate(app: FastAPI) -> None:
 class _KeyGate:
     """Refuses, from memory, a request whose bearer key failed lately or is over its rate."""
 
-    def __init__(self, inner: ASGIApp, app: FastAPI) -> None:
+    def __init__(self, inner: ASGIApp, app: FastAPI, under: str) -> None:
         self._inner = inner
         self._app = app
+        self._under = under
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        key = _bearer_key(scope) if scope["type"] == "http" else None
+        gated = scope["type"] == "http" and scope["path"].startswith(self._under)
+        key = _bearer_key(scope) if gated else None
         if key is not None:
             state: GatewayState = self._app.state.gateway
             key_hash = hash_key(key)

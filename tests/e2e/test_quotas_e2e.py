@@ -42,6 +42,9 @@ async def test_a_key_over_its_request_rate_gets_429_and_other_keys_do_not(stack:
     error = _refused(refused, "rate_limited")
     assert int(refused.headers["Retry-After"]) == error["detail"]["retry_after_s"] == 100
     assert (await stack.other_owner.get("/chats")).status_code == 200
+    root = stack.base_url.removesuffix("/api/v1")
+    health = await stack.http.get(f"{root}/healthz")  # takes no key: the gate ignores it
+    assert health.status_code == 200, health.text
 
 
 async def test_the_owner_s_running_turns_are_limited_but_a_queued_send_is_not(

@@ -38,7 +38,9 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
 
 
 def _limits(rate: float, burst: int) -> Limits:
-    return Limits(requests_per_s=rate, request_burst=burst, running_turns=1, streams=1)
+    return Limits(
+        requests_per_s=rate, request_burst=burst, running_turns=1, streams=1, queued_messages=1
+    )
 
 
 async def test_a_key_gets_its_burst_then_its_rate(clock: _Clock) -> None:
