@@ -1,4 +1,5 @@
-"""The `chatd` command: dev stack, worker, gateway, migrations, API keys and retention."""
+"""The `chatd` command: dev stack, worker, gateway, migrations, API keys, quotas and
+retention."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ import logging
 import os
 import sys
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from chatd.client.options import add_client_commands
+from chatd.store.quotas import LimitOverrides
 
 __all__ = ["main"]
 
@@ -84,18 +87,27 @@ def _parser() -> argparse.ArgumentParser:
     api.add_argument("--port", type=int, default=int(_env("CHATD_API_PORT", "8080") or 0))
     sub.add_parser("migrate", help="apply database migrations (DATABASE_URL)")
     _add_gc(sub)
-    _add_keys(sub)
+    where = _data_dir_option()
+    _add_keys(sub, where)
+    _add_limits(sub, where)
     return parser
 
 
-def _add_keys(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    keys = sub.add_parser("keys", help="manage API keys (DATABASE_URL, or a `chatd dev`)")
+def _data_dir_option() -> argparse.ArgumentParser:
+    """`--data-dir`, for the commands that reach a database (see `_keys_database_url`)."""
     where = argparse.ArgumentParser(add_help=False)
     where.add_argument(
         "--data-dir",
         help="the data dir of a running `chatd dev`, instead of DATABASE_URL (without either:"
         " the dev data dir, env CHATD_DATA_DIR or .data, if a `chatd dev` runs there)",
     )
+    return where
+
+
+def _add_keys(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], where: argparse.ArgumentParser
+) -> None:
+    keys = sub.add_parser("keys", help="manage API keys (DATABASE_URL, or a `chatd dev`)")
     keys_sub = keys.add_subparsers(dest="keys_command", required=True)
     create = keys_sub.add_parser("create", parents=[where], help="create a key and print it once")
     create.add_argument("--owner", required=True)
@@ -103,6 +115,48 @@ def _add_keys(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     keys_sub.add_parser("list", parents=[where], help="list keys (never the secrets)")
     revoke = keys_sub.add_parser("revoke", parents=[where], help="revoke a key by id")
     revoke.add_argument("key_id", type=uuid.UUID)
+
+
+def _limit_value(kind: type[int] | type[float]) -> Callable[[str], int | float | None]:
+    """A limit as typed, or `default` (None: the value of the defaults row, or built in)."""
+
+    def parse(text: str) -> int | float | None:
+        if text == "default":
+            return None
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number or `default`") from None
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"{text!r} is negative")
+        return value
+
+    return parse
+
+
+def _add_limits(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], where: argparse.ArgumentParser
+) -> None:
+    limits = sub.add_parser(
+        "limits",
+        help="show or set an owner's quotas (DATABASE_URL, or a `chatd dev`)",
+        description="Owner `*` holds the defaults; an owner's own values override them."
+        " Every gateway applies a change within 10 s.",
+    )
+    limits_sub = limits.add_subparsers(dest="limits_command", required=True)
+    show = limits_sub.add_parser(
+        "show", parents=[where], help="the limits that apply, and today's tokens"
+    )
+    show.add_argument("owner")
+    change = limits_sub.add_parser(
+        "set", parents=[where], help="set some of an owner's limits (`default` unsets one)"
+    )
+    change.add_argument("owner", help="an owner, or `*` for the defaults")
+    for name, field in LimitOverrides.model_fields.items():
+        kind = float if field.annotation == float | None else int
+        change.add_argument(
+            f"--{name.replace('_', '-')}", type=_limit_value(kind), default=argparse.SUPPRESS
+        )
 
 
 def _database_url() -> str:
@@ -159,6 +213,8 @@ async def _run(args: argparse.Namespace) -> None:
         await commands.run_migrate(_database_url())
     elif args.command == "keys":
         await commands.run_keys(_keys_database_url(args.data_dir), args)
+    elif args.command == "limits":
+        await commands.run_limits(_keys_database_url(args.data_dir), args)
     elif args.command == "gc":
         await commands.run_gc(_database_url(), args.dry_run, args.workspace_root)
 

@@ -7,8 +7,10 @@ import argparse
 import contextlib
 import logging
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 
+import asyncpg
 import uvicorn
 
 from chatd.heap import freeze_startup_objects
@@ -16,11 +18,12 @@ from chatd.providers import import_sdks
 from chatd.settings import ProviderSettings, TemporalSettings, titles_enabled
 from chatd.store.db import connect_pool, migrate
 from chatd.store.keys import KeyStore
+from chatd.store.quotas import DEFAULTS_OWNER, LimitOverrides, QuotaStore
 from chatd.telemetry import setup_telemetry
 from chatd.tools.defaults import default_registry
 from chatd.tools.loading import with_extra_tools
 
-__all__ = ["run_api", "run_gc", "run_keys", "run_migrate", "run_worker"]
+__all__ = ["run_api", "run_gc", "run_keys", "run_limits", "run_migrate", "run_worker"]
 
 log = logging.getLogger("chatd")
 
@@ -95,12 +98,9 @@ async def run_gc(database_url: str, dry_run: bool, workspaces: Path | None) -> N
         of_chats = f" of {pruned.chats} chat(s)" if pruned.chats is not None else ""
         print(f"{pruned.what}: {verb} {pruned.count}{of_chats}", flush=True)
 
-    pool = await connect_pool(database_url, min_size=1, max_size=2)
-    try:
+    async with _database(database_url) as pool:
         retention = Retention(pool, RetentionSettings.from_env(), workspaces or workspace_root())
         report = await retention.run_round(dry_run=dry_run, progress=show)
-    finally:
-        await pool.close()
     if not report.elected:
         raise SystemExit(
             "chatd: another process is running a retention round: the database was left"
@@ -108,14 +108,23 @@ async def run_gc(database_url: str, dry_run: bool, workspaces: Path | None) -> N
         )
 
 
-async def run_keys(database_url: str, args: argparse.Namespace) -> None:
-    """`chatd keys create|list|revoke`."""
+@contextlib.asynccontextmanager
+async def _database(database_url: str) -> AsyncIterator[asyncpg.Pool]:
+    """A small pool for a command; a clear exit if the database can't be reached."""
     try:
         pool = await connect_pool(database_url, min_size=1, max_size=2)
     except OSError as err:
         raise SystemExit(f"chatd: cannot reach the database ({err.strerror or err})") from None
-    keys = KeyStore(pool)
     try:
+        yield pool
+    finally:
+        await pool.close()
+
+
+async def run_keys(database_url: str, args: argparse.Namespace) -> None:
+    """`chatd keys create|list|revoke`."""
+    async with _database(database_url) as pool:
+        keys = KeyStore(pool)
         if args.keys_command == "create":
             print(await keys.create(args.owner, args.name))
         elif args.keys_command == "list":
@@ -126,5 +135,24 @@ async def run_keys(database_url: str, args: argparse.Namespace) -> None:
             if not await keys.revoke(args.key_id):
                 raise SystemExit(f"chatd: no active key {args.key_id}")
             print(f"revoked {args.key_id}")
-    finally:
-        await pool.close()
+
+
+async def run_limits(database_url: str, args: argparse.Namespace) -> None:
+    """`chatd limits show|set`: an owner's quotas (`*`: the defaults)."""
+    async with _database(database_url) as pool:
+        quotas = QuotaStore(pool)
+        if args.limits_command == "set":
+            given = {n: getattr(args, n) for n in LimitOverrides.model_fields if n in args}
+            if not given:
+                raise SystemExit("chatd: name a limit to set, e.g. --running-turns 10")
+            current = await quotas.overrides(args.owner)
+            await quotas.set_limits(args.owner, current.model_copy(update=given))
+        own = await quotas.overrides(args.owner)
+        applied = await quotas.limits(args.owner)
+        for name, value in applied.model_dump().items():
+            source = "own" if getattr(own, name) is not None else "default"
+            shown = "none" if value is None else f"{value:g}"
+            print(f"{name:22} {shown:>12}  ({source})")
+        if args.owner != DEFAULTS_OWNER:
+            usage = await quotas.usage_today(args.owner)
+            print(f"today: {usage.input_tokens} input and {usage.output_tokens} output tokens")

@@ -92,6 +92,13 @@ class QuotaStore:
             merged.update({k: row[k] for k in _LIMIT_COLUMNS if row[k] is not None})
         return Limits.model_validate(merged)
 
+    async def overrides(self, owner: str) -> LimitOverrides:
+        """The owner's own row (`DEFAULTS_OWNER`: the defaults row); all None if it has none."""
+        row = await self._pool.fetchrow(
+            f"SELECT {', '.join(_LIMIT_COLUMNS)} FROM owner_limits WHERE owner = $1", owner
+        )
+        return LimitOverrides.model_validate(dict(row) if row else {})
+
     async def set_limits(self, owner: str, overrides: LimitOverrides) -> None:
         """Replace the owner's row (`DEFAULTS_OWNER`: the defaults); applies within a cache
         lifetime on every gateway."""
