@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta, timezone
 
 import asyncpg
@@ -21,18 +20,9 @@ from chatd.parts import (
     Usage,
 )
 from chatd.store.chats import ChatStore
-from chatd.store.db import connect_pool, migrate
 from chatd.store.events import NOTIFY_CHANNEL, EventLog
 from chatd.store.transcript import NewMessage, StoredMessage, TranscriptStore, message_event
 from chatd.store.turns import TurnStore
-
-
-@pytest.fixture
-async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
-    await migrate(database_url)
-    pool = await connect_pool(database_url)
-    yield pool
-    await pool.close()
 
 
 async def _chat(pool: asyncpg.Pool) -> uuid.UUID:

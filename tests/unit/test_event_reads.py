@@ -5,23 +5,12 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from collections.abc import AsyncIterator
 
 import asyncpg
-import pytest
 
 from chatd.models import ModelConfig
 from chatd.store.chats import ChatStore
-from chatd.store.db import connect_pool, migrate
 from chatd.store.events import EventLog
-
-
-@pytest.fixture
-async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
-    await migrate(database_url)
-    pool = await connect_pool(database_url)
-    yield pool
-    await pool.close()
 
 
 def _payload(size: int) -> dict[str, str]:

@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 
 import asyncpg
-import pytest
 
 from api.stream_reads import Batch, SharedReads
 from chatd.models import ModelConfig
 from chatd.store.chats import ChatStore
-from chatd.store.db import connect_pool, migrate
 from chatd.store.events import ChatEvent, CursorExpired, EventLog
 
 
@@ -32,14 +29,6 @@ class CountedEventLog(EventLog):
         self.reads += 1
         await self.hold.wait()
         return await super().read_after(chat_id, seq, limit, max_bytes)
-
-
-@pytest.fixture
-async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
-    await migrate(database_url)
-    pool = await connect_pool(database_url)
-    yield pool
-    await pool.close()
 
 
 async def _chat(pool: asyncpg.Pool, events: int) -> uuid.UUID:

@@ -11,7 +11,6 @@ import asyncio
 import dataclasses
 import json
 import uuid
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -136,14 +135,6 @@ def attempt_env(attempt: int, activity_id: str = "1") -> ActivityEnvironment:
 
 def outputs(parts: list[ToolResultPart]) -> list[Any]:
     return [p.output for p in parts]
-
-
-@pytest.fixture
-async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
-    await migrate(database_url)
-    pool = await connect_pool(database_url)
-    yield pool
-    await pool.close()
 
 
 async def new_turn(pool: asyncpg.Pool, workspace_root: Path) -> Turn:
