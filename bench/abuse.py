@@ -36,7 +36,6 @@ import statistics
 import sys
 import tempfile
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,9 +44,8 @@ import _stack
 import concurrency
 import httpx
 import psutil  # type: ignore[import-untyped]
-from _stack import ChildProcess, ProcessMeter, WorkerProcess, say
+from _stack import ChildProcess, say
 
-from chatd.devstack.ports import free_port
 from chatd.store.db import connect_pool, migrate
 from chatd.store.keys import KeyStore
 from chatd.store.quotas import BUILT_IN_LIMITS, DEFAULTS_OWNER, LimitOverrides, QuotaStore
@@ -182,52 +180,13 @@ async def run(args: argparse.Namespace) -> int:
         good_key = await KeyStore(pool).create(GOOD_OWNER)
         abuser_key = await KeyStore(pool).create(ABUSER_OWNER)
         await pool.close()
-        task_queue = f"bench-abuse-{uuid.uuid4().hex[:8]}"
-        fake_port, api_port = free_port(), free_port()
-        fake = ChildProcess(
-            [sys.executable, concurrency.__file__, "--serve-fake", str(fake_port),
-             "--deltas", str(args.deltas), "--spacing-ms", str(args.spacing_ms)],
-            log=logs / "fake.log",
-        )  # fmt: skip
-        fake_url = f"http://127.0.0.1:{fake_port}"
-        gateway = _stack.gateway_process(
-            database_url=svc.database_url,
-            temporal_address=svc.temporal.address,
-            task_queue=task_queue,
-            port=api_port,
-            log=logs / "gateway.log",
-        )
-        worker = WorkerProcess(
-            database_url=svc.database_url,
-            temporal_address=svc.temporal.address,
-            task_queue=task_queue,
-            fake=svc.fake,
-            workspace=logs / "workspaces",
-            log=logs / "worker.log",
-            tools=None,
-            env={"ANTHROPIC_BASE_URL": fake_url},
-        )
-        base_url = f"http://127.0.0.1:{api_port}/api/v1"
-        abuser: ChildProcess | None = None
         rounds_without: list[concurrency.Level] = []
         rounds_with: list[concurrency.Level] = []
         floods: list[dict[str, Any]] = []
         solo: Solo | None = None
-        say(f"logs in {logs}")
-        try:
-            fake.start()
-            gateway.start()
-            worker.start()
-            await fake.wait_http(f"{fake_url}/health")
-            await gateway.wait_http(f"http://127.0.0.1:{api_port}/healthz")
-            await concurrency.worker_polling(worker)
-            meter = ProcessMeter()
-            meter.add("worker", worker.pid)
-            meter.add("gateway", gateway.pid)
-            meter.add("postgres", svc.postgres.pid, children=True)
-            meter.add("temporal", svc.temporal.pid, children=True)
-            meter.add("fake", fake.pid)
-            meter.add("bench", os.getpid())
+        async with concurrency.stack_processes(svc, logs, args.deltas, args.spacing_ms) as procs:
+            meter = procs.meter()
+            base_url, gateway = procs.base_url, procs.gateway
             limits = httpx.Limits(
                 max_connections=120, max_keepalive_connections=120, keepalive_expiry=2.0
             )
@@ -238,7 +197,7 @@ async def run(args: argparse.Namespace) -> int:
                 limits=limits,
             ) as http:
                 h = concurrency.Harness(
-                    base_url, "127.0.0.1", api_port, good_key, http, fake_url, meter
+                    base_url, "127.0.0.1", procs.api_port, good_key, http, procs.fake_url, meter
                 )
                 h.database_url, h.logs = svc.database_url, logs
                 abuser_chat = await _abusers_chat(base_url, abuser_key)
@@ -253,22 +212,20 @@ async def run(args: argparse.Namespace) -> int:
                          abuser_chat, str(args.connections), str(tallies)],
                         log=logs / f"abuser-{round_no}.log",
                     )  # fmt: skip
-                    abuser.start()
-                    meter.add("abuser", abuser.pid)
-                    await _until_flooding(abuser)
-                    if solo is None:
-                        solo = await _alone(abuser, tallies, gateway.pid or 0, args.solo_s)
-                    say(f"round {round_no}: {args.chats} chats with the abuser")
-                    rounds_with.append(
-                        await concurrency.run_level(h, args.chats, args.turn_timeout)
-                    )
-                    abuser.stop()
+                    try:
+                        abuser.start()
+                        meter.add("abuser", abuser.pid)
+                        await _until_flooding(abuser)
+                        if solo is None:
+                            solo = await _alone(abuser, tallies, gateway.pid or 0, args.solo_s)
+                        say(f"round {round_no}: {args.chats} chats with the abuser")
+                        rounds_with.append(
+                            await concurrency.run_level(h, args.chats, args.turn_timeout)
+                        )
+                    finally:
+                        await asyncio.to_thread(abuser.stop)
                     floods.append(json.loads(tallies.read_text()))
                     await asyncio.sleep(2)  # let the abuser's streams and turns settle
-        finally:
-            for proc in (abuser, worker, gateway, fake):
-                if proc is not None:
-                    await asyncio.to_thread(proc.stop)
     assert solo is not None
     return report(args, _pooled(rounds_without), _pooled(rounds_with), floods, solo)
 

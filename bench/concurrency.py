@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import itertools
 import json
 import os
@@ -36,7 +37,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Coroutine
+from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -368,47 +369,9 @@ async def run(args: argparse.Namespace) -> int | None:
         api_key = await KeyStore(pool).create("bench")
         await _stack.bench_limits(pool)
         await pool.close()
-        task_queue = f"bench-conc-{uuid.uuid4().hex[:8]}"
-        fake_port, api_port = free_port(), free_port()
-        fake = ChildProcess(
-            [sys.executable, __file__, "--serve-fake", str(fake_port),
-             "--deltas", str(args.deltas), "--spacing-ms", str(args.spacing_ms)],
-            log=logs / "fake.log",
-        )  # fmt: skip
-        fake_url = f"http://127.0.0.1:{fake_port}"
-        gateway = _stack.gateway_process(
-            database_url=svc.database_url,
-            temporal_address=svc.temporal.address,
-            task_queue=task_queue,
-            port=api_port,
-            log=logs / "gateway.log",
-        )
-        worker = WorkerProcess(
-            database_url=svc.database_url,
-            temporal_address=svc.temporal.address,
-            task_queue=task_queue,
-            fake=svc.fake,
-            workspace=logs / "workspaces",
-            log=logs / "worker.log",
-            tools=None,
-            env={"ANTHROPIC_BASE_URL": fake_url},
-        )
-        say(f"logs in {logs}")
-        try:
-            fake.start()
-            gateway.start()
-            worker.start()
-            await fake.wait_http(f"{fake_url}/health")
-            await gateway.wait_http(f"http://127.0.0.1:{api_port}/healthz")
-            await worker_polling(worker)
-            meter = ProcessMeter()
-            meter.add("worker", worker.pid)
-            meter.add("gateway", gateway.pid)
-            meter.add("postgres", svc.postgres.pid, children=True)
-            meter.add("temporal", svc.temporal.pid, children=True)
-            meter.add("fake provider", fake.pid)
-            meter.add("bench (SSE)", os.getpid())
-            base_url = f"http://127.0.0.1:{api_port}/api/v1"
+        async with stack_processes(svc, logs, args.deltas, args.spacing_ms) as procs:
+            meter = procs.meter()
+            base_url, api_port, fake_url = procs.base_url, procs.api_port, procs.fake_url
             limits = httpx.Limits(
                 max_connections=120, max_keepalive_connections=120, keepalive_expiry=2.0
             )  # under uvicorn's 5 s keep-alive: never reuse a connection it is closing
@@ -422,7 +385,10 @@ async def run(args: argparse.Namespace) -> int | None:
                 h.py_spy, h.logs, h.quiet_below = args.py_spy, logs, args.quiet_below
                 h.database_url = svc.database_url
                 if args.py_spy:
-                    h.profiles = {"worker": worker.pid or 0, "gateway": gateway.pid or 0}
+                    h.profiles = {
+                        "worker": procs.worker.pid or 0,
+                        "gateway": procs.gateway.pid or 0,
+                    }
                     say(f"py-spy profiles (collapsed stacks) go to {logs}")
                 say("worker, gateway and fake provider up")
                 for k in args.ladder:
@@ -438,10 +404,79 @@ async def run(args: argparse.Namespace) -> int | None:
                         break
                     await asyncio.sleep(2)  # let runs close and Temporal settle
                 names = meter.names
-        finally:
-            for proc in (worker, gateway, fake):
-                await asyncio.to_thread(proc.stop)
     return report(levels, names, args) if levels else None
+
+
+@dataclass
+class StackProcesses:
+    """The fake provider, a gateway and a worker, each in a process of its own."""
+
+    fake: ChildProcess
+    gateway: ChildProcess
+    worker: WorkerProcess
+    svc: _stack.Services
+    fake_url: str
+    api_port: int
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.api_port}/api/v1"
+
+    def meter(self) -> ProcessMeter:
+        """A meter of these processes, the servers' and this one's."""
+        meter = ProcessMeter()
+        meter.add("worker", self.worker.pid)
+        meter.add("gateway", self.gateway.pid)
+        meter.add("postgres", self.svc.postgres.pid, children=True)
+        meter.add("temporal", self.svc.temporal.pid, children=True)
+        meter.add("fake provider", self.fake.pid)
+        meter.add("bench (SSE)", os.getpid())
+        return meter
+
+
+@contextlib.asynccontextmanager
+async def stack_processes(
+    svc: _stack.Services, logs: Path, deltas: int, spacing_ms: float
+) -> AsyncIterator[StackProcesses]:
+    """Start the fake provider (`Script` with these deltas), a gateway and a worker on a task
+    queue of their own; wait until each serves; stop them on the way out."""
+    task_queue = f"bench-{uuid.uuid4().hex[:8]}"
+    fake_port, api_port = free_port(), free_port()
+    fake = ChildProcess(
+        [sys.executable, __file__, "--serve-fake", str(fake_port),
+         "--deltas", str(deltas), "--spacing-ms", str(spacing_ms)],
+        log=logs / "fake.log",
+    )  # fmt: skip
+    fake_url = f"http://127.0.0.1:{fake_port}"
+    gateway = _stack.gateway_process(
+        database_url=svc.database_url,
+        temporal_address=svc.temporal.address,
+        task_queue=task_queue,
+        port=api_port,
+        log=logs / "gateway.log",
+    )
+    worker = WorkerProcess(
+        database_url=svc.database_url,
+        temporal_address=svc.temporal.address,
+        task_queue=task_queue,
+        fake=svc.fake,
+        workspace=logs / "workspaces",
+        log=logs / "worker.log",
+        tools=None,
+        env={"ANTHROPIC_BASE_URL": fake_url},
+    )
+    say(f"logs in {logs}")
+    try:
+        fake.start()
+        gateway.start()
+        worker.start()
+        await fake.wait_http(f"{fake_url}/health")
+        await gateway.wait_http(f"http://127.0.0.1:{api_port}/healthz")
+        await worker_polling(worker)
+        yield StackProcesses(fake, gateway, worker, svc, fake_url, api_port)
+    finally:
+        for proc in (worker, gateway, fake):
+            await asyncio.to_thread(proc.stop)
 
 
 async def _wait_quiet(below_pct: float, within_s: float = 120.0) -> None:
