@@ -16,6 +16,7 @@ from temporalio.api.testservice.v1 import SleepRequest
 from temporalio.api.update.v1 import UpdateRef, WaitPolicy
 from temporalio.api.workflowservice.v1 import PollWorkflowExecutionUpdateRequest
 from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 from turn_fakes import Block, FakeActivities, Turn, calls_step, text_step
 
@@ -173,19 +174,31 @@ _ADMITTED = UpdateWorkflowExecutionLifecycleStage.UPDATE_WORKFLOW_EXECUTION_LIFE
 
 
 async def _admitted(turn: Turn, update_id: str) -> None:
-    """Return once the server has admitted the update (it waits for a worker to run it)."""
-    await turn.client.workflow_service.poll_workflow_execution_update(
-        PollWorkflowExecutionUpdateRequest(
-            namespace=turn.client.namespace,
-            update_ref=UpdateRef(
-                workflow_execution=WorkflowExecution(workflow_id=turn.workflow_id),
-                update_id=update_id,
-            ),
-            identity="test",
-            wait_policy=WaitPolicy(lifecycle_stage=_ADMITTED),
+    """Return once the server has admitted the update (it waits for a worker to run it).
+
+    The poll is refused until the update's request has reached the server at all: the send
+    runs in a task of its own, and may not have been made yet.
+    """
+    request = PollWorkflowExecutionUpdateRequest(
+        namespace=turn.client.namespace,
+        update_ref=UpdateRef(
+            workflow_execution=WorkflowExecution(workflow_id=turn.workflow_id),
+            update_id=update_id,
         ),
-        timeout=timedelta(seconds=10),
+        identity="test",
+        wait_policy=WaitPolicy(lifecycle_stage=_ADMITTED),
     )
+    async with asyncio.timeout(10):
+        while True:
+            try:
+                await turn.client.workflow_service.poll_workflow_execution_update(
+                    request, timeout=timedelta(seconds=10)
+                )
+                return
+            except RPCError as err:
+                if err.status != RPCStatusCode.NOT_FOUND:
+                    raise
+            await asyncio.sleep(0.01)
 
 
 async def _events(turn: Turn) -> list[HistoryEvent]:
