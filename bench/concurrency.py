@@ -1,7 +1,8 @@
 """K concurrent chats on one worker and one gateway: does every delta still arrive in time?
 
     python bench/concurrency.py [--ladder 25,50,100,200,300,500,700,1000] [--deltas 100]
-                                [--spacing-ms 20] [--turn-timeout 300] [--keep-going]
+                                [--spacing-ms 20] [--tool-steps 2] [--turn-timeout 300]
+                                [--keep-going]
 
 Processes: PostgreSQL and the Temporal dev server (as `_stack.services()` starts them), ONE
 `chatd worker` (`WorkerProcess`, CHATD_TOOLS unset), ONE `chatd api` gateway, and the fake
@@ -11,7 +12,8 @@ measured with psutil over each level of the ladder.
 
 Per level K: K chats, each with an SSE client (a bare asyncio protocol, `_stack.RawSseClient`)
 connected before its message is sent; the K messages are sent at once. Each turn has 3 model
-steps: steps 1 and 2 call `current_time`, step 3 streams `--deltas` text deltas
+steps (`--tool-steps` sets the first count): steps 1 and 2 call `current_time`, step 3
+streams `--deltas` text deltas
 `--spacing-ms` apart. Every delta's text is unique (`K<k>C<chat>d<i>|`), stamped with
 `time.time_ns()` by the fake provider when written and by the SSE client when received;
 latency = receive - emit, matched by text.
@@ -70,12 +72,14 @@ class Script:
 
     deltas: int = 100
     spacing_s: float = 0.02
+    tool_steps: int = 2
 
     def __call__(self, request: FakeRequest) -> FakeResponse:
-        """Steps 1 and 2 call `current_time`; step 3 streams unique text deltas."""
+        """The first `tool_steps` steps call `current_time`; the next streams unique text
+        deltas."""
         messages = request.body.get("messages", [])
         step = sum(1 for m in messages if m.get("role") == "assistant")
-        if step < 2:
+        if step < self.tool_steps:
             return FakeResponse.of_tool_call("current_time")
         found = _TAG.search(json.dumps(messages[0]) if messages else "")
         tag = found.group(1) if found else "untagged"
@@ -436,15 +440,16 @@ class StackProcesses:
 
 @contextlib.asynccontextmanager
 async def stack_processes(
-    svc: _stack.Services, logs: Path, deltas: int, spacing_ms: float
+    svc: _stack.Services, logs: Path, deltas: int, spacing_ms: float, tool_steps: int = 2
 ) -> AsyncIterator[StackProcesses]:
-    """Start the fake provider (`Script` with these deltas), a gateway and a worker on a task
+    """Start the fake provider (`Script` with these steps), a gateway and a worker on a task
     queue of their own; wait until each serves; stop them on the way out."""
     task_queue = f"bench-{uuid.uuid4().hex[:8]}"
     fake_port, api_port = free_port(), free_port()
     fake = ChildProcess(
         [sys.executable, __file__, "--serve-fake", str(fake_port),
-         "--deltas", str(deltas), "--spacing-ms", str(spacing_ms)],
+         "--deltas", str(deltas), "--spacing-ms", str(spacing_ms),
+         "--tool-steps", str(tool_steps)],
         log=logs / "fake.log",
     )  # fmt: skip
     fake_url = f"http://127.0.0.1:{fake_port}"
@@ -538,6 +543,9 @@ def main() -> None:
     )
     parser.add_argument("--deltas", type=int, default=100, help="deltas in step 3")
     parser.add_argument("--spacing-ms", type=float, default=20.0, help="between deltas")
+    parser.add_argument(
+        "--tool-steps", type=int, default=2, help="steps calling current_time before the deltas"
+    )
     parser.add_argument("--turn-timeout", type=float, default=300.0, help="per level, seconds")
     parser.add_argument("--target-k", type=int, default=TARGET_K)
     parser.add_argument("--keep-going", action="store_true", help="don't stop at a failure")
@@ -551,7 +559,8 @@ def main() -> None:
     parser.add_argument("--serve-fake", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_fake:
-        _stack.serve_fake_provider(Script(args.deltas, args.spacing_ms / 1000), args.serve_fake)
+        script = Script(args.deltas, args.spacing_ms / 1000, args.tool_steps)
+        _stack.serve_fake_provider(script, args.serve_fake)
         return
     best = asyncio.run(run(args))
     sys.exit(0 if best is not None and best >= args.target_k else 1)
