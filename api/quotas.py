@@ -291,17 +291,22 @@ class StreamSlots:
         self._sweeper: asyncio.Task[None] | None = None
         self._releases: set[asyncio.Task[None]] = set()
 
-    async def take(self, key_hash: str, owner: str) -> StreamSlot:
-        """A slot for a new stream of this key; 429 if the key holds all of its slots."""
-        limit = (await self._limits.of(owner)).streams
-        lease_id = await self._store.take_stream_lease(key_hash, limit, STREAM_LEASE)
-        if lease_id is None:
+    async def take(self, key_hash: str, owner: str, chat_id: uuid.UUID) -> StreamSlot:
+        """A slot for a new stream of this key on the chat; 429 if the key holds all of its
+        slots, or all it may hold on one chat."""
+        limits = await self._limits.of(owner)
+        lease = await self._store.take_stream_lease(key_hash, chat_id, limits, STREAM_LEASE)
+        if lease.lease_id is None:
+            on_chat = lease.this_chat >= limits.streams_per_chat
+            limit = limits.streams_per_chat if on_chat else limits.streams
+            where = " on this chat" if on_chat else ""
             raise quota_refusal(
                 "too_many_streams",
-                f"this key has {limit} streams open, its limit",
+                f"this key has {limit} streams open{where}, its limit",
                 STREAM_SWEEP_S,
-                {"limit": limit},
+                {"limit": limit, "per_chat": on_chat},
             )
+        lease_id = lease.lease_id
         slot = StreamSlot(lease_id, key_hash)
         self._open[lease_id] = slot
         if self._sweeper is None or self._sweeper.done():

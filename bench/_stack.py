@@ -158,6 +158,7 @@ BENCH_LIMITS = LimitOverrides(
     running_turns=1_000_000,
     queued_messages=1_000_000,
     streams=1_000_000,
+    streams_per_chat=1_000_000,
 )
 """The defaults of a bench's database: far above any load a bench makes, so a bench measures
 the stack and never a quota (a bench about quotas sets its owners' own rows)."""

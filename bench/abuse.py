@@ -1,6 +1,6 @@
 """One abusive key beside well-behaved chats: do the quotas keep the others' streams fast?
 
-    python bench/abuse.py [--chats 100] [--connections 50] [--rounds 2] [--deltas 100]
+    python bench/abuse.py [--chats 100] [--connections 50] [--rounds 3] [--deltas 100]
                           [--spacing-ms 20] [--tool-steps 0] [--solo-s 10]
 
 Processes: PostgreSQL and the Temporal dev server (`_stack.services()`), one `chatd worker`,
@@ -176,7 +176,11 @@ async def run(args: argparse.Namespace) -> int:
         await quotas.set_limits(
             GOOD_OWNER,
             LimitOverrides(
-                requests_per_s=roomy, request_burst=roomy, running_turns=roomy, streams=roomy
+                requests_per_s=roomy,
+                request_burst=roomy,
+                running_turns=roomy,
+                streams=roomy,
+                streams_per_chat=roomy,
             ),
         )
         good_key = await KeyStore(pool).create(GOOD_OWNER)
@@ -207,9 +211,7 @@ async def run(args: argparse.Namespace) -> int:
                 abuser_chat = await _abusers_chat(base_url, abuser_key)
                 for round_no in range(1, args.rounds + 1):
                     say(f"round {round_no}: {args.chats} chats without the abuser")
-                    rounds_without.append(
-                        await concurrency.run_level(h, args.chats, args.turn_timeout)
-                    )
+                    rounds_without.append(await _turns(h, args))
                     tallies = logs / f"abuser-{round_no}.json"
                     abuser = ChildProcess(
                         [sys.executable, __file__, "--abuser", base_url, abuser_key,
@@ -223,15 +225,18 @@ async def run(args: argparse.Namespace) -> int:
                         if solo is None:
                             solo = await _alone(abuser, tallies, gateway.pid or 0, args.solo_s)
                         say(f"round {round_no}: {args.chats} chats with the abuser")
-                        rounds_with.append(
-                            await concurrency.run_level(h, args.chats, args.turn_timeout)
-                        )
+                        rounds_with.append(await _turns(h, args))
                     finally:
                         await asyncio.to_thread(abuser.stop)
                     floods.append(json.loads(tallies.read_text()))
                     await asyncio.sleep(2)  # let the abuser's streams and turns settle
     assert solo is not None
     return report(args, _pooled(rounds_without), _pooled(rounds_with), floods, solo)
+
+
+async def _turns(h: concurrency.Harness, args: argparse.Namespace) -> concurrency.Level:
+    """The well-behaved chats' turns, their sends spread over `--spread-s`."""
+    return await concurrency.run_level(h, args.chats, args.turn_timeout, args.spread_s)
 
 
 async def _alone(abuser: ChildProcess, tallies: Path, gateway_pid: int, seconds: float) -> Solo:
@@ -358,7 +363,10 @@ def main() -> None:
     )
     parser.add_argument("--spacing-ms", type=float, default=20.0, help="between deltas")
     parser.add_argument("--solo-s", type=float, default=10.0, help="the abuser alone, seconds")
-    parser.add_argument("--rounds", type=int, default=2, help="rounds of both conditions")
+    parser.add_argument(
+        "--spread-s", type=float, default=10.0, help="the well-behaved sends spread over this"
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of both conditions")
     parser.add_argument("--turn-timeout", type=float, default=300.0, help="per phase, seconds")
     parser.add_argument("--abuser", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -168,12 +168,13 @@ async def _create_chat(h: Harness) -> str:
     return str(response.json()["id"])
 
 
-async def _send(h: Harness, chat_id: str, tag: str) -> float:
+async def _send(h: Harness, chat_id: str, tag: str, after_s: float = 0.0) -> float:
     """POST the message; the time it was first sent (perf_counter).
 
     As a client should: a 503 (no worker took the message within the gateway's 15 s, the
     backlog of a burst) is retried with the same Idempotency-Key.
     """
+    await asyncio.sleep(after_s)
     sent = time.perf_counter()
     for _attempt in range(10):
         response = await h.http.post(
@@ -190,8 +191,9 @@ async def _send(h: Harness, chat_id: str, tag: str) -> float:
     return sent
 
 
-async def run_level(h: Harness, k: int, timeout_s: float) -> Level:
-    """K chats, K SSE clients, K messages at once; wait until every turn ends (or timeout)."""
+async def run_level(h: Harness, k: int, timeout_s: float, spread_s: float = 0.0) -> Level:
+    """K chats, K SSE clients, K messages at once (or spread evenly over `spread_s`); wait
+    until every turn ends (or timeout)."""
     level = Level(k)
     await _wait_quiet(h.quiet_below)
     say(f"K={k}: creating {k} chats and connecting {k} SSE clients")
@@ -217,9 +219,12 @@ async def run_level(h: Harness, k: int, timeout_s: float) -> Level:
         h.meter.start()
         started = time.perf_counter()
         retries_before = h.send_retries
-        sent_at: list[float] = await _bounded(
-            100, [_send(h, c, t) for c, t in zip(chat_ids, tags, strict=True)]
-        )
+        sends = [
+            _send(h, c, t, after_s=spread_s * i / k)
+            for i, (c, t) in enumerate(zip(chat_ids, tags, strict=True))
+        ]
+        # Spread out, the sends wait their turn themselves; at once, 100 go at a time.
+        sent_at = list(await asyncio.gather(*sends)) if spread_s else await _bounded(100, sends)
         level.send_retries = h.send_retries - retries_before
         progress = asyncio.create_task(_progress(k, clients, started))
         try:

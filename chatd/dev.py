@@ -34,7 +34,12 @@ __all__ = ["DevOptions", "database_url_file", "run_dev"]
 
 DEV_OWNER = "dev"
 DEV_LIMITS = LimitOverrides(
-    requests_per_s=1000, request_burst=1000, running_turns=100, streams=1000, queued_messages=1000
+    requests_per_s=1000,
+    request_burst=1000,
+    running_turns=100,
+    streams=1000,
+    streams_per_chat=1000,
+    queued_messages=1000,
 )
 """The defaults `chatd dev` sets on each start: one developer's scripts and UIs should not
 meet a quota; no token budget."""

@@ -111,7 +111,7 @@ async def stream(
             "events after this cursor are no longer kept: reload the transcript, then stream",
             {"last_event_id": last},
         )
-    slot = await state.stream_slots.take(hash_key(key), chat.owner)
+    slot = await state.stream_slots.take(hash_key(key), chat.owner, chat_id)
     return _SlotStream(state, slot, _events(state, chat_id, cursor, slot))
 
 

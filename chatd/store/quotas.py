@@ -16,6 +16,7 @@ __all__ = [
     "LimitOverrides",
     "Limits",
     "QuotaStore",
+    "StreamLease",
 ]
 
 DEFAULTS_OWNER = "*"
@@ -32,6 +33,8 @@ class Limits(BaseModel):
     """Turns running (or waiting for tool results or approvals) at once, per owner."""
     streams: int = Field(ge=0)
     """Open SSE streams per key."""
+    streams_per_chat: int = Field(ge=0)
+    """Open SSE streams per key on one chat."""
     queued_messages: int = Field(ge=0)
     """Messages waiting behind a chat's running turn, per chat."""
     input_tokens_per_day: int | None = Field(default=None, ge=0)
@@ -40,7 +43,12 @@ class Limits(BaseModel):
 
 
 BUILT_IN_LIMITS = Limits(
-    requests_per_s=50, request_burst=100, running_turns=100, streams=100, queued_messages=20
+    requests_per_s=50,
+    request_burst=100,
+    running_turns=100,
+    streams=100,
+    streams_per_chat=10,
+    queued_messages=20,
 )
 """What applies where neither the owner's row nor the defaults row sets a value."""
 
@@ -52,9 +60,18 @@ class LimitOverrides(BaseModel):
     request_burst: int | None = Field(default=None, gt=0)
     running_turns: int | None = Field(default=None, ge=0)
     streams: int | None = Field(default=None, ge=0)
+    streams_per_chat: int | None = Field(default=None, ge=0)
     queued_messages: int | None = Field(default=None, ge=0)
     input_tokens_per_day: int | None = Field(default=None, ge=0)
     output_tokens_per_day: int | None = Field(default=None, ge=0)
+
+
+class StreamLease(BaseModel):
+    """A stream slot taken (`lease_id`), or not; and the key's streams before it."""
+
+    lease_id: uuid.UUID | None
+    all_chats: int
+    this_chat: int
 
 
 class DailyUsage(BaseModel):
@@ -144,28 +161,36 @@ class QuotaStore:
         return DailyUsage.model_validate(dict(row))
 
     async def take_stream_lease(
-        self, key_hash: str, limit: int, lasts: timedelta
-    ) -> uuid.UUID | None:
-        """A lease on one of the key's `limit` stream slots, or None if all are taken."""
+        self, key_hash: str, chat_id: uuid.UUID, limits: Limits, lasts: timedelta
+    ) -> StreamLease:
+        """A lease on one of the key's stream slots, if it holds fewer than its limits (all
+        its streams, and those on this chat)."""
         lease_id = uuid.uuid4()
         async with self._pool.acquire() as conn, conn.transaction():
             await conn.execute(_LEASE_LOCK, key_hash)
-            taken = await conn.fetchval(
+            row = await conn.fetchrow(
                 """WITH lapsed AS (
                        DELETE FROM stream_leases WHERE key_hash = $1 AND expires_at <= now()
                    ), held AS (
-                       SELECT count(*) AS n FROM stream_leases
-                       WHERE key_hash = $1 AND expires_at > now()
+                       SELECT count(*) AS all_chats,
+                              count(*) FILTER (WHERE chat_id = $3) AS this_chat
+                       FROM stream_leases WHERE key_hash = $1 AND expires_at > now()
+                   ), taken AS (
+                       INSERT INTO stream_leases (id, key_hash, chat_id, expires_at)
+                       SELECT $2, $1, $3, now() + $6::interval FROM held
+                       WHERE held.all_chats < $4 AND held.this_chat < $5
+                       RETURNING id
                    )
-                   INSERT INTO stream_leases (id, key_hash, expires_at)
-                   SELECT $2, $1, now() + $4::interval FROM held WHERE held.n < $3
-                   RETURNING true""",
+                   SELECT (SELECT id FROM taken) AS lease_id, all_chats, this_chat FROM held""",
                 key_hash,
                 lease_id,
-                limit,
+                chat_id,
+                limits.streams,
+                limits.streams_per_chat,
                 lasts,
             )
-        return lease_id if taken else None
+        assert row is not None
+        return StreamLease.model_validate(dict(row))
 
     async def extend_stream_leases(
         self, leases: dict[uuid.UUID, str], lasts: timedelta

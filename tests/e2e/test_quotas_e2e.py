@@ -209,6 +209,26 @@ async def test_a_key_s_streams_are_limited_and_a_closed_stream_frees_its_slot(
             await asyncio.sleep(0.1)
 
 
+async def test_a_key_s_streams_on_one_chat_are_limited_apart_from_its_others(
+    stack: Stack,
+) -> None:
+    """Every event of a chat is written to each of its streams: many streams of one chat
+    multiply the gateway's work, so they have a limit of their own."""
+    await _limit(stack, "alice", streams=10, streams_per_chat=2)
+    busy = await stack.create_chat(model={"provider": "demo"})
+    other = await stack.create_chat(model={"provider": "demo"})
+    held = [await _open_stream(stack.http, busy["id"]) for _ in range(2)]
+    assert [s.status_code for s in held] == [200, 200]
+    third = await _open_stream(stack.http, busy["id"])
+    await third.aread()
+    error = _refused(third, "too_many_streams")
+    assert error["detail"]["per_chat"] is True and error["detail"]["limit"] == 2
+    elsewhere = await _open_stream(stack.http, other["id"])
+    assert elsewhere.status_code == 200, "the key's other chats have their own"
+    for stream in [*held, elsewhere]:
+        await stream.aclose()
+
+
 async def test_a_lapsed_lease_of_a_gone_gateway_frees_its_slot(stack: Stack) -> None:
     await _limit(stack, "alice", streams=1)
     await stack.pool.execute(

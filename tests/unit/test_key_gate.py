@@ -39,7 +39,12 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
 
 def _limits(rate: float, burst: int) -> Limits:
     return Limits(
-        requests_per_s=rate, request_burst=burst, running_turns=1, streams=1, queued_messages=1
+        requests_per_s=rate,
+        request_burst=burst,
+        running_turns=1,
+        streams=1,
+        streams_per_chat=1,
+        queued_messages=1,
     )
 
 
