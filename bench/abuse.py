@@ -364,7 +364,7 @@ def main() -> None:
     parser.add_argument("--spacing-ms", type=float, default=20.0, help="between deltas")
     parser.add_argument("--solo-s", type=float, default=10.0, help="the abuser alone, seconds")
     parser.add_argument(
-        "--spread-s", type=float, default=10.0, help="the well-behaved sends spread over this"
+        "--spread-s", type=float, default=30.0, help="the well-behaved sends spread over this"
     )
     parser.add_argument("--rounds", type=int, default=3, help="rounds of both conditions")
     parser.add_argument("--turn-timeout", type=float, default=300.0, help="per phase, seconds")
