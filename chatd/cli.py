@@ -155,7 +155,11 @@ def _add_limits(
     for name, field in LimitOverrides.model_fields.items():
         kind = float if field.annotation == float | None else int
         change.add_argument(
-            f"--{name.replace('_', '-')}", type=_limit_value(kind), default=argparse.SUPPRESS
+            f"--{name.replace('_', '-')}",
+            type=_limit_value(kind),
+            default=argparse.SUPPRESS,
+            metavar="N|default",
+            help=f"{name.replace('_', ' ')} (`default`: unset)",
         )
 
 
