@@ -190,9 +190,14 @@ class MessageGate:
         """
         if chat.status in _BUSY:
             await self._queue_has_room(chat)
-            return
-        limits = await self._limits.of(chat.owner)
-        running = await self._store.running_turns(chat.owner)
+        else:
+            await self.admit_turn(chat.owner)
+
+    async def admit_turn(self, owner: str) -> None:
+        """Raise a 429 if the owner has no room for one more running turn, or no tokens left
+        today."""
+        limits = await self._limits.of(owner)
+        running = await self._store.running_turns(owner)
         if running >= limits.running_turns:
             raise quota_refusal(
                 "too_many_turns",
@@ -202,7 +207,7 @@ class MessageGate:
             )
         if limits.input_tokens_per_day is None and limits.output_tokens_per_day is None:
             return
-        usage = await self._store.usage_today(chat.owner)
+        usage = await self._store.usage_today(owner)
         for kind, used, budget in (
             ("input", usage.input_tokens, limits.input_tokens_per_day),
             ("output", usage.output_tokens, limits.output_tokens_per_day),

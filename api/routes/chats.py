@@ -45,6 +45,10 @@ async def create_chat(
         )
         check_same_request(creation.request_digest, request_digest(body))
         chat_id = creation.chat_id
+    made_before = chat_id is not None and await state.chats.get(chat_id, owner) is not None
+    if body.message is not None and not made_before:
+        # Refused before the chat exists: a 429 leaves nothing behind.
+        await state.message_gate.admit_turn(owner)
     chat = await state.chats.create(
         owner=owner,
         model=body.model,

@@ -71,13 +71,39 @@ async def test_the_owner_s_running_turns_are_limited_but_a_queued_send_is_not(
     )
     assert error["detail"]["running_turns"] == 1 and error["detail"]["limit"] == 1
     assert (await stack.http.get(f"/chats/{idle['id']}")).json()["queued_messages"] == []
+    before = len((await stack.http.get("/chats")).json()["chats"])
     created = await stack.http.post("/chats", json={"model": model, "message": {"content": "x"}})
     _refused(created, "too_many_turns")
+    after = len((await stack.http.get("/chats")).json()["chats"])
+    assert after == before, "a refused create with a first message leaves no chat behind"
 
     queued = await stack.send(busy["id"], "and this, after")
     assert queued["queued"] is True, "waits behind the running turn: not a new one"
     other = await stack.other_owner.post("/chats", json={"model": {"provider": "demo"}})
     assert other.status_code == 201
+
+
+async def test_a_retried_create_is_answered_even_when_its_own_turn_fills_the_limit(
+    stack: Stack,
+) -> None:
+    await _limit(stack, "alice", running_turns=1)
+    name = model_name()
+    stack.fake.script(
+        name, [FakeResponse(parts=[FakeToolCall(name="ask_user", arguments={"question": "?"})])]
+    )
+    body = {
+        "model": {"provider": "anthropic", "name": name},
+        "dynamic_tools": [ASK_USER],
+        "message": {"content": "ask me"},
+    }
+    headers = {"Idempotency-Key": "create-at-the-limit"}
+    first = await stack.http.post("/chats", json=body, headers=headers)
+    assert first.status_code == 201, first.text
+    await stack.wait_status(first.json()["id"], "requires_action")
+    again = await stack.http.post("/chats", json=body, headers=headers)
+    assert again.status_code == 201, again.text
+    assert again.json()["id"] == first.json()["id"]
+    _refused(await stack.http.post("/chats", json=body), "too_many_turns")
 
 
 async def test_a_busy_chat_s_queue_is_limited_and_a_retried_send_still_answered(
