@@ -127,6 +127,15 @@ async def _open_streams(
     return held
 
 
+def burn(share: float, period_s: float = 0.01) -> None:
+    """Keep `share` of one core busy, until killed: the abuser's CPU, without its requests."""
+    while True:
+        busy_until = time.perf_counter() + share * period_s
+        while time.perf_counter() < busy_until:
+            pass
+        time.sleep((1 - share) * period_s)
+
+
 def _write_whole(path: Path, tally: collections.Counter[str]) -> None:
     """Write the tallies so that a reader never sees half of them."""
     partial = path.with_suffix(".partial")
@@ -188,6 +197,7 @@ async def run(args: argparse.Namespace) -> int:
         await pool.close()
         rounds_without: list[concurrency.Level] = []
         rounds_with: list[concurrency.Level] = []
+        rounds_stand_in: list[concurrency.Level] = []
         floods: list[dict[str, Any]] = []
         solo: Solo | None = None
         async with concurrency.stack_processes(
@@ -230,8 +240,29 @@ async def run(args: argparse.Namespace) -> int:
                         await asyncio.to_thread(abuser.stop)
                     floods.append(json.loads(tallies.read_text()))
                     await asyncio.sleep(2)  # let the abuser's streams and turns settle
+                    share = rounds_with[-1].cpu.get("abuser", 0.0) / 100
+                    say(f"round {round_no}: {args.chats} chats beside a stand-in ({share:.0%})")
+                    stand_in = ChildProcess(
+                        [sys.executable, __file__, "--burn", str(share)],
+                        log=logs / f"stand-in-{round_no}.log",
+                    )
+                    try:
+                        stand_in.start()
+                        meter.add("stand-in", stand_in.pid)
+                        rounds_stand_in.append(await _turns(h, args))
+                    finally:
+                        await asyncio.to_thread(stand_in.stop)
     assert solo is not None
-    return report(args, _pooled(rounds_without), _pooled(rounds_with), floods, solo)
+    return report(
+        args,
+        {
+            "without the abuser": _pooled(rounds_without),
+            "with the abuser": _pooled(rounds_with),
+            "with a CPU stand-in": _pooled(rounds_stand_in),
+        },
+        floods,
+        solo,
+    )
 
 
 async def _turns(h: concurrency.Harness, args: argparse.Namespace) -> concurrency.Level:
@@ -305,8 +336,7 @@ async def _until_flooding(abuser: ChildProcess, within_s: float = 120.0) -> None
 
 def report(
     args: argparse.Namespace,
-    without: concurrency.Level,
-    with_abuser: concurrency.Level,
+    levels: dict[str, concurrency.Level],
     floods: list[dict[str, Any]],
     solo: Solo,
 ) -> int:
@@ -314,23 +344,33 @@ def report(
     tally: collections.Counter[str] = collections.Counter()
     for flood in floods:
         tally.update(flood["tally"])
+    without, with_abuser = levels["without the abuser"], levels["with the abuser"]
+    stand_in = levels["with a CPU stand-in"]
     ratio = with_abuser.p99 / without.p99
     print(
         f"\n=== {args.chats} well-behaved chats, with and without one abusive key "
         f"({args.rounds} rounds of each, alternating) ==="
     )
-    names = [*with_abuser.cpu, "machine"]
+    names = [*dict.fromkeys(n for level in levels.values() for n in level.cpu), "machine"]
     cores = os.cpu_count() or 1
-    for level in (without, with_abuser):
+    for level in levels.values():
         level.cpu["machine"] = level.system_cpu * cores
     cpu_header = " ".join(f"{n:>9}" for n in names)
     print(f"{'':20} {'done':>9} {'p50 ms':>8} {'p99 ms':>8}   CPU % of a core: {cpu_header}")
-    for name, level in (("without the abuser", without), ("with the abuser", with_abuser)):
+    for name, level in levels.items():
         cpu = " ".join(f"{level.cpu.get(n, float('nan')):8.0f}%" for n in names)
         print(
             f"{name:20} {level.finished:4d}/{level.k:<4d} {level.p50:8.1f} {level.p99:8.1f}"
             f"{'':20}{cpu}"
         )
+    print(
+        "(the stand-in burns the CPU the abuser's process used and sends nothing: what the"
+        " abuser costs by sharing the machine, apart from what it asks of the servers)"
+    )
+    print(
+        f"\np99 ratio (with / with the stand-in): {with_abuser.p99 / stand_in.p99:.2f}; "
+        f"(with the stand-in / without): {stand_in.p99 / without.p99:.2f}"
+    )
     print(f"\np99 ratio (with / without): {ratio:.2f} (target <= {TARGET_RATIO:g})")
     flood_s = sum(flood["flood_s"] for flood in floods)
     print(f"\nthe abuser ({args.connections} connections, {flood_s:.0f} s of flood in all):")
@@ -346,7 +386,7 @@ def report(
     got_429s = any(w.startswith("429") for w in tally) and any(
         w.startswith("stream 429") for w in tally
     )
-    finished = without.finished == without.k and with_abuser.finished == with_abuser.k
+    finished = all(level.finished == level.k for level in levels.values())
     passed = ratio <= TARGET_RATIO and got_429s and finished
     print(f"\n{'PASS' if passed else 'FAIL'}")
     return 0 if passed else 1
@@ -369,7 +409,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="rounds of both conditions")
     parser.add_argument("--turn-timeout", type=float, default=300.0, help="per phase, seconds")
     parser.add_argument("--abuser", nargs=5, help=argparse.SUPPRESS)
+    parser.add_argument("--burn", type=float, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.burn is not None:
+        burn(args.burn)
+        return
     if args.abuser:
         base_url, key, chat_id, connections, out = args.abuser
         snapshots = Path(f"{out}.snapshot")
