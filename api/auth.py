@@ -8,6 +8,7 @@ dependencies then look the key up (`current_owner`, `access.owned_chat`).
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated
 
 from fastapi import Depends, FastAPI, Request
@@ -15,6 +16,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.errors import ApiError, error_response
+from api.quotas import REFUSAL_PAUSE_S
 from api.state import GatewayState, state_of
 from chatd.store.keys import hash_key
 
@@ -71,7 +73,10 @@ def install_key_gate(app: FastAPI, under: str) -> None:
 
 
 class _KeyGate:
-    """Refuses, from memory, a request whose bearer key failed lately or is over its rate."""
+    """Refuses, from memory, a request whose bearer key failed lately or is over its rate;
+    after a pause (`REFUSAL_PAUSE_S`), so a client that retries at once, Retry-After
+    unheeded, waits on each connection instead of costing the gateway a refusal per turn
+    of its loop."""
 
     def __init__(self, inner: ASGIApp, app: FastAPI, under: str) -> None:
         self._inner = inner
@@ -89,6 +94,7 @@ class _KeyGate:
                     raise invalid_key()
                 state.key_gate.take(key_hash)
             except ApiError as refusal:
+                await asyncio.sleep(REFUSAL_PAUSE_S)
                 response = error_response(
                     refusal.status, refusal.code, refusal.message, refusal.detail,
                     headers=refusal.headers,

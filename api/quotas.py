@@ -49,6 +49,9 @@ MAX_TRACKED_KEYS = 100_000
 TURN_RETRY_AFTER_S = 5
 """`Retry-After` of a refused message: when a running turn may have ended, or taken the
 chat's queue."""
+REFUSAL_PAUSE_S = 0.5
+"""How long a request refused at the front door (over its key's rate, or a key that failed
+lately) waits for its answer."""
 SENDS_IN_FLIGHT_PER_CHAT = 4
 """Sends to one chat this gateway hands to Temporal at once. Temporal refuses more than 10
 concurrent updates of a workflow (after its client has retried each for seconds), so more
