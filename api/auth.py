@@ -73,10 +73,8 @@ def install_key_gate(app: FastAPI, under: str) -> None:
 
 
 class _KeyGate:
-    """Refuses, from memory, a request whose bearer key failed lately or is over its rate;
-    after a pause (`REFUSAL_PAUSE_S`), so a client that retries at once, Retry-After
-    unheeded, waits on each connection instead of costing the gateway a refusal per turn
-    of its loop."""
+    """Refuses, from memory, a request whose bearer key failed lately or is over its rate
+    (after the pause of every such refusal, `REFUSAL_PAUSE_S`)."""
 
     def __init__(self, inner: ASGIApp, app: FastAPI, under: str) -> None:
         self._inner = inner

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -62,6 +63,7 @@ class ApiError(Exception):
         detail: dict[str, Any] | None = None,
         *,
         headers: dict[str, str] | None = None,
+        pause_s: float = 0.0,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -69,6 +71,8 @@ class ApiError(Exception):
         self.message = message
         self.detail = detail or {}
         self.headers = headers
+        self.pause_s = pause_s
+        """How long to wait before answering (a refusal by quota, see `api.quotas`)."""
 
 
 def error_response(
@@ -159,12 +163,16 @@ def _allowed_methods(request: Request) -> str:
 _HTTP_ERROR_CODES = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
 
 
+async def _api_error(_: Request, err: ApiError) -> JSONResponse:
+    if err.pause_s:
+        await asyncio.sleep(err.pause_s)
+    return error_response(err.status, err.code, err.message, err.detail, headers=err.headers)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Map every exception to the error shape; infrastructure outages are 503, never 500."""
 
-    @app.exception_handler(ApiError)
-    async def api_error(_: Request, err: ApiError) -> JSONResponse:
-        return error_response(err.status, err.code, err.message, err.detail, headers=err.headers)
+    app.add_exception_handler(ApiError, _api_error)  # type: ignore[arg-type]
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, err: RequestValidationError) -> JSONResponse:

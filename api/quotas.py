@@ -50,8 +50,9 @@ TURN_RETRY_AFTER_S = 5
 """`Retry-After` of a refused message: when a running turn may have ended, or taken the
 chat's queue."""
 REFUSAL_PAUSE_S = 0.5
-"""How long a request refused at the front door (over its key's rate, or a key that failed
-lately) waits for its answer."""
+"""How long a request refused by a quota (or for a key that failed lately) waits for its
+answer: a client that retries at once, Retry-After unheeded, then waits on each of its
+connections instead of costing the gateway a refusal per turn of its loop."""
 SENDS_IN_FLIGHT_PER_CHAT = 4
 """Sends to one chat this gateway hands to Temporal at once. Temporal refuses more than 10
 concurrent updates of a workflow (after its client has retried each for seconds), so more
@@ -76,6 +77,7 @@ def quota_refusal(
         message,
         {"retry_after_s": retry_after, **(detail or {})},
         headers={"Retry-After": str(retry_after)},
+        pause_s=REFUSAL_PAUSE_S,
     )
 
 
