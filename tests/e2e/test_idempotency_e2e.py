@@ -6,15 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from harness import Stack
-from support.names import model_name
 
 from chatd.fake_provider.script import FakeResponse, FakeText
-
-
-def _model(stack: Stack, *replies: FakeResponse) -> dict[str, str]:
-    name = model_name()
-    stack.fake.script(name, list(replies))
-    return {"provider": "anthropic", "name": name}
 
 
 def _reused(response: Any) -> None:
@@ -24,7 +17,7 @@ def _reused(response: Any) -> None:
 
 async def test_a_retried_create_returns_the_first_chat_and_starts_one_turn(stack: Stack) -> None:
     body = {
-        "model": _model(stack, FakeResponse.of_text("hello")),
+        "model": stack.scripted_model(FakeResponse.of_text("hello")),
         "title": "once",
         "message": {"content": "hi"},
     }
@@ -43,7 +36,7 @@ async def test_a_retried_create_returns_the_first_chat_and_starts_one_turn(stack
 
 async def test_a_create_key_reused_with_another_body_is_refused(stack: Stack) -> None:
     headers = {"Idempotency-Key": "create-2"}
-    model = _model(stack)
+    model = stack.scripted_model()
     first = await stack.http.post("/chats", json={"model": model, "title": "a"}, headers=headers)
     assert first.status_code == 201, first.text
     _reused(await stack.http.post("/chats", json={"model": model, "title": "b"}, headers=headers))
@@ -51,7 +44,7 @@ async def test_a_create_key_reused_with_another_body_is_refused(stack: Stack) ->
 
 async def test_create_keys_belong_to_their_owner(stack: Stack) -> None:
     headers = {"Idempotency-Key": "create-3"}
-    body = {"model": _model(stack), "title": "mine"}
+    body = {"model": stack.scripted_model(), "title": "mine"}
     mine = await stack.http.post("/chats", json=body, headers=headers)
     theirs = await stack.other_owner.post("/chats", json=body, headers=headers)
     assert (mine.status_code, theirs.status_code) == (201, 201)
@@ -59,7 +52,7 @@ async def test_create_keys_belong_to_their_owner(stack: Stack) -> None:
 
 
 async def test_a_send_key_reused_with_another_body_is_refused(stack: Stack) -> None:
-    chat = await stack.create_chat(model=_model(stack, FakeResponse.of_text("ok")))
+    chat = await stack.create_chat(model=stack.scripted_model(FakeResponse.of_text("ok")))
     headers = {"Idempotency-Key": "send-1"}
     path = f"/chats/{chat['id']}/messages"
     first = await stack.http.post(path, json={"content": "one"}, headers=headers)
@@ -76,7 +69,7 @@ async def test_a_retried_send_is_answered_as_the_first_even_when_its_turn_runs(
     """`on_busy: reject` refuses a send while a turn runs; but the retry of the send that
     started the running turn is that send, and gets its answer, not a 409."""
     slow = FakeResponse(parts=[FakeText(text="slow answer")], delta_delay_s=0.2)
-    chat = await stack.create_chat(model=_model(stack, slow))
+    chat = await stack.create_chat(model=stack.scripted_model(slow))
     path = f"/chats/{chat['id']}/messages"
     body = {"content": "go", "on_busy": "reject"}
     headers = {"Idempotency-Key": "send-2"}
@@ -92,7 +85,7 @@ async def test_a_retried_send_is_answered_as_the_first_even_when_its_turn_runs(
 
 async def test_an_edit_key_reused_with_another_body_is_refused(stack: Stack) -> None:
     chat = await stack.create_chat(
-        model=_model(stack, FakeResponse.of_text("a"), FakeResponse.of_text("b"))
+        model=stack.scripted_model(FakeResponse.of_text("a"), FakeResponse.of_text("b"))
     )
     await stack.send(chat["id"], "first")
     await stack.wait_status(chat["id"], "waiting")

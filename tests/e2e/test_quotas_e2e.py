@@ -8,12 +8,13 @@ from typing import Any
 
 import httpx
 from harness import Stack
-from support.names import model_name
 
 from chatd.fake_provider.script import FakeResponse, FakeText, FakeToolCall, FakeUsage
 from chatd.store.keys import hash_key
 from chatd.store.quotas import LimitOverrides, QuotaStore
 
+ASKS = FakeResponse(parts=[FakeToolCall(name="ask_user", arguments={"question": "?"})])
+"""A model step that calls `ask_user`: the chat waits in `requires_action`, its turn running."""
 ASK_USER = {
     "name": "ask_user",
     "description": "Ask the user a question and wait for the answer.",
@@ -51,15 +52,7 @@ async def test_the_owner_s_running_turns_are_limited_but_a_queued_send_is_not(
     stack: Stack,
 ) -> None:
     await _limit(stack, "alice", running_turns=1)
-    name = model_name()
-    stack.fake.script(
-        name,
-        [
-            FakeResponse(parts=[FakeToolCall(name="ask_user", arguments={"question": "?"})]),
-            FakeResponse(parts=[FakeText(text="done")]),
-        ],
-    )
-    model = {"provider": "anthropic", "name": name}
+    model = stack.scripted_model(ASKS, FakeResponse(parts=[FakeText(text="done")]))
     busy = await stack.create_chat(model=model, dynamic_tools=[ASK_USER])
     await stack.send(busy["id"], "ask me")
     await stack.wait_status(busy["id"], "requires_action")
@@ -87,12 +80,9 @@ async def test_a_retried_create_is_answered_even_when_its_own_turn_fills_the_lim
     stack: Stack,
 ) -> None:
     await _limit(stack, "alice", running_turns=1)
-    name = model_name()
-    stack.fake.script(
-        name, [FakeResponse(parts=[FakeToolCall(name="ask_user", arguments={"question": "?"})])]
-    )
+    model = stack.scripted_model(ASKS)
     body = {
-        "model": {"provider": "anthropic", "name": name},
+        "model": model,
         "dynamic_tools": [ASK_USER],
         "message": {"content": "ask me"},
     }
@@ -112,13 +102,8 @@ async def test_a_busy_chat_s_queue_is_limited_and_a_retried_send_still_answered(
     """Each queued send is work for the chat's workflow: a flood of sends to one busy chat is
     refused once its queue is full, while the retry of a stored send keeps its answer."""
     await _limit(stack, "alice", queued_messages=2)
-    name = model_name()
-    stack.fake.script(
-        name, [FakeResponse(parts=[FakeToolCall(name="ask_user", arguments={"question": "?"})])]
-    )
-    chat = await stack.create_chat(
-        model={"provider": "anthropic", "name": name}, dynamic_tools=[ASK_USER]
-    )
+    model = stack.scripted_model(ASKS)
+    chat = await stack.create_chat(model=model, dynamic_tools=[ASK_USER])
     await stack.send(chat["id"], "ask me")
     await stack.wait_status(chat["id"], "requires_action")
     path = f"/chats/{chat['id']}/messages"
@@ -137,15 +122,7 @@ async def test_an_edit_that_would_start_a_turn_over_the_limit_is_refused_before_
     stack: Stack,
 ) -> None:
     await _limit(stack, "alice", running_turns=1)
-    name = model_name()
-    stack.fake.script(
-        name,
-        [
-            FakeResponse(parts=[FakeText(text="first")]),
-            FakeResponse(parts=[FakeToolCall(name="ask_user", arguments={"question": "?"})]),
-        ],
-    )
-    model = {"provider": "anthropic", "name": name}
+    model = stack.scripted_model(FakeResponse(parts=[FakeText(text="first")]), ASKS)
     chat = await stack.create_chat(model=model, dynamic_tools=[ASK_USER])
     await stack.send(chat["id"], "one")
     await stack.wait_status(chat["id"], "waiting")
@@ -163,12 +140,10 @@ async def test_an_edit_that_would_start_a_turn_over_the_limit_is_refused_before_
 
 async def test_a_day_s_token_budget_refuses_new_turns_until_the_day_ends(stack: Stack) -> None:
     await _limit(stack, "alice", output_tokens_per_day=5)
-    name = model_name()
-    stack.fake.script(
-        name,
-        [FakeResponse(parts=[FakeText(text="hello")], usage=FakeUsage(output_tokens=7))],
+    model = stack.scripted_model(
+        FakeResponse(parts=[FakeText(text="hello")], usage=FakeUsage(output_tokens=7))
     )
-    chat = await stack.create_chat(model={"provider": "anthropic", "name": name})
+    chat = await stack.create_chat(model=model)
     await stack.send(chat["id"], "hi")
     await stack.wait_status(chat["id"], "waiting")
 
@@ -186,11 +161,10 @@ async def test_a_day_s_token_budget_refuses_new_turns_until_the_day_ends(stack: 
 
 
 async def test_a_step_written_twice_is_counted_once(stack: Stack) -> None:
-    name = model_name()
-    stack.fake.script(
-        name, [FakeResponse(parts=[FakeText(text="hi")], usage=FakeUsage(output_tokens=3))]
+    model = stack.scripted_model(
+        FakeResponse(parts=[FakeText(text="hi")], usage=FakeUsage(output_tokens=3))
     )
-    chat = await stack.create_chat(model={"provider": "anthropic", "name": name})
+    chat = await stack.create_chat(model=model)
     await stack.send(chat["id"], "hi")
     await stack.wait_status(chat["id"], "waiting")
     await stack.pool.execute(

@@ -24,6 +24,7 @@ from activities.model_step import StreamTimeouts
 from api.app import GatewayConfig, create_app
 from chatd.client.http import Event, parse_sse
 from chatd.devstack.ports import free_port
+from chatd.fake_provider.script import FakeResponse
 from chatd.fake_provider.server import FakeProviderServer
 from chatd.serving import EmbeddedServer
 from chatd.settings import TemporalSettings
@@ -32,6 +33,7 @@ from chatd.store.hub import NotifyHub
 from chatd.store.keys import KeyStore
 from chatd.tools.base import ToolRegistry
 from chatd.tools.defaults import default_registry
+from support.names import model_name
 from workers.client import connect_temporal
 from workers.worker import WorkerConfig, build_worker, listen_for_interrupts
 
@@ -66,6 +68,13 @@ class Stack:
             generate_titles=False,
         )
         return build_worker(self.temporal, self.pool, config)
+
+    def scripted_model(self, *responses: FakeResponse) -> dict[str, str]:
+        """The model config of a fake model of the caller's own, answering `responses` in
+        turn."""
+        name = model_name()
+        self.fake.script(name, list(responses))
+        return {"provider": "anthropic", "name": name}
 
     async def create_chat(self, **body: Any) -> dict[str, Any]:
         """POST /chats and return the chat."""
