@@ -94,7 +94,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _data_dir_option() -> argparse.ArgumentParser:
-    """`--data-dir`, for the commands that reach a database (see `_keys_database_url`)."""
+    """`--data-dir`, for the commands that reach a database (see `_admin_database_url`)."""
     where = argparse.ArgumentParser(add_help=False)
     where.add_argument(
         "--data-dir",
@@ -170,7 +170,7 @@ def _database_url() -> str:
     return url
 
 
-def _keys_database_url(data_dir: str | None) -> str:
+def _admin_database_url(data_dir: str | None) -> str:
     """`--data-dir`'s running `chatd dev`, else DATABASE_URL, else the default dev data dir's."""
     if data_dir is None and os.environ.get("DATABASE_URL"):
         return os.environ["DATABASE_URL"]
@@ -216,9 +216,9 @@ async def _run(args: argparse.Namespace) -> None:
     elif args.command == "migrate":
         await commands.run_migrate(_database_url())
     elif args.command == "keys":
-        await commands.run_keys(_keys_database_url(args.data_dir), args)
+        await commands.run_keys(_admin_database_url(args.data_dir), args)
     elif args.command == "limits":
-        await commands.run_limits(_keys_database_url(args.data_dir), args)
+        await commands.run_limits(_admin_database_url(args.data_dir), args)
     elif args.command == "gc":
         await commands.run_gc(_database_url(), args.dry_run, args.workspace_root)
 
