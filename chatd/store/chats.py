@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Literal
 
@@ -13,6 +14,7 @@ from chatd.models import ModelConfig, ModelError
 from chatd.parts import Usage
 from chatd.store.events import append_events
 from chatd.store.pages import DEFAULT_PAGE_BYTES, Page
+from chatd.tool_policy import PolicyDecision
 
 __all__ = ["ChatRecord", "ChatStatus", "ChatStore", "ChatSummary", "DynamicTool"]
 
@@ -50,6 +52,10 @@ class ChatRecord(BaseModel):
     updated_at: datetime
     turn_id: str | None = None
     """The turn running now: set when it begins, cleared when it ends."""
+    tool_policy: dict[str, PolicyDecision] = Field(default_factory=dict)
+    """The chat's approval policy (`chatd.tool_policy`), validated before it is stored."""
+    mcp_servers: list[str] = Field(default_factory=list)
+    """The operator's MCP servers the chat uses, by name."""
 
 
 class ChatSummary(BaseModel):
@@ -94,6 +100,8 @@ class ChatStore:
         max_steps: int = 25,
         action_timeout_s: int = 600,
         compaction_threshold: float = 0.7,
+        tool_policy: Mapping[str, PolicyDecision] | None = None,
+        mcp_servers: list[str] | None = None,
         chat_id: uuid.UUID | None = None,
     ) -> ChatRecord:
         """Insert a new chat in `waiting`; with a `chat_id` inserted before (by a create that
@@ -102,8 +110,8 @@ class ChatStore:
         row = await self._pool.fetchrow(
             """INSERT INTO chats (id, owner, title, title_source, model, system_prompt,
                                   dynamic_tools, active_tools, max_steps, action_timeout_s,
-                                  compaction_threshold)
-               VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+                                  compaction_threshold, tool_policy, mcp_servers)
+               VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
                ON CONFLICT (id) DO NOTHING RETURNING *""",
             chat_id,
             owner,
@@ -116,6 +124,8 @@ class ChatStore:
             max_steps,
             action_timeout_s,
             compaction_threshold,
+            dict(tool_policy or {}),
+            mcp_servers or [],
         )
         if row is None:
             row = await self._pool.fetchrow("SELECT * FROM chats WHERE id = $1", chat_id)
@@ -135,6 +145,45 @@ class ChatStore:
                 return False
             await append_events(conn, chat_id, [("chat", {"title": title})])
             return True
+
+    async def update_settings(
+        self,
+        chat_id: uuid.UUID,
+        owner: str,
+        *,
+        title: str | None = None,
+        tool_policy: Mapping[str, PolicyDecision] | None = None,
+    ) -> ChatRecord | None:
+        """Change the given settings of the owner's chat (a title set here is the user's);
+        None if the chat doesn't exist or is another owner's.
+
+        The changed fields are published as a `chat` event, as a generated title is, so
+        streams see them. With nothing to change, the chat as it is.
+        """
+        changes: dict[str, Any] = {}
+        if title is not None:
+            changes["title"] = title
+        if tool_policy is not None:
+            changes["tool_policy"] = dict(tool_policy)
+        if not changes:
+            return await self.get(chat_id, owner)
+        async with self._pool.acquire() as conn, conn.transaction():
+            row = await conn.fetchrow(
+                """UPDATE chats SET title = coalesce($3, title),
+                          title_source = CASE WHEN $3::text IS NULL THEN title_source
+                                              ELSE 'user' END,
+                          tool_policy = coalesce($4::jsonb, tool_policy),
+                          updated_at = now()
+                   WHERE id = $1 AND owner = $2 RETURNING *""",
+                chat_id,
+                owner,
+                changes.get("title"),
+                changes.get("tool_policy"),
+            )
+            if row is None:
+                return None
+            await append_events(conn, chat_id, [("chat", changes)])
+            return _record(row)
 
     async def get(self, chat_id: uuid.UUID, owner: str | None = None) -> ChatRecord | None:
         """The chat, or None if it doesn't exist (or belongs to another owner)."""
