@@ -1,0 +1,1 @@
+"""MCP (Model Context Protocol) servers as tool sources on the worker."""
