@@ -54,6 +54,9 @@ class ToolCallPart(BaseModel):
     id: str
     name: str
     arguments: str = ""
+    original_arguments: str | None = None
+    """The model's own arguments, when a person approved the call with edited ones (which
+    `arguments` then holds, so the model sees what ran)."""
     provider_executed: bool = False
     """True for server-side tools (web search) that the provider runs itself."""
     provider_data: dict[str, Any] | None = None
