@@ -3,8 +3,8 @@ of finished turns, each in bounded batches; read under an advisory lock so one p
 prunes at a time.
 
 Rows that a turn may still read are never candidates: a queued message is deleted only once
-promoted and its chat out of any turn (a waiting one is never), a staged tool result or
-start marker only once its chat is no longer in that call's turn.
+promoted and its chat out of any turn (a waiting one is never), a staged tool result, start
+marker or turn's MCP tool list only once its chat is no longer in that turn.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ __all__ = [
     "RETENTION_LOCK",
     "TOOL_CALL_STARTS",
     "TOOL_RESULTS",
+    "TURN_MCP_TOOLS",
     "FinishedRows",
     "PruneCandidate",
     "RetentionStore",
@@ -75,6 +76,15 @@ TOOL_CALL_STARTS = FinishedRows(
               AND NOT ({_IN_TURN} AND (c.turn_id IS NULL OR c.turn_id = s.turn_id))""",
 )
 """Start markers of calls whose turn the chat is no longer in."""
+
+TURN_MCP_TOOLS = FinishedRows(
+    "turn_mcp_tools",
+    "(chat_id, turn_id)",
+    f"""SELECT t.chat_id, t.turn_id FROM turn_mcp_tools t JOIN chats c ON c.id = t.chat_id
+            WHERE t.listed_at < now() - $1::interval
+              AND NOT ({_IN_TURN} AND (c.turn_id IS NULL OR c.turn_id = t.turn_id))""",
+)
+"""MCP tool lists of turns the chat is no longer in."""
 
 
 CHAT_CREATIONS = FinishedRows(
