@@ -6,9 +6,9 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Query, Request
+from fastapi import APIRouter, Header, Query, Request, Response
 
-from api.access import OwnedChat, Owner, chat_out, load_chat
+from api.access import OwnedChatView, Owner, chat_out, load_chat
 from api.errors import ErrorBody
 from api.idempotency import check_same_request, request_digest
 from api.routes.messages import accept_message
@@ -107,6 +107,6 @@ async def list_chats(
 
 
 @router.get("/{chat_id}", response_model=ChatOut)
-async def get_chat(chat: OwnedChat, request: Request) -> ChatOut:
+async def get_chat(chat: OwnedChatView) -> Response:
     """One chat with its status, last error, pending tool calls, queue and usage."""
-    return await chat_out(request, chat)
+    return Response(chat.model_dump_json(), media_type="application/json")
