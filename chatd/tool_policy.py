@@ -23,7 +23,6 @@ __all__ = [
     "ToolPolicy",
     "decide",
     "match",
-    "mcp_tool_default",
     "operator_policy_from_env",
     "validate_tool_policy",
 ]
@@ -103,18 +102,6 @@ def decide(
     """The effective decision for a call: the chat's policy if a rule of it matches, else the
     operator's, else the tool's own `default`."""
     return match(chat_policy, tool_name) or match(operator_policy, tool_name) or default
-
-
-def mcp_tool_default(
-    *, read_only_hint: bool | None, destructive_hint: bool | None
-) -> PolicyDecision:
-    """An MCP tool's own default: `ask` if it may destroy something, else `auto`.
-
-    MCP's annotations make a tool destructive unless it says it is read-only
-    (`readOnlyHint: true`) or not destructive (`destructiveHint: false`): silence is not
-    safety.
-    """
-    return "auto" if read_only_hint is True or destructive_hint is False else "ask"
 
 
 def operator_policy_from_env() -> dict[str, PolicyDecision]:

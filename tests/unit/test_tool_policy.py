@@ -14,7 +14,6 @@ from chatd.tool_policy import (
     PolicyDecision,
     decide,
     match,
-    mcp_tool_default,
     operator_policy_from_env,
     validate_tool_policy,
 )
@@ -103,25 +102,6 @@ def test_the_chats_rule_then_the_operators_then_the_tools_default() -> None:
     assert decide("github__list", chat, operator, "auto") == "ask"
     assert decide("read_file", chat, operator, "auto") == "auto"
     assert decide("fs__rm", {}, {}, "ask") == "ask"
-
-
-@pytest.mark.parametrize(
-    ("read_only", "destructive", "expected"),
-    [
-        (None, None, "ask"),
-        (False, None, "ask"),
-        (False, True, "ask"),
-        (None, True, "ask"),
-        (True, None, "auto"),
-        (True, True, "auto"),
-        (None, False, "auto"),
-        (False, False, "auto"),
-    ],
-)
-def test_an_mcp_tool_asks_unless_it_says_it_is_read_only_or_not_destructive(
-    read_only: bool | None, destructive: bool | None, expected: str
-) -> None:
-    assert mcp_tool_default(read_only_hint=read_only, destructive_hint=destructive) == expected
 
 
 @QUICK
