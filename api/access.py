@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -12,10 +13,11 @@ from api.errors import ApiError
 from api.schemas import ChatOut
 from api.state import state_of
 from chatd.store.chat_reads import ChatReads
-from chatd.store.chats import ChatRecord
+from chatd.store.chats import ChatRecord, ChatSummary
 from chatd.store.keys import hash_key
+from chatd.store.pages import Page, page_bytes
 
-__all__ = ["OwnedChat", "OwnedChatView", "Owner", "chat_out", "load_chat"]
+__all__ = ["OwnedChat", "OwnedChatView", "Owner", "chat_out", "load_chat", "owned_chats"]
 
 Owner = Annotated[str, Depends(current_owner)]
 """The authenticated owner of the request."""
@@ -52,6 +54,18 @@ async def owned_chat_view(chat_id: uuid.UUID, request: Request, key: BearerKey) 
 
 OwnedChatView = Annotated[ChatOut, Depends(owned_chat_view)]
 """The chat of the request's path as `GET /chats/{id}` shows it, checked as `OwnedChat` is."""
+
+
+async def owned_chats(
+    request: Request, key: str, *, limit: int, before: tuple[datetime, uuid.UUID] | None
+) -> Page[ChatSummary]:
+    """A page of the summaries of the key owner's chats (`ChatReads.summaries`): the key and
+    the page in one query. 401 for an invalid key."""
+    owner, page = await ChatReads(state_of(request).pool).summaries(
+        hash_key(key), limit=limit, before=before, max_bytes=page_bytes()
+    )
+    await authenticated(request, key, owner)
+    return page
 
 
 async def load_chat(request: Request, chat_id: uuid.UUID, owner: str) -> ChatRecord:

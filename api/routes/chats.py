@@ -7,8 +7,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Request, Response
+from pydantic import BaseModel
 
-from api.access import OwnedChatView, Owner, chat_out, load_chat
+from api.access import OwnedChatView, Owner, chat_out, load_chat, owned_chats
+from api.auth import BearerKey
 from api.errors import ErrorBody
 from api.idempotency import check_same_request, request_digest
 from api.routes.messages import accept_message
@@ -16,7 +18,6 @@ from api.schemas import ChatList, ChatOut, CreateChat
 from api.state import state_of
 from chatd.store.chat_creations import ChatCreations
 from chatd.store.chats import ChatSummary
-from chatd.store.pages import page_bytes
 
 __all__ = ["router"]
 
@@ -87,26 +88,30 @@ def _parse_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
 
 @router.get("", response_model=ChatList)
 async def list_chats(
+    key: BearerKey,
     request: Request,
-    owner: Owner,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     before: Annotated[str | None, Query(pattern=CURSOR_PATTERN)] = None,
-) -> ChatList:
+) -> Response:
     """Your chats, newest first, as summaries (`GET /chats/{id}` has the rest)."""
-    page = await state_of(request).chats.list(
-        owner,
-        limit=limit,
-        before=_parse_cursor(before) if before else None,
-        max_bytes=page_bytes(),
+    page = await owned_chats(
+        request, key, limit=limit, before=_parse_cursor(before) if before else None
     )
-    return ChatList(
+    chats = ChatList(
         chats=page.rows,
         has_more=page.more,
         next_before=_cursor(page.rows[-1]) if page.more else None,
     )
+    return _prepared(chats)
 
 
 @router.get("/{chat_id}", response_model=ChatOut)
 async def get_chat(chat: OwnedChatView) -> Response:
     """One chat with its status, last error, pending tool calls, queue and usage."""
-    return Response(chat.model_dump_json(), media_type="application/json")
+    return _prepared(chat)
+
+
+def _prepared(body: BaseModel) -> Response:
+    """`body` as JSON, serialized here: FastAPI would validate a returned model against the
+    route's `response_model` (kept for the document) before serializing it the same way."""
+    return Response(body.model_dump_json(), media_type="application/json")

@@ -1,16 +1,22 @@
-"""A chat as its owner reads it, in one query: the key's owner, the chat and its queue.
+"""Chats as their owner reads them, each read in one query with the key's check: a chat
+with its queue, a page of chat summaries.
 
-`GET /chats/{id}` is the read a client polls; checking the key, reading the chat and then
-its queue took three round trips (and three statements' worth of gateway CPU) per poll.
+`GET /chats/{id}` is the read a client polls; checking the key and reading the chat, then its
+queue, were two round trips (and two statements' worth of gateway CPU) per poll; a page of
+chats was read after a query of its own for the key.
 """
 
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from typing import TypeVar
 
 import asyncpg
 from pydantic import BaseModel
+
+from chatd.store.chats import ChatSummary
+from chatd.store.pages import Page
 
 __all__ = ["ChatReads"]
 
@@ -31,6 +37,37 @@ LEFT JOIN LATERAL (
     WHERE m.chat_id = c.id AND m.promoted_at IS NULL
 ) q ON c.id IS NOT NULL
 WHERE k.key_hash = $2 AND k.revoked_at IS NULL
+"""
+
+
+# A page of the key owner's chat summaries with their queue lengths (as `ChatStore.list` read
+# it, after a query for the key). `candidate` reads one row past the limit, and the running
+# size of each, to tell whether more follow; the first row always fits, so a chat larger than
+# the budget still gets a page. A valid key with no chats is one row of NULLs.
+_KEY_AND_PAGE = """
+WITH key AS (
+    SELECT owner FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL
+), candidate AS (
+    SELECT c.id, c.title, c.model, c.status, c.last_error, c.action_expires_at, c.usage,
+           c.created_at, c.updated_at,
+           row_number() OVER w AS n,
+           sum(octet_length(c.model::text) + octet_length(c.usage::text)
+               + coalesce(octet_length(c.title), 0)
+               + coalesce(octet_length(c.last_error::text), 0)) OVER w AS upto
+    FROM chats c
+    WHERE c.owner = (SELECT owner FROM key)
+      AND ($2::timestamptz IS NULL OR (c.created_at, c.id) < ($2, $3))
+    WINDOW w AS (ORDER BY c.created_at DESC, c.id DESC ROWS UNBOUNDED PRECEDING)
+    ORDER BY c.created_at DESC, c.id DESC
+    LIMIT $4 + 1
+), page AS (
+    SELECT * FROM candidate WHERE n = 1 OR (n <= $4 AND upto <= $5)
+)
+SELECT key.owner AS key_owner, page.*,
+       (SELECT count(*) FROM queued_messages q
+        WHERE q.chat_id = page.id AND q.promoted_at IS NULL) AS queued_count,
+       (SELECT count(*) FROM candidate) > (SELECT count(*) FROM page) AS more
+FROM key LEFT JOIN page ON true ORDER BY page.n
 """
 
 
@@ -64,3 +101,27 @@ class ChatReads:
             for queued_id, parts, created_at in queue
         ]
         return owner, view.model_validate(data)
+
+    async def summaries(
+        self,
+        key_hash: str,
+        *,
+        limit: int,
+        before: tuple[datetime, uuid.UUID] | None,
+        max_bytes: int,
+    ) -> tuple[str | None, Page[ChatSummary]]:
+        """The owner of an active API key and a page of that owner's chats, newest first,
+        strictly before the (created_at, id) cursor, up to `limit` rows or `max_bytes` of
+        their summaries' JSON, whichever comes first."""
+        rows = await self._pool.fetch(
+            _KEY_AND_PAGE,
+            key_hash,
+            before[0] if before else None,
+            before[1] if before else None,
+            limit,
+            max_bytes,
+        )
+        if not rows:
+            return None, Page([], False)
+        chats = [ChatSummary.model_validate(dict(r)) for r in rows if r["id"] is not None]
+        return str(rows[0]["key_owner"]), Page(chats, bool(rows[0]["more"]))

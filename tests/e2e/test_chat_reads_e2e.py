@@ -120,3 +120,12 @@ async def test_a_list_of_chats_reads_as_the_same_bytes_as_before(stack: Stack) -
     assert response.status_code == 200, response.text
     assert response.headers["content-type"] == "application/json"
     assert response.content == await _before(stack, f"/chats?ids={plain},{loaded}")
+
+
+async def test_an_owner_without_chats_lists_an_empty_page(stack: Stack) -> None:
+    await stack.create_chat()
+
+    response = await stack.other_owner.get("/chats")
+
+    assert response.status_code == 200, response.text
+    assert response.content == b'{"chats":[],"has_more":false,"next_before":null}'
