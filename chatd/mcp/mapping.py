@@ -1,0 +1,166 @@
+"""How an MCP server's tools and tool results map onto ours.
+
+Pure functions over the SDK's types: a listed tool becomes an `McpTool` (named
+`<server>__<tool>` for the model, with the MCP annotation defaults applied), a call's result an
+`McpResult` whose output is one of our `ToolOutput` shapes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from typing import Any
+
+import mcp.types as mcp_types
+from pydantic import BaseModel, ConfigDict
+
+from chatd.providers.base import ToolSpec
+from chatd.tools.base import MediaOutput, ToolOutput
+
+__all__ = [
+    "QUALIFIED_NAME",
+    "McpResult",
+    "McpTool",
+    "mcp_result",
+    "mcp_tool",
+    "qualified_name",
+    "split_qualified_name",
+]
+
+log = logging.getLogger(__name__)
+
+QUALIFIED_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+"""What providers accept as a tool name; a server's tool that doesn't fit is skipped."""
+
+SEPARATOR = "__"
+"""Between server and tool; server names have no `_`, so the first `__` splits."""
+
+
+class McpTool(BaseModel):
+    """One tool an MCP server offers, as the model and the approval policy see it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    server: str
+    """The configured server name."""
+    name: str
+    """The tool's name on its server (what `call_tool` takes)."""
+    qualified_name: str
+    """`<server>__<name>`: the name the model sees."""
+    description: str
+    """The server's description of it ("" when it gave none)."""
+    input_schema: dict[str, Any]
+    """The JSON schema of its arguments, as the server gave it."""
+    read_only: bool
+    """The server says it changes nothing (`readOnlyHint`)."""
+    destructive: bool
+    """MCP's default: destructive unless `readOnlyHint` is true or `destructiveHint` false."""
+    idempotent: bool
+    """Safe to call again after a lost answer: read-only, or `idempotentHint` true."""
+
+    def spec(self) -> ToolSpec:
+        """The tool as the model sees it."""
+        return ToolSpec(
+            name=self.qualified_name, description=self.description, input_schema=self.input_schema
+        )
+
+
+class McpResult(BaseModel):
+    """A tool call's answer: its output in our shapes, and whether the server called it a
+    failure (`isError`: the model should see it and may correct itself)."""
+
+    output: ToolOutput
+    is_error: bool = False
+
+
+def qualified_name(server: str, tool: str) -> str:
+    """The name the model sees for `tool` of `server`."""
+    return f"{server}{SEPARATOR}{tool}"
+
+
+def split_qualified_name(name: str) -> tuple[str, str] | None:
+    """`(server, tool)` for a qualified name; None if it isn't one."""
+    server, sep, tool = name.partition(SEPARATOR)
+    if not sep or not server or not tool:
+        return None
+    return server, tool
+
+
+def mcp_tool(server: str, tool: mcp_types.Tool) -> McpTool | None:
+    """Our view of a listed tool; None (with a warning) if its name can't reach a model."""
+    name = qualified_name(server, tool.name)
+    if not tool.name or not QUALIFIED_NAME.match(name):
+        log.warning(
+            "MCP server %r: skipping tool %r: %r is not a valid tool name for models "
+            "(1 to 64 letters, digits, '_' or '-')",
+            server,
+            tool.name,
+            name,
+        )
+        return None
+    hints = tool.annotations or mcp_types.ToolAnnotations()
+    read_only = hints.read_only_hint is True
+    return McpTool(
+        server=server,
+        name=tool.name,
+        qualified_name=name,
+        description=tool.description or "",
+        input_schema=tool.input_schema,
+        read_only=read_only,
+        destructive=not read_only and hints.destructive_hint is not False,
+        idempotent=read_only or hints.idempotent_hint is True,
+    )
+
+
+def mcp_result(result: mcp_types.CallToolResult) -> McpResult:
+    """Our output for a call's result.
+
+    - structured content (an object or array) is the output as is, unless the call failed
+      (an error reads better as its text);
+    - a result whose only content is one image is a `MediaOutput`; so is the first image when
+      no content is text (any other images are dropped: one output holds one image);
+    - otherwise the text contents joined by newlines, with a one-line note for each content
+      left out (images, audio, resource links). A text holding JSON stays a string: the model
+      reads it just as well, and we don't guess at the server's intent.
+    """
+    structured = result.structured_content
+    if isinstance(structured, dict | list) and not result.is_error:
+        return McpResult(output=structured)
+    if structured is not None and not result.is_error and not result.content:
+        return McpResult(output=json.dumps(structured))
+    images = [block for block in result.content if isinstance(block, mcp_types.ImageContent)]
+    texts = [_text_of(block) for block in result.content]
+    if images and all(text is None for text in texts):
+        first = images[0]
+        return McpResult(
+            output=MediaOutput(media_type=first.mime_type, data=first.data),
+            is_error=result.is_error,
+        )
+    lines = [
+        text if text is not None else _left_out(block)
+        for block, text in zip(result.content, texts, strict=True)
+    ]
+    return McpResult(output="\n".join(lines), is_error=result.is_error)
+
+
+def _text_of(block: mcp_types.ContentBlock) -> str | None:
+    """The block's text, for text and embedded text resources; None for anything else."""
+    if isinstance(block, mcp_types.TextContent):
+        return block.text
+    if isinstance(block, mcp_types.EmbeddedResource) and isinstance(
+        block.resource, mcp_types.TextResourceContents
+    ):
+        return block.resource.text
+    return None
+
+
+def _left_out(block: mcp_types.ContentBlock) -> str:
+    """A note standing for content a text output can't carry."""
+    if isinstance(block, mcp_types.ImageContent | mcp_types.AudioContent):
+        return f"[{block.type} ({block.mime_type}) left out]"
+    if isinstance(block, mcp_types.ResourceLink):
+        return f"[resource link: {block.uri}]"
+    if isinstance(block, mcp_types.EmbeddedResource):
+        return f"[binary resource {block.resource.uri} ({block.resource.mime_type}) left out]"
+    return f"[{block.type} content left out]"
