@@ -14,7 +14,7 @@ from typing import Any
 
 import anyio
 from mcp import MCPError
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import (
     METHOD_NOT_FOUND,
     CallToolResult,
@@ -101,6 +101,12 @@ def pid() -> str:
 
 async def _no_discover(ctx: Any, params: RequestParams) -> None:
     raise MCPError(METHOD_NOT_FOUND, "Method not found")
+
+
+@server.tool(annotations=READ_ONLY, structured_output=False)
+def header(name: str, ctx: Context) -> str:
+    """The value of an HTTP request header ("" over stdio, or when it wasn't sent)."""
+    return (ctx.headers or {}).get(name.lower(), "")
 
 
 def main(argv: list[str]) -> None:

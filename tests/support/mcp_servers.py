@@ -45,7 +45,7 @@ __all__ = [
 
 MCP_SERVER_SCRIPT = Path(__file__).with_name("mcp_server_tools.py")
 """The test server: `add`, `echo`, `write_note`, `image`, `structured`, `fail`, `crash`,
-`slow`, `pid`."""
+`slow`, `pid`, `header`."""
 
 NOTES_ENV = "CHATD_TEST_MCP_NOTES"
 """The file the server's `write_note` tool appends a line to (same name as in the script)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import TextIO
@@ -24,6 +25,7 @@ from chatd.mcp.mapping import (
 )
 from chatd.tools.base import MediaOutput, ToolOutput
 
+WEDGED = "import time; time.sleep(600)  # an MCP server that never answers"
 PNG_1X1 = (
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQ"
     "AAAABJRU5ErkJggg=="
@@ -180,6 +182,33 @@ async def test_concurrent_calls_share_one_session(clients: McpClients, server: s
     results = await asyncio.gather(*calls, *pids)
     assert [r.output for r in results[:8]] == [str(2 * i) for i in range(8)]
     assert len({r.output for r in results[8:]}) == 1
+
+
+async def test_configured_headers_reach_an_http_server(
+    http_server: HttpMcpServer, errlog: TextIO
+) -> None:
+    entry = http_server.entry(Authorization="Bearer t0ken")
+    clients = McpClients(McpConfig(servers={"r": HttpServer.model_validate(entry)}), errlog=errlog)
+    try:
+        sent = await clients.call_tool("r", "header", {"name": "Authorization"})
+        assert sent == McpResult(output="Bearer t0ken")
+    finally:
+        await clients.aclose()
+
+
+async def test_a_server_that_never_answers_is_unavailable_and_left_behind_by_no_one(
+    errlog: TextIO,
+) -> None:
+    wedged = StdioServer(command=sys.executable, args=["-c", WEDGED], timeout_s=1)
+    clients = McpClients(McpConfig(servers={"wedged": wedged}), errlog=errlog)
+    try:
+        with pytest.raises(McpUnavailable, match=r"'wedged' is unavailable: no answer within 1 s"):
+            await clients.list_tools("wedged")
+        with pytest.raises(McpUnavailable, match=r"no answer within 0\.5 s"):
+            await clients.call_tool("wedged", "add", {}, timeout_s=0.5)
+    finally:
+        await clients.aclose()
+    assert not [p for p in psutil.Process().children(recursive=True) if WEDGED in p.cmdline()]
 
 
 async def test_an_unreachable_url_is_unavailable(errlog: TextIO) -> None:
