@@ -94,7 +94,7 @@ class McpSession:
             if not self._stop.is_set():
                 # Only our own close cancels us; anything else is the transport failing.
                 self.error = ConnectionError("the session was cancelled")
-        except BaseException as err:  # an ExceptionGroup from the transport's task group, often
+        except Exception as err:  # an ExceptionGroup from the transport's task group, often
             self.error = err
             log.warning("MCP server %r: session ended: %s", self.name, describe_error(err))
         finally:
