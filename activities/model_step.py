@@ -34,7 +34,6 @@ from chatd.providers.base import (
     StepAccumulator,
     StepFinish,
     StreamEvent,
-    ToolSpec,
 )
 from chatd.settings import ProviderSettings
 from chatd.store.chats import ChatRecord, ChatStore
@@ -43,9 +42,9 @@ from chatd.store.hub import NotifyHub
 from chatd.store.step_keys import StepKey
 from chatd.store.transcript import NewMessage, StoredMessage, TranscriptStore
 from chatd.telemetry import METRICS, TRACER
-from chatd.tools.base import ToolRegistry
+from chatd.tools.catalog import ToolCatalog, TurnTools
 from workflows.decide import INTERRUPTED_RESULT, step_finishes_turn
-from workflows.payloads import BeginTurnResult, StreamStepInput, StreamStepResult, ToolCallRef
+from workflows.payloads import BeginTurnResult, StreamStepInput, StreamStepResult
 
 __all__ = ["ModelStepActivities", "StreamTimeouts"]
 
@@ -70,7 +69,7 @@ class ModelStepActivities:
     def __init__(
         self,
         pool: asyncpg.Pool,
-        registry: ToolRegistry,
+        catalog: ToolCatalog,
         settings: ProviderSettings,
         edges: TurnEdges,
         timeouts: StreamTimeouts | None = None,
@@ -86,7 +85,7 @@ class ModelStepActivities:
         self._transcript = TranscriptStore(pool)
         self._events = EventLog(delta_pool or pool)
         self._shared_batcher: EventBatcher | None = None
-        self._registry = registry
+        self._catalog = catalog
         self._settings = settings
         self._timeouts = timeouts or StreamTimeouts()
 
@@ -135,8 +134,9 @@ class ModelStepActivities:
                     return StreamStepResult(message_id=None, began=began)
                 if chat is None:
                     raise ApplicationError(f"chat {chat_id} not found", non_retryable=True)
+                tools = await self._catalog.for_turn(chat, input.turn_id)
                 if done is not None:
-                    summary = self._summary(chat, done, interrupted=False)
+                    summary = self._summary(tools, done, interrupted=False)
                     return await _to_completion(self._close(chat, input, began, summary))
                 publisher = DeltaPublisher(self._batcher(), chat_id)
                 if input.attempt > 1 or activity.info().attempt > 1:
@@ -151,25 +151,25 @@ class ModelStepActivities:
                 )
                 try:
                     finish = await _unless_stopped(
-                        self._stream(chat, context, accumulator, publisher), interrupt_requested
+                        self._stream(tools, context, accumulator, publisher), interrupt_requested
                     )
                 except ProviderError as err:
                     await publisher.drain()
                     raise model_failure(err.error) from None  # the classified error says it all
                 except _InterruptRequested:
                     return await _to_completion(
-                        self._persist_interrupted(chat, input, began, accumulator, publisher)
+                        self._persist_interrupted(tools, input, began, accumulator, publisher)
                     )
                 except asyncio.CancelledError:
                     if not _interrupted():
                         raise  # shutdown, or this attempt timed out: the retry streams it anew
                     # An interrupt: keep what was produced, even if cancelled again meanwhile.
                     return await _to_completion(
-                        self._persist_interrupted(chat, input, began, accumulator, publisher)
+                        self._persist_interrupted(tools, input, began, accumulator, publisher)
                     )
         # The stream is complete: an interrupt arriving now finds the whole step, kept as is.
         return await _to_completion(
-            self._save_step(chat, input, began, accumulator, finish, publisher)
+            self._save_step(tools, input, began, accumulator, finish, publisher)
         )
 
     @contextlib.contextmanager
@@ -208,7 +208,7 @@ class ModelStepActivities:
 
     async def _save_step(
         self,
-        chat: ChatRecord,
+        tools: TurnTools,
         input: StreamStepInput,
         began: BeginTurnResult | None,
         accumulator: StepAccumulator,
@@ -223,7 +223,8 @@ class ModelStepActivities:
             finish.usage,
             finish.response_id,
         )
-        unsaved = self._summary(chat, step, interrupted=False, stop_reason=finish.stop_reason)
+        chat = tools.chat
+        unsaved = self._summary(tools, step, interrupted=False, stop_reason=finish.stop_reason)
         if step_finishes_turn(input, began, unsaved):
             # A turn's last step, as usual: save it and finish the turn in one statement.
             saved = await self._edges.save_last_step(chat.id, input.turn_id, step)
@@ -240,7 +241,7 @@ class ModelStepActivities:
             usage=step.usage,
             response_id=step.response_id,
         )
-        summary = self._summary(chat, stored, interrupted=False, stop_reason=finish.stop_reason)
+        summary = self._summary(tools, stored, interrupted=False, stop_reason=finish.stop_reason)
         return await self._close(chat, input, began, summary)
 
     def _batcher(self) -> EventBatcher:
@@ -250,27 +251,26 @@ class ModelStepActivities:
         return self._shared_batcher
 
     def _provider_stream(
-        self, chat: ChatRecord, context: list[Message]
+        self, tools: TurnTools, context: list[Message]
     ) -> AsyncIterator[StreamEvent]:
-        tools = [t.spec() for t in self._registry.active(chat.active_tools)]
-        tools += [ToolSpec.model_validate(t.model_dump()) for t in chat.dynamic_tools]
+        chat = tools.chat
         request = ModelRequest(
-            model=chat.model, system=chat.system_prompt, messages=context, tools=tools
+            model=chat.model, system=chat.system_prompt, messages=context, tools=tools.specs()
         )
         return make_provider(request.model, self._settings).stream_step(request)
 
     async def _stream(
         self,
-        chat: ChatRecord,
+        tools: TurnTools,
         context: list[Message],
         accumulator: StepAccumulator,
         publisher: DeltaPublisher,
     ) -> StepFinish:
-        model = chat.model.label
+        model = tools.chat.model.label
         with TRACER.start_as_current_span(
             "provider.stream_step", attributes={"chatd.model": model}
         ) as span:
-            events = _sent(lambda: self._provider_stream(chat, context))
+            events = _sent(lambda: self._provider_stream(tools, context))
             started, finish, first = time.monotonic(), None, True
             async for event in _with_silence_limits(events, self._timeouts):
                 if first:
@@ -294,7 +294,7 @@ class ModelStepActivities:
 
     async def _persist_interrupted(
         self,
-        chat: ChatRecord,
+        tools: TurnTools,
         input: StreamStepInput,
         began: BeginTurnResult | None,
         accumulator: StepAccumulator,
@@ -312,12 +312,14 @@ class ModelStepActivities:
             messages.append(
                 NewMessage(StepKey.tool_results(input.step, "tools"), "tool", list(results))
             )
-        saved = await self._transcript.save_step(chat.id, turn_id=input.turn_id, messages=messages)
-        return self._summary(chat, saved[0], interrupted=True).model_copy(update={"began": began})
+        saved = await self._transcript.save_step(
+            tools.chat.id, turn_id=input.turn_id, messages=messages
+        )
+        return self._summary(tools, saved[0], interrupted=True).model_copy(update={"began": began})
 
     def _summary(
         self,
-        chat: ChatRecord,
+        tools: TurnTools,
         message: StoredMessage | NewMessage,
         *,
         interrupted: bool,
@@ -329,7 +331,7 @@ class ModelStepActivities:
         usage = message.usage
         return StreamStepResult(
             message_id=message.id if isinstance(message, StoredMessage) else None,
-            tool_calls=[self._classify(chat, c) for c in calls],
+            tool_calls=[tools.classify(c) for c in calls],
             stop_reason="tool_use" if calls else stop_reason,
             input_tokens=(
                 usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
@@ -338,21 +340,6 @@ class ModelStepActivities:
             ),
             output_tokens=usage.output_tokens if usage else 0,
             interrupted=interrupted,
-        )
-
-    def _classify(self, chat: ChatRecord, call: ToolCallPart) -> ToolCallRef:
-        """Capture who runs the call and its policy flags, for the workflow to decide on."""
-        if any(t.name == call.name for t in chat.dynamic_tools):
-            return ToolCallRef(id=call.id, name=call.name, kind="dynamic")
-        tool = self._registry.get(call.name)
-        if tool is None:
-            return ToolCallRef(id=call.id, name=call.name, kind="unknown")
-        return ToolCallRef(
-            id=call.id,
-            name=call.name,
-            kind="builtin",
-            exclusive=tool.exclusive,
-            stop_after=tool.stop_after,
         )
 
 

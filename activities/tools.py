@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import asyncpg
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 from temporalio import activity
 
 from activities.failures import classified_failures
@@ -21,7 +21,8 @@ from chatd.store.step_keys import StepKey
 from chatd.store.tool_calls import CallKey, Start, ToolCallStore
 from chatd.store.transcript import TranscriptStore
 from chatd.telemetry import METRICS
-from chatd.tools.base import MediaOutput, Tool, ToolContext, ToolOutput, ToolRegistry
+from chatd.tools.base import InvalidArguments, MediaOutput, Tool, ToolContext, ToolOutput
+from chatd.tools.catalog import ToolCatalog
 from workflows.payloads import (
     ExecuteToolInput,
     ExecuteToolResult,
@@ -53,11 +54,11 @@ def error_result(call: ToolCallPart | ToolCallRef, message: str) -> ToolResultPa
 class ToolActivities:
     """Runs built-in tools for a worker's registry and persists their results."""
 
-    def __init__(self, pool: asyncpg.Pool, registry: ToolRegistry, workspace_root: Path) -> None:
+    def __init__(self, pool: asyncpg.Pool, catalog: ToolCatalog, workspace_root: Path) -> None:
         self._chats = ChatStore(pool)
         self._transcript = TranscriptStore(pool)
         self._calls = ToolCallStore(pool)
-        self._registry = registry
+        self._catalog = catalog
         self._workspace_root = workspace_root
 
     @activity.defn(name="execute_tool_call")
@@ -98,7 +99,7 @@ class ToolActivities:
         call = next((c for c in calls if c.id == ref.id), None)
         if chat is None or call is None:
             return error_result(ref, "This tool call is not in the transcript.")
-        prepared = await self._prepare(chat, call)
+        prepared = await self._prepare(chat, key.turn_id, call)
         if isinstance(prepared, ToolResultPart):
             return prepared
         return await self._start(key, prepared, shared=sum(c.id == ref.id for c in calls) > 1)
@@ -146,22 +147,21 @@ class ToolActivities:
             ],
         )
 
-    async def _prepare(self, chat: ChatRecord, call: ToolCallPart) -> _Prepared | ToolResultPart:
+    async def _prepare(
+        self, chat: ChatRecord, turn_id: str, call: ToolCallPart
+    ) -> _Prepared | ToolResultPart:
         """Everything before the tool starts; any failure is a result the model sees (the
         tool never ran, so there is nothing for a retry to be unsure about)."""
-        tool = self._registry.get(call.name)
+        tools = await self._catalog.for_turn(chat, turn_id)
+        tool = tools.tool(call.name)
         if tool is None:
             return error_result(call, f"Tool not found: {call.name}")
-        if chat.active_tools is not None and call.name not in chat.active_tools:
+        if not tools.active(call.name):
             return error_result(call, f"Tool not active in this turn: {call.name}")
         try:
-            args = tool.args.model_validate(json.loads(call.arguments or "{}"))
-        except json.JSONDecodeError as err:
-            return error_result(call, f"Invalid arguments for {call.name}: not valid JSON ({err})")
-        except ValidationError as err:
-            return error_result(
-                call, f"Invalid arguments for {call.name}: they don't fit the schema: {err}"
-            )
+            args = tool.parse_arguments(call.arguments)
+        except InvalidArguments as err:
+            return error_result(call, f"Invalid arguments for {call.name}: {err}")
         workspace = self._workspace_root / str(chat.id)
         try:
             await asyncio.to_thread(workspace.mkdir, parents=True, exist_ok=True)

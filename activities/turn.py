@@ -142,7 +142,12 @@ class TurnActivities:
             )
             calls = {p.id: p for p in (step.parts if step else []) if isinstance(p, ToolCallPart)}
             pending = [
-                {"id": c.id, "name": c.name, "arguments": _arguments(calls.get(c.id))}
+                {
+                    "id": c.id,
+                    "name": c.name,
+                    "arguments": _arguments(calls.get(c.id)),
+                    "action": "client_tool" if c.kind == "dynamic" else "approval",
+                }
                 for c in input.pending
             ]
         await self._turns.set_status(

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fastapi import FastAPI
 from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
@@ -13,8 +14,9 @@ from api.auth import install_key_gate
 from api.errors import ERROR_RESPONSES, install_error_handlers
 from api.limits import BodySizeLimit
 from api.openapi import openapi_document
-from api.routes import chats, health, messages, stream, turn_control
+from api.routes import approvals, chats, health, messages, stream, turn_control
 from api.state import GatewayState
+from chatd.mcp.config import CONFIG_ENV, load_mcp_server_names
 from chatd.settings import TemporalSettings
 from chatd.store.db import connect_pool
 from chatd.store.events import NOTIFY_CHANNEL
@@ -34,6 +36,10 @@ class GatewayConfig:
     temporal: TemporalSettings
     generate_titles: bool = True
     """Ask the turn that starts an untitled chat to name it (as the workers are set up)."""
+    mcp_servers: list[str] = field(
+        default_factory=lambda: load_mcp_server_names(os.environ.get(CONFIG_ENV))
+    )
+    """The operator's MCP server names (`CHATD_MCP_CONFIG`, as the workers are set up)."""
 
 
 def create_app(config: GatewayConfig) -> FastAPI:
@@ -51,6 +57,7 @@ def create_app(config: GatewayConfig) -> FastAPI:
             task_queue=config.temporal.task_queue,
             hub=hub,
             generate_titles=config.generate_titles,
+            mcp_servers=frozenset(config.mcp_servers),
         )
         try:
             yield
@@ -72,7 +79,7 @@ def create_app(config: GatewayConfig) -> FastAPI:
     app.add_middleware(BodySizeLimit)
     install_key_gate(app, API_PREFIX)  # after instrumenting: refusals by key cost no span
     app.include_router(health.router)
-    for module in (chats, messages, stream, turn_control):
+    for module in (chats, approvals, messages, stream, turn_control):
         app.include_router(module.router, prefix=API_PREFIX, responses=ERROR_RESPONSES)
     app.openapi = lambda: openapi_document(app)  # type: ignore[method-assign]
     return app

@@ -21,18 +21,23 @@ from api.user_parts import (
 from chatd.models import ModelConfig, ModelError, WebSearchConfig
 from chatd.parts import Part, Usage
 from chatd.store.chats import ChatRecord, ChatStatus, ChatSummary, DynamicTool
+from chatd.store.tool_decisions import ToolDecision
 from chatd.store.transcript import QueuedMessage, StoredMessage
-from workflows.payloads import SubmittedToolResult
+from chatd.tool_policy import PolicyDecision, ToolPolicy
+from workflows.payloads import SubmittedToolResult, ToolApproval
 
 __all__ = [
     "ChatList",
     "ChatOut",
+    "ChatSettings",
     "ChatSummary",
     "CreateChat",
     "EditMessage",
     "MessageList",
     "SendMessage",
     "SendMessageResult",
+    "ToolApprovals",
+    "ToolDecisionList",
 ]
 
 
@@ -157,7 +162,50 @@ class CreateChat(_Strict):
     """How long requires_action waits for client tool results."""
     compaction_threshold: float = Field(default=0.7, gt=0, le=1)
     """Compact when a step's prompt reaches this fraction of the model's context limit."""
+    tool_policy: ToolPolicy = Field(default_factory=dict)
+    """Which tools run by themselves (`auto`), wait for a person (`ask`) or are refused
+    (`deny`), by name or glob; tools it doesn't name follow the operator's policy."""
+    mcp_servers: list[str] = Field(default_factory=list, max_length=32)
+    """MCP servers, by name from the operator's configuration, whose tools the chat offers."""
     message: SendMessage | None = None
+
+
+class ChatSettings(_Strict):
+    """Body of `PATCH /chats/{id}`: the fields to change (a change applies from the turn's
+    next step)."""
+
+    model_config = ConfigDict(json_schema_extra={"minProperties": 1})
+
+    title: str | None = Field(default=None, min_length=1, max_length=200)
+    tool_policy: ToolPolicy | None = None
+
+    @model_validator(mode="after")
+    def _changes_something(self) -> ChatSettings:
+        if self.title is None and self.tool_policy is None:
+            raise ValueError("give `title` or `tool_policy`")
+        return self
+
+
+class StrictToolApproval(ToolApproval):
+    """`ToolApproval` as a client sends it: validated strictly, no unknown fields."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class ToolApprovals(_Strict):
+    """Body of `POST /chats/{id}/tool-approvals`: one decision per call waiting for approval."""
+
+    decisions: Annotated[list[ToolApproval], _validated_as(list[StrictToolApproval])] = Field(
+        max_length=128
+    )
+
+
+class ToolDecisionList(BaseModel):
+    """The approval audit of a chat, oldest first; pass `next_after` as `after` for more."""
+
+    decisions: list[ToolDecision]
+    has_more: bool
+    next_after: str | None
 
 
 class Accepted(BaseModel):
@@ -203,6 +251,8 @@ class ChatOut(BaseModel):
     last_error: ModelError | None
     pending_tool_calls: list[dict[str, Any]] | None
     action_expires_at: datetime | None
+    tool_policy: dict[str, PolicyDecision]
+    mcp_servers: list[str]
     queued_messages: list[QueuedOut]
     usage: Usage
     created_at: datetime

@@ -16,6 +16,7 @@ from chatd.store.events import EventLog
 from chatd.store.hub import NotifyHub
 from chatd.store.keys import KeyStore
 from chatd.store.quotas import QuotaStore
+from chatd.store.tool_decisions import ToolDecisionStore
 from chatd.store.transcript import TranscriptStore
 from chatd.store.turns import TurnStore
 
@@ -31,6 +32,8 @@ class GatewayState:
     task_queue: str
     hub: NotifyHub
     generate_titles: bool = True
+    mcp_servers: frozenset[str] = frozenset()
+    """Names of the operator's MCP servers, which a chat may select."""
 
     def __post_init__(self) -> None:
         self.chats = ChatStore(self.pool)
@@ -39,6 +42,7 @@ class GatewayState:
         self.events = EventLog(self.pool)
         self.stream_reads = SharedReads(self.events)
         self.keys = KeyStore(self.pool)
+        self.decisions = ToolDecisionStore(self.pool)
         quotas = QuotaStore(self.pool)
         limits = LimitsCache(quotas)
         self.key_gate = KeyGate(limits)

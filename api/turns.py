@@ -37,16 +37,28 @@ from workflows.constants import (
     WORKFLOW_TASK_TIMEOUT,
     workflow_id,
 )
-from workflows.controls import INVALID_TOOL_RESULTS, NOT_AWAITING_TOOL_RESULTS
+from workflows.controls import (
+    INVALID_TOOL_APPROVALS,
+    INVALID_TOOL_RESULTS,
+    NOT_AWAITING_TOOL_APPROVALS,
+    NOT_AWAITING_TOOL_RESULTS,
+)
 from workflows.payloads import (
     ChatTurnInput,
     SubmitMessageInput,
     SubmitMessageResult,
     SubmittedToolResult,
+    SubmitToolApprovalsInput,
     SubmitToolResultsInput,
 )
 
-__all__ = ["interrupt_turn", "submit_message", "submit_tool_results", "until_begun"]
+__all__ = [
+    "interrupt_turn",
+    "submit_message",
+    "submit_tool_approvals",
+    "submit_tool_results",
+    "until_begun",
+]
 
 log = logging.getLogger("chatd.api.turns")
 
@@ -185,10 +197,35 @@ async def submit_tool_results(
         raise
 
 
+async def submit_tool_approvals(
+    client: Client, chat_id: str, approvals: SubmitToolApprovalsInput
+) -> None:
+    """Hand a person's decisions to the waiting turn; raise `ApiError` 409/400 if refused."""
+    handle = client.get_workflow_handle(workflow_id(chat_id))
+    try:
+        _accepted = await handle.execute_update(ChatTurn.submit_tool_approvals, approvals)
+    except WorkflowUpdateFailedError as err:
+        raise _refusal(err.cause) from err
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            raise ApiError(
+                409, "not_awaiting_tool_approvals", "no turn is waiting for tool approvals"
+            ) from err
+        raise
+
+
+_REFUSALS = {
+    INVALID_TOOL_RESULTS: (400, "invalid_tool_results"),
+    NOT_AWAITING_TOOL_RESULTS: (409, "not_awaiting_tool_results"),
+    INVALID_TOOL_APPROVALS: (400, "invalid_tool_approvals"),
+    NOT_AWAITING_TOOL_APPROVALS: (409, "not_awaiting_tool_approvals"),
+}
+"""How the turn's update rejections answer over HTTP, by ApplicationError type."""
+
+
 def _refusal(cause: BaseException | None) -> ApiError:
-    if isinstance(cause, ApplicationError) and cause.type == INVALID_TOOL_RESULTS:
-        detail = cause.details[0] if cause.details else {}
-        return ApiError(400, "invalid_tool_results", cause.message, dict(detail))
-    if isinstance(cause, ApplicationError) and cause.type == NOT_AWAITING_TOOL_RESULTS:
-        return ApiError(409, "not_awaiting_tool_results", cause.message)
-    return ApiError(409, "tool_results_refused", str(cause))
+    if isinstance(cause, ApplicationError) and cause.type in _REFUSALS:
+        status, code = _REFUSALS[cause.type]
+        detail = cause.details[0] if cause.details and isinstance(cause.details[0], dict) else {}
+        return ApiError(status, code, cause.message, dict(detail))
+    return ApiError(409, "tool_answer_refused", str(cause))

@@ -30,6 +30,7 @@ from chatd.store.retention import (
     CHAT_CREATIONS,
     QUEUED_MESSAGES,
     TOOL_CALL_STARTS,
+    TURN_MCP_TOOLS,
     TOOL_RESULTS,
     FinishedRows,
     PruneCandidate,
@@ -174,6 +175,7 @@ class Retention:
             (CHAT_CREATIONS, settings.queued_messages),
             (TOOL_RESULTS, settings.tool_calls),
             (TOOL_CALL_STARTS, settings.tool_calls),
+            (TURN_MCP_TOOLS, settings.tool_calls),
         ):
             if retention is not None:
                 done(await self._delete_finished(rows, retention, dry_run))

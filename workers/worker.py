@@ -24,16 +24,21 @@ from temporalio.worker import (
 )
 from temporalio.worker import WorkerConfig as TemporalWorkerConfig
 
+from activities.approvals import ApprovalActivities
 from activities.compaction import CompactionActivities
 from activities.model_step import ModelStepActivities, StreamTimeouts
 from activities.tools import ToolActivities
 from activities.turn import TurnActivities, TurnEdges
+from chatd.mcp.client import McpClients
+from chatd.mcp.config import McpConfig, mcp_config_from_env
 from chatd.reconciler import Reconciler
 from chatd.retention import Retention, RetentionSettings
 from chatd.settings import ProviderSettings, ReconcilerSettings
 from chatd.store.hub import NotifyHub
 from chatd.store.turns import INTERRUPT_CHANNEL
+from chatd.tool_policy import PolicyDecision, operator_policy_from_env
 from chatd.tools.base import ToolRegistry
+from chatd.tools.catalog import ToolCatalog
 from workflows.chat_turn import ChatTurn
 
 __all__ = ["WorkerConfig", "build_worker", "run_until_signalled"]
@@ -56,6 +61,10 @@ class WorkerConfig:
     generate_titles: bool = True
     reconciler: ReconcilerSettings = field(default_factory=ReconcilerSettings.from_env)
     retention: RetentionSettings = field(default_factory=RetentionSettings.from_env)
+    mcp: McpConfig = field(default_factory=mcp_config_from_env)
+    """The operator's MCP servers (`CHATD_MCP_CONFIG`), variables resolved."""
+    tool_policy: dict[str, PolicyDecision] = field(default_factory=operator_policy_from_env)
+    """The operator's default approval policy (`CHATD_TOOL_POLICY`)."""
 
 
 def build_worker(
@@ -74,16 +83,19 @@ def build_worker(
     streaming step as soon as the gateway announces an interrupt, not at its next heartbeat.
     """
     edges = TurnEdges(pool, config.providers)
+    mcp = McpClients(config.mcp)
+    catalog = ToolCatalog(pool, config.registry, mcp, config.tool_policy)
     model = ModelStepActivities(
         pool,
-        config.registry,
+        catalog,
         config.providers,
         edges,
         config.stream_timeouts,
         delta_pool=delta_pool,
         interrupts=interrupts,
     )
-    tools = ToolActivities(pool, config.registry, config.workspace_root)
+    tools = ToolActivities(pool, catalog, config.workspace_root)
+    approvals = ApprovalActivities(pool, catalog)
     turn = TurnActivities(pool, edges)
     compaction = CompactionActivities(
         pool, config.providers, generate_titles=config.generate_titles
@@ -97,6 +109,7 @@ def build_worker(
             tools.execute_tool_call,
             tools.record_tool_results,
             tools.stage_tool_results,
+            approvals.stage_tool_decisions,
             turn.begin_turn,
             turn.finish_turn,
             turn.set_status,
@@ -116,6 +129,7 @@ def build_worker(
             BackgroundPlugin(
                 Reconciler(pool, client, config.reconciler),
                 Retention(pool, config.retention, config.workspace_root),
+                McpConnections(mcp),
             )
         ],
     )
@@ -127,6 +141,21 @@ class Background(Protocol):
     def running(self) -> AbstractAsyncContextManager[None]:
         """Run in the background for the duration of the block."""
         ...
+
+
+class McpConnections:
+    """Closes the worker's MCP sessions (stdio servers are its child processes) when the
+    worker stops."""
+
+    def __init__(self, clients: McpClients) -> None:
+        self._clients = clients
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await self._clients.aclose()
 
 
 class BackgroundPlugin(Plugin):

@@ -13,16 +13,17 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
+    from activities.approvals import ApprovalActivities
     from activities.compaction import CompactionActivities
     from activities.tools import ToolActivities
     from activities.turn import TurnActivities
     from chatd.models import ModelError
     from workflows.constants import CHAT_MODEL, LOCAL_TIMEOUT
-    from workflows.controls import TurnControls
+    from workflows.controls import INVALID_TOOL_APPROVALS, TurnControls
     from workflows.decide import (
         STEPS_PER_RUN,
         Compact,
@@ -46,9 +47,12 @@ with workflow.unsafe.imports_passed_through():
         ChatTurnInput,
         CompactInput,
         FinishTurnInput,
+        StageToolDecisionsInput,
         StageToolResultsInput,
         SubmitMessageInput,
         SubmitMessageResult,
+        SubmitToolApprovalsInput,
+        SubmitToolApprovalsResult,
         SubmitToolResultsInput,
         SubmitToolResultsResult,
         TitleInput,
@@ -105,8 +109,8 @@ class ChatTurn:
     @workflow.update(name="submit_tool_results")
     async def submit_tool_results(self, input: SubmitToolResultsInput) -> SubmitToolResultsResult:
         """Accept the client's results for the pending dynamic calls (the first submission wins)."""
-        controls = self._controls
-        controls.accepted = True
+        answers = self._controls.client
+        answers.accepted = True
         await workflow.execute_local_activity_method(
             ToolActivities.stage_tool_results,
             StageToolResultsInput(
@@ -114,16 +118,54 @@ class ChatTurn:
                 turn_id=self._turn_id or "",
                 step=self._step,
                 results=input.results,
-                calls=controls.pending,
+                calls=answers.calls,
             ),
             start_to_close_timeout=LOCAL_TIMEOUT,
         )
-        controls.staged = True
+        answers.staged = True
         return SubmitToolResultsResult()
 
     @submit_tool_results.validator
     def _validate_tool_results(self, input: SubmitToolResultsInput) -> None:
-        self._controls.validate_submission(input)
+        self._controls.validate_results(input)
+
+    @workflow.update(name="submit_tool_approvals")
+    async def submit_tool_approvals(
+        self, input: SubmitToolApprovalsInput
+    ) -> SubmitToolApprovalsResult:
+        """Accept a person's decisions for the calls waiting for approval (the first valid
+        submission wins); edited arguments that don't fit the tool's schema refuse it."""
+        controls = self._controls
+        answers = controls.approvals
+        answers.accepted = True
+        try:
+            await workflow.execute_local_activity_method(
+                ApprovalActivities.stage_tool_decisions,
+                StageToolDecisionsInput(
+                    chat_id=self._chat_id,
+                    turn_id=self._turn_id or "",
+                    step=self._step,
+                    approvals=input,
+                    calls=answers.calls,
+                ),
+                start_to_close_timeout=LOCAL_TIMEOUT,
+            )
+        except FailureError as err:
+            answers.accepted = False  # refused: the next submission may still win
+            # A local activity's own ApplicationError may arrive unwrapped.
+            cause = err.cause if isinstance(err, ActivityError) else err
+            if isinstance(cause, ApplicationError) and cause.type == INVALID_TOOL_APPROVALS:
+                raise ApplicationError(
+                    cause.message, *cause.details, type=INVALID_TOOL_APPROVALS
+                ) from None
+            raise
+        controls.decisions = {d.tool_call_id: d for d in input.decisions}
+        answers.staged = True
+        return SubmitToolApprovalsResult()
+
+    @submit_tool_approvals.validator
+    def _validate_tool_approvals(self, input: SubmitToolApprovalsInput) -> None:
+        self._controls.validate_approvals(input)
 
     @workflow.signal(name="interrupt")
     def interrupt(self) -> None:

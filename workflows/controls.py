@@ -11,16 +11,63 @@ from temporalio.exceptions import ApplicationError
 from temporalio.workflow import ActivityHandle
 
 from workflows.constants import CHAT_STATUS
-from workflows.payloads import SubmitToolResultsInput, ToolCallRef
+from workflows.payloads import (
+    SubmitToolApprovalsInput,
+    SubmitToolResultsInput,
+    ToolApproval,
+    ToolCallRef,
+)
 
-__all__ = ["INVALID_TOOL_RESULTS", "NOT_AWAITING_TOOL_RESULTS", "TurnControls"]
+__all__ = [
+    "INVALID_TOOL_APPROVALS",
+    "INVALID_TOOL_RESULTS",
+    "NOT_AWAITING_TOOL_APPROVALS",
+    "NOT_AWAITING_TOOL_RESULTS",
+    "Answers",
+    "TurnControls",
+]
 
 T = TypeVar("T")
 
 NOT_AWAITING_TOOL_RESULTS = "NotAwaitingToolResults"
-"""Update rejection type: the chat is not in requires_action (HTTP 409)."""
+"""Update rejection type: no client tool call waits for a result (HTTP 409)."""
 INVALID_TOOL_RESULTS = "InvalidToolResults"
 """Update rejection type: missing, unknown or duplicate tool call ids (HTTP 400)."""
+NOT_AWAITING_TOOL_APPROVALS = "NotAwaitingToolApprovals"
+"""Update rejection type: no call waits for approval (HTTP 409)."""
+INVALID_TOOL_APPROVALS = "InvalidToolApprovals"
+"""Update rejection type: missing, unknown or duplicate ids, or arguments that don't fit
+(HTTP 400)."""
+
+
+@dataclass
+class Answers:
+    """One kind of call a requires_action wait holds (client tools, or approvals), and
+    whether its one accepted submission arrived."""
+
+    calls: list[ToolCallRef] = field(default_factory=list)
+    accepted: bool = False
+    """A submission was accepted for this wait (the first one wins)."""
+    staged: bool = False
+    """The accepted submission is persisted."""
+
+    @property
+    def answered(self) -> bool:
+        """Nothing of this kind waits, or its submission is persisted."""
+        return not self.calls or self.staged
+
+    def check(self, ids: list[str], not_awaiting: str, invalid: str, what: str) -> None:
+        """Reject a submission unless it answers exactly these calls, first."""
+        if not self.calls or self.accepted:
+            raise ApplicationError(f"the chat is not waiting for {what}", type=not_awaiting)
+        expected = [c.id for c in self.calls]
+        if sorted(expected) != sorted(ids):
+            raise ApplicationError(
+                f"{what} must answer each pending call exactly once: "
+                f"expected {expected}, received {ids}",
+                {"expected": expected, "received": ids},
+                type=invalid,
+            )
 
 
 @dataclass
@@ -29,13 +76,18 @@ class TurnControls:
 
     status: str = "running"
     interrupted: bool = False
-    pending: list[ToolCallRef] = field(default_factory=list)
+    client: Answers = field(default_factory=Answers)
     """Dynamic calls waiting for client results (empty unless requires_action)."""
+    approvals: Answers = field(default_factory=Answers)
+    """Calls waiting for a person's approval (empty unless requires_action)."""
+    decisions: dict[str, ToolApproval] = field(default_factory=dict)
+    """The accepted approval decisions, by call id."""
     expires_at: datetime | None = None
-    accepted: bool = False
-    """A submission was accepted for the current wait (the first one wins)."""
-    staged: bool = False
-    """The accepted results are persisted."""
+
+    @property
+    def pending(self) -> list[ToolCallRef]:
+        """Every call the wait holds: approvals first, then client calls."""
+        return self.approvals.calls + self.client.calls
 
     def set_status(self, status: str) -> None:
         """Record the status for the `state` query and the ChatStatus search attribute."""
@@ -57,29 +109,46 @@ class TurnControls:
             handle.cancel()
         return await handle
 
-    def await_results(self, calls: list[ToolCallRef], expires_at: datetime) -> None:
+    def await_answers(
+        self, approvals: list[ToolCallRef], client: list[ToolCallRef], expires_at: datetime
+    ) -> None:
         """Enter requires_action for these calls."""
-        self.pending = list(calls)
+        self.approvals = Answers(list(approvals))
+        self.client = Answers(list(client))
+        self.decisions = {}
         self.expires_at = expires_at
-        self.accepted = self.staged = False
+
+    @property
+    def answered(self) -> bool:
+        """Every kind of call the wait holds has its answer persisted."""
+        return self.approvals.answered and self.client.answered
 
     def stop_awaiting(self) -> None:
         """Leave requires_action; later submissions are rejected."""
-        self.pending = []
+        self.approvals = Answers()
+        self.client = Answers()
         self.expires_at = None
 
-    def validate_submission(self, submission: SubmitToolResultsInput) -> None:
-        """Reject a submission unless it answers exactly the pending calls, first."""
-        if not self.pending or self.accepted:
+    def validate_results(self, submission: SubmitToolResultsInput) -> None:
+        """Reject client results unless they answer exactly the pending client calls, first."""
+        ids = [r.tool_call_id for r in submission.results]
+        self.client.check(ids, NOT_AWAITING_TOOL_RESULTS, INVALID_TOOL_RESULTS, "tool results")
+
+    def validate_approvals(self, submission: SubmitToolApprovalsInput) -> None:
+        """Reject decisions unless they answer exactly the calls waiting for approval, first,
+        and each is well formed (arguments and `remember` only with approve)."""
+        ids = [d.tool_call_id for d in submission.decisions]
+        self.approvals.check(
+            ids, NOT_AWAITING_TOOL_APPROVALS, INVALID_TOOL_APPROVALS, "tool approvals"
+        )
+        for decision in submission.decisions:
+            approving = decision.decision == "approve"
+            if approving and decision.message is not None:
+                wrong = "only a denial takes `message`"
+            elif not approving and (decision.arguments is not None or decision.remember):
+                wrong = "only an approval takes `arguments` or `remember`"
+            else:
+                continue
             raise ApplicationError(
-                "the chat is not waiting for tool results", type=NOT_AWAITING_TOOL_RESULTS
-            )
-        expected = [c.id for c in self.pending]
-        received = [r.tool_call_id for r in submission.results]
-        if sorted(expected) != sorted(received):
-            raise ApplicationError(
-                f"tool results must answer each pending call exactly once: "
-                f"expected {expected}, received {received}",
-                {"expected": expected, "received": received},
-                type=INVALID_TOOL_RESULTS,
+                f"decision for {decision.tool_call_id}: {wrong}", type=INVALID_TOOL_APPROVALS
             )

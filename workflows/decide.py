@@ -18,6 +18,7 @@ __all__ = [
     "EXPIRED",
     "INTERRUPTED_RESULT",
     "MAX_COMPACTIONS_PER_TURN",
+    "POLICY_DENIED",
     "STEPS_PER_RUN",
     "Compact",
     "Compacted",
@@ -30,10 +31,12 @@ __all__ = [
     "RunTools",
     "StepOutcome",
     "Streamed",
+    "ToolPlan",
     "ToolsDone",
     "ToolsOutcome",
     "TurnProgress",
     "backoff_delay",
+    "denied_by_person",
     "ends_turn",
     "exclusive_violation",
     "expired_result",
@@ -41,7 +44,6 @@ __all__ = [
     "next_move",
     "over_threshold",
     "should_retry",
-    "split_calls",
     "step_finishes_turn",
     "stops_turn",
     "too_long",
@@ -322,12 +324,51 @@ def exclusive_violation(calls: list[ToolCallRef]) -> dict[str, str]:
     return errors
 
 
-def split_calls(calls: list[ToolCallRef]) -> tuple[list[ToolCallRef], list[ToolCallRef]]:
-    """(worker-executed, client-executed) calls, each in call order.
+@dataclass(frozen=True)
+class ToolPlan:
+    """A step's calls by what happens to them, each list in call order."""
 
-    Unknown tools go to the worker, which answers them with a "Tool not found" error.
-    """
-    return [c for c in calls if c.kind != "dynamic"], [c for c in calls if c.kind == "dynamic"]
+    calls: list[ToolCallRef]
+
+    @property
+    def immediate(self) -> list[ToolCallRef]:
+        """Worker calls answered before any wait: those that run, and those denied."""
+        return [c for c in self.calls if c.kind != "dynamic" and c.policy != "ask"]
+
+    @property
+    def run_now(self) -> list[ToolCallRef]:
+        """Worker calls the policy lets run without asking (unknown tools too: the worker
+        answers them with a "Tool not found" error)."""
+        return [c for c in self.immediate if c.policy == "auto"]
+
+    @property
+    def denied(self) -> list[ToolCallRef]:
+        """Worker calls the policy refuses."""
+        return [c for c in self.immediate if c.policy == "deny"]
+
+    @property
+    def asked(self) -> list[ToolCallRef]:
+        """Worker calls that wait for a person's approval."""
+        return [c for c in self.calls if c.kind != "dynamic" and c.policy == "ask"]
+
+    @property
+    def client(self) -> list[ToolCallRef]:
+        """Client-executed (dynamic) calls; the policy does not apply to them."""
+        return [c for c in self.calls if c.kind == "dynamic"]
+
+    @property
+    def waiting(self) -> list[ToolCallRef]:
+        """The calls a requires_action wait holds."""
+        return [c for c in self.calls if c.kind == "dynamic" or c.policy == "ask"]
+
+
+POLICY_DENIED = "This call was not run: the chat's tool policy does not allow this tool."
+
+
+def denied_by_person(message: str | None) -> str:
+    """The error result of a call a person denied, with what they said."""
+    denied = "This call was not run: the user denied it."
+    return f"{denied} Their message: {message}" if message else denied
 
 
 def stops_turn(calls: list[ToolCallRef], failed: set[str]) -> bool:
@@ -336,8 +377,9 @@ def stops_turn(calls: list[ToolCallRef], failed: set[str]) -> bool:
 
 
 def expired_result(expires_at: datetime) -> str:
-    """The error result of a dynamic call nobody answered in time."""
+    """The error result of a call nobody answered in time (no client result, or no
+    decision, or approved while the client's results never came)."""
     return (
-        f"no result was submitted for this tool call before the wait expired at "
+        f"this tool call was not answered before the wait expired at "
         f"{expires_at.isoformat(timespec='seconds')}"
     )

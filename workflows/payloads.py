@@ -27,16 +27,21 @@ __all__ = [
     "RecordToolResultsInput",
     "RetryState",
     "SetStatusInput",
+    "StageToolDecisionsInput",
     "StageToolResultsInput",
     "StreamStepInput",
     "StreamStepResult",
     "SubmitMessageInput",
     "SubmitMessageResult",
+    "SubmitToolApprovalsInput",
+    "SubmitToolApprovalsResult",
     "SubmitToolResultsInput",
     "SubmitToolResultsResult",
     "SubmittedToolResult",
     "TitleInput",
+    "ToolApproval",
     "ToolCallRef",
+    "ToolPolicyDecision",
     "TurnPlan",
     "TurnResume",
     "TurnState",
@@ -128,6 +133,10 @@ class StreamStepInput(_Payload):
     """The turn's compaction threshold, for `decide.ends_turn` (with `begin`, the new plan's)."""
 
 
+ToolPolicyDecision = Literal["auto", "ask", "deny"]
+"""What the approval policy says of a call: run it, ask a person first, or refuse it."""
+
+
 class ToolCallRef(_Payload):
     """A tool call the model made, by id and name (arguments stay in Postgres).
 
@@ -136,9 +145,12 @@ class ToolCallRef(_Payload):
 
     id: str
     name: str
-    kind: Literal["builtin", "dynamic", "unknown"] = "builtin"
+    kind: Literal["builtin", "dynamic", "unknown", "mcp"] = "builtin"
+    """Who runs it: the worker (a built-in or an MCP server's tool) or the client."""
     exclusive: bool = False
     stop_after: bool = False
+    policy: ToolPolicyDecision = "auto"
+    """The chat's approval policy for this call, as it stood when the step was generated."""
 
 
 class StreamStepResult(_Payload):
@@ -182,8 +194,9 @@ class RecordToolResultsInput(_Payload):
     calls: list[ToolCallRef]
     errors: dict[str, str] = {}
     """Error results for calls that have no staged result (policy, interrupt, expiry)."""
-    part: Literal["tools", "client-tools"] = "tools"
-    """Which tool message of the step: built-in results, or the client's results."""
+    part: Literal["tools", "approved", "client-tools"] = "tools"
+    """Which tool message of the step: results of calls that ran without asking, of calls
+    a person decided on, or the client's results."""
 
 
 class SubmittedToolResult(_Payload):
@@ -204,6 +217,47 @@ class SubmitToolResultsResult(_Payload):
     """The results were accepted and persisted."""
 
     accepted: bool = True
+
+
+class ToolApproval(_Payload):
+    """A person's decision on one call that waits for approval."""
+
+    tool_call_id: str
+    decision: Literal["approve", "deny"]
+    arguments: dict[str, Any] | None = None
+    """With `approve`: arguments that replace the model's (checked against the tool's schema)."""
+    message: str | None = Field(default=None, max_length=4000)
+    """With `deny`: what the model is told."""
+    remember: bool = False
+    """With `approve`: the chat's policy says `auto` for this tool from now on."""
+
+
+class SubmitToolApprovalsInput(_Payload):
+    """Decisions for every call waiting for approval, and who made them."""
+
+    decisions: list[ToolApproval]
+    decided_by: str | None = Field(default=None, max_length=200)
+    """Who decided, as the sender says (an update sent straight to Temporal)."""
+    key_id: str | None = None
+    """The API key the gateway authenticated (set by the gateway only)."""
+    owner: str | None = None
+    """The owner of that key (set by the gateway only)."""
+
+
+class SubmitToolApprovalsResult(_Payload):
+    """The decisions were accepted and persisted."""
+
+    accepted: bool = True
+
+
+class StageToolDecisionsInput(_Payload):
+    """Check the decisions against the tools' schemas, then persist them (first write wins)."""
+
+    chat_id: str
+    turn_id: str
+    step: int
+    approvals: SubmitToolApprovalsInput
+    calls: list[ToolCallRef]
 
 
 class StageToolResultsInput(_Payload):

@@ -1,4 +1,5 @@
-"""The tool phase of a step: policies, built-in calls in parallel, then client calls.
+"""The tool phase of a step: policies, calls in parallel, then the wait for a person and
+the client, then the approved calls.
 
 Deterministic workflow code; every decision comes from `workflows.decide`.
 """
@@ -20,10 +21,12 @@ with workflow.unsafe.imports_passed_through():
     from workflows.controls import TurnControls
     from workflows.decide import (
         INTERRUPTED_RESULT,
+        POLICY_DENIED,
+        ToolPlan,
         ToolsOutcome,
+        denied_by_person,
         exclusive_violation,
         expired_result,
-        split_calls,
         stops_turn,
     )
     from workflows.payloads import (
@@ -71,28 +74,49 @@ class ToolStep:
         self._deadline = deadline
 
     async def run(self, calls: list[ToolCallRef]) -> ToolsOutcome:
-        """Built-in calls first (persisted), then the client's; say how the turn goes on."""
+        """The calls the policy lets run (persisted), then the wait for a person and the
+        client, then the approved calls; say how the turn goes on."""
         policy_errors = exclusive_violation(calls)
         if policy_errors:
             await self._record(calls, policy_errors)
             return "continue"
-        builtin, dynamic = split_calls(calls)
+        plan = ToolPlan(calls)
         failed: set[str] = set()
-        if builtin:
-            failed = await self._run_builtin(builtin)
+        if plan.immediate:
+            refused = dict.fromkeys([c.id for c in plan.denied], POLICY_DENIED)
+            failed = await self._run(plan.run_now, plan.immediate, refused, "tools")
+        ran = list(plan.run_now)
+        if plan.asked or plan.client:
+            waited = await self._await_answers(plan)
+            if waited != "continue":
+                return waited
+            denied_now = self._decisions_denied()
+            approved = [c for c in plan.asked if c.id not in denied_now]
+            self._controls.decisions = {}
+            failed |= await self._run(approved, plan.asked, denied_now, "approved")
+            ran += approved
         if self._controls.interrupted:
-            if dynamic:
-                interrupted = dict.fromkeys([c.id for c in dynamic], INTERRUPTED_RESULT)
-                await self._record(dynamic, interrupted, "client-tools")
             return "interrupted"
-        if dynamic:
-            outcome = await self._await_client(dynamic)
-            if outcome != "continue":
-                return outcome
-        return "stop" if stops_turn(builtin, failed) else "continue"
+        return "stop" if stops_turn(ran, failed) else "continue"
 
-    async def _run_builtin(self, calls: list[ToolCallRef]) -> set[str]:
-        """Each call is its own activity, all in parallel; an interrupt cancels the rest."""
+    def _decisions_denied(self) -> dict[str, str]:
+        """The error result of each call a person denied."""
+        return {
+            call_id: denied_by_person(decision.message)
+            for call_id, decision in self._controls.decisions.items()
+            if decision.decision == "deny"
+        }
+
+    async def _run(
+        self,
+        calls: list[ToolCallRef],
+        recorded: list[ToolCallRef],
+        errors: dict[str, str],
+        part: Literal["tools", "approved"],
+    ) -> set[str]:
+        """Run `calls`, each its own activity, all in parallel (an interrupt cancels the
+        rest); then record a result for each of `recorded`, in call order (`errors` for
+        those that did not run). The ids of the calls that failed."""
         handles = [self._start_tool(call) for call in calls]
         await workflow.wait_condition(
             lambda: all(h.done() for h in handles) or self._controls.interrupted
@@ -101,12 +125,13 @@ class ToolStep:
             if not handle.done():
                 handle.cancel()
         results = await asyncio.gather(*handles, return_exceptions=True)
-        errors = {
+        errors = errors | {
             call.id: _failure_result(call, result)
             for call, result in zip(calls, results, strict=True)
             if isinstance(result, BaseException)
         }
-        await self._record(calls, errors)
+        if recorded:
+            await self._record(recorded, errors, part)
         return {
             call.id
             for call, result in zip(calls, results, strict=True)
@@ -127,34 +152,58 @@ class ToolStep:
             summary=f"tool {short_name(call.name)} (step {self._step})",
         )
 
-    async def _await_client(self, calls: list[ToolCallRef]) -> ToolsOutcome:
-        """requires_action: wait durably for the client's results, an interrupt, or expiry."""
+    async def _await_answers(self, plan: ToolPlan) -> ToolsOutcome:
+        """requires_action: wait durably until a person decided on the asked calls and the
+        client answered its calls, or an interrupt, or expiry. Records the client's results;
+        on interrupt or expiry, an error result for every call that got no answer."""
         controls = self._controls
+        if controls.interrupted:
+            await self._unanswered(plan, INTERRUPTED_RESULT)
+            return "interrupted"
         expires_at = workflow.now() + self._action_timeout
-        controls.await_results(calls, expires_at)
-        await self._set_status("requires_action", calls, expires_at)
+        controls.await_answers(plan.asked, plan.client, expires_at)
+        await self._set_status("requires_action", plan.waiting, expires_at)
         try:
             await workflow.wait_condition(
-                lambda: controls.accepted or controls.interrupted, timeout=self._action_timeout
+                lambda: controls.answered or controls.interrupted, timeout=self._action_timeout
             )
         except TimeoutError:
             pass
-        accepted = controls.accepted
+        # A submission accepted a moment ago is persisted, or refused, before the wait ends.
+        await workflow.wait_condition(
+            lambda: all(a.staged or not a.accepted for a in (controls.approvals, controls.client))
+        )
+        answered, interrupted = controls.answered, controls.interrupted
+        client_staged = controls.client.staged
         controls.stop_awaiting()
-        if accepted:
-            await workflow.wait_condition(lambda: controls.staged)
-            await self._record(calls, {}, "client-tools")
+        if answered and not interrupted:
+            if plan.client:
+                await self._record(plan.client, {}, "client-tools")
             await self._set_status("running", [], None)
             return "continue"
-        reason = INTERRUPTED_RESULT if controls.interrupted else expired_result(expires_at)
-        await self._record(calls, dict.fromkeys([c.id for c in calls], reason), "client-tools")
-        return "interrupted" if controls.interrupted else "expired"
+        reason = INTERRUPTED_RESULT if interrupted else expired_result(expires_at)
+        await self._unanswered(plan, reason, client_staged=client_staged)
+        return "interrupted" if interrupted else "expired"
+
+    async def _unanswered(
+        self, plan: ToolPlan, reason: str, *, client_staged: bool = False
+    ) -> None:
+        """Results for the calls of a wait that ended before all its answers came: the
+        client's results if they came, the denials that came, and `reason` for the rest
+        (an approved call does not run once the wait ended without the client's results)."""
+        if plan.client:
+            errors = {} if client_staged else dict.fromkeys([c.id for c in plan.client], reason)
+            await self._record(plan.client, errors, "client-tools")
+        if plan.asked:
+            not_run = dict.fromkeys([c.id for c in plan.asked], reason)
+            await self._record(plan.asked, not_run | self._decisions_denied(), "approved")
+        self._controls.decisions = {}
 
     async def _record(
         self,
         calls: list[ToolCallRef],
         errors: dict[str, str],
-        part: Literal["tools", "client-tools"] = "tools",
+        part: Literal["tools", "approved", "client-tools"] = "tools",
     ) -> None:
         await workflow.execute_local_activity_method(
             ToolActivities.record_tool_results,

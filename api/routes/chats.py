@@ -11,7 +11,7 @@ from pydantic import BaseModel
 
 from api.access import OwnedChatView, Owner, chat_out, load_chat, owned_chats
 from api.auth import BearerKey
-from api.errors import ErrorBody
+from api.errors import ApiError, ErrorBody
 from api.idempotency import check_same_request, request_digest
 from api.routes.messages import accept_message
 from api.schemas import ChatList, ChatOut, CreateChat
@@ -39,6 +39,14 @@ async def create_chat(
     """Create a chat; with `message`, its first turn starts at once. With an
     `Idempotency-Key`, a retried create answers with the chat the first one made."""
     state = state_of(request)
+    unknown = [name for name in body.mcp_servers if name not in state.mcp_servers]
+    if unknown:
+        raise ApiError(
+            400,
+            "invalid_request",
+            f"unknown MCP servers {unknown}: a chat selects servers the operator configured",
+            {"known": sorted(state.mcp_servers)},
+        )
     chat_id = None
     if idempotency_key is not None:
         creation = await ChatCreations(state.pool).claim(
@@ -60,6 +68,8 @@ async def create_chat(
         max_steps=body.max_steps,
         action_timeout_s=body.action_timeout_s,
         compaction_threshold=body.compaction_threshold,
+        tool_policy=body.tool_policy,
+        mcp_servers=body.mcp_servers,
         chat_id=chat_id,
     )
     if body.message is not None:

@@ -39,11 +39,11 @@ async def interrupt(chat: OwnedChat, request: Request) -> Accepted:
 )
 async def post_tool_results(chat: OwnedChat, body: ToolResults, request: Request) -> Accepted:
     """Results for the pending dynamic tool calls; the first accepted submission wins."""
-    if chat.status != "requires_action":
+    if not any(c.get("action") == "client_tool" for c in chat.pending_tool_calls or []):
         raise ApiError(
             409,
             "not_awaiting_tool_results",
-            "the chat is not waiting for tool results",
+            "no tool call of the chat is waiting for the client's result",
             {"status": chat.status},
         )
     size = len(json.dumps([r.model_dump(mode="json") for r in body.results]))

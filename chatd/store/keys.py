@@ -108,3 +108,11 @@ class KeyStore:
         if row is None or not hmac.compare_digest(row["key_hash"], digest):
             return None
         return str(row["owner"])
+
+    async def id_of(self, plaintext: str) -> uuid.UUID | None:
+        """The id of an active key (what an audit records of who acted), or None."""
+        key_id: uuid.UUID | None = await self._pool.fetchval(
+            "SELECT id FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL",
+            hash_key(plaintext),
+        )
+        return key_id

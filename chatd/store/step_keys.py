@@ -18,7 +18,8 @@ class StepKey:
 
     step: int
     kind: str
-    """`assistant`, `tools` (built-in results), `client-tools` or `summary:<n>`."""
+    """`assistant`, `tools` (worker results), `approved` (calls decided on), `client-tools` or
+    `summary:<n>`."""
 
     @classmethod
     def assistant(cls, step: int) -> StepKey:
@@ -26,8 +27,9 @@ class StepKey:
         return cls(step, "assistant")
 
     @classmethod
-    def tool_results(cls, step: int, part: Literal["tools", "client-tools"]) -> StepKey:
-        """The tool message of the step: built-in results, or the client's."""
+    def tool_results(cls, step: int, part: Literal["tools", "approved", "client-tools"]) -> StepKey:
+        """A tool message of the step: results of calls run without asking, of calls a person
+        decided on, or the client's."""
         return cls(step, part)
 
     @classmethod

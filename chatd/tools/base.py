@@ -6,6 +6,7 @@ the model sees is derived from it), an async function, a timeout and an idempote
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -13,11 +14,19 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from pydantic import BaseModel
+from jsonschema import Draft202012Validator
+from pydantic import BaseModel, ValidationError
 
 from chatd.providers.base import ToolSpec
 
-__all__ = ["MediaOutput", "Tool", "ToolContext", "ToolOutput", "ToolRegistry"]
+__all__ = [
+    "InvalidArguments",
+    "MediaOutput",
+    "Tool",
+    "ToolContext",
+    "ToolOutput",
+    "ToolRegistry",
+]
 
 ArgsT = TypeVar("ArgsT", bound=BaseModel)
 
@@ -44,6 +53,11 @@ class ToolContext:
     """The chat's owner, for tools the operator allows only some owners (None: unknown)."""
 
 
+class InvalidArguments(ValueError):
+    """A call's arguments are not JSON, or don't fit the tool's schema (the message says
+    which, for the model or the person who edited them)."""
+
+
 @dataclass(frozen=True)
 class Tool(Generic[ArgsT]):
     """A built-in tool executed on the worker."""
@@ -59,6 +73,32 @@ class Tool(Generic[ArgsT]):
     """Must be the only tool call in its step."""
     stop_after: bool = False
     """A successful call ends the turn."""
+    read_only: bool = False
+    """Declared safe: it changes nothing. Shown to whoever approves a call; the chat's
+    policy still decides whether it is asked."""
+    json_schema: dict[str, Any] | None = None
+    """For tools described by a JSON Schema instead of `args` (an MCP server's tools):
+    the schema the model sees, which arguments are checked against."""
+
+    def check_arguments(self, arguments: Any) -> ArgsT:
+        """The arguments, validated; `InvalidArguments` says why they don't fit."""
+        if self.json_schema is not None:
+            errors = sorted(Draft202012Validator(self.json_schema).iter_errors(arguments), key=str)
+            if errors:
+                where = "/".join(str(p) for p in errors[0].absolute_path) or "arguments"
+                raise InvalidArguments(f"{where}: {errors[0].message}")
+        try:
+            return self.args.model_validate(arguments)
+        except ValidationError as err:
+            raise InvalidArguments(str(err)) from None
+
+    def parse_arguments(self, text: str) -> ArgsT:
+        """The arguments the model wrote (JSON text), validated."""
+        try:
+            arguments = json.loads(text or "{}")
+        except json.JSONDecodeError as err:
+            raise InvalidArguments(f"not valid JSON ({err})") from None
+        return self.check_arguments(arguments)
 
     def spec(self) -> ToolSpec:
         """The tool as the model sees it."""
@@ -70,7 +110,7 @@ class Tool(Generic[ArgsT]):
         return ToolSpec(
             name=self.name,
             description=self.description,
-            input_schema=self.args.model_json_schema(),
+            input_schema=self.json_schema or self.args.model_json_schema(),
         )
 
 

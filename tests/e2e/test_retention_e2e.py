@@ -140,12 +140,19 @@ async def test_rows_of_finished_turns_go_and_what_a_turn_may_read_stays(
         "/chats", json={"model": {"provider": "anthropic"}}, headers={"Idempotency-Key": "c1"}
     )
     assert created.status_code == 201, created.text
+    for listed in (chat_id, busy):  # as a turn of a chat with MCP servers lists them
+        await stack.pool.execute(
+            "INSERT INTO turn_mcp_tools (chat_id, turn_id, tools)"
+            " SELECT chat_id, turn_id, '[]' FROM tool_results WHERE chat_id = $1",
+            listed,
+        )
     for table, column in (
         ("chat_creations", "created_at"),
         ("queued_messages", "promoted_at"),
         ("queued_messages", "created_at"),
         ("tool_results", "created_at"),
         ("tool_call_starts", "started_at"),
+        ("turn_mcp_tools", "listed_at"),
     ):
         await stack.pool.execute(f"UPDATE {table} SET {column} = {column} - {OLD}")
     await stack.pool.execute(f"UPDATE chats SET updated_at = updated_at - {OLD}")
@@ -163,6 +170,7 @@ async def test_rows_of_finished_turns_go_and_what_a_turn_may_read_stays(
         "chat_creations": 1,
         "tool_results": 1,
         "tool_call_starts": 1,
+        "turn_mcp_tools": 1,
         "workspaces": 2,
     }
     kept = await stack.pool.fetch("SELECT id, chat_id FROM queued_messages ORDER BY chat_id")

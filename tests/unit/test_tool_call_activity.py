@@ -31,6 +31,7 @@ from chatd.store.tool_calls import ToolCallStore
 from chatd.store.transcript import TranscriptStore
 from chatd.store.turns import TurnStore
 from chatd.tools.base import Tool, ToolContext, ToolOutput, ToolRegistry
+from chatd.tools.catalog import ToolCatalog
 from workflows.payloads import (
     ExecuteToolInput,
     RecordToolResultsInput,
@@ -139,7 +140,8 @@ def outputs(parts: list[ToolResultPart]) -> list[Any]:
 
 async def new_turn(pool: asyncpg.Pool, workspace_root: Path) -> Turn:
     probe = Probe()
-    activities = ToolActivities(pool, ToolRegistry.of(probe.tools()), workspace_root)
+    catalog = ToolCatalog(pool, ToolRegistry.of(probe.tools()))
+    activities = ToolActivities(pool, catalog, workspace_root)
     chat = await ChatStore(pool).create(owner="o", model=ModelConfig())
     turn = Turn(pool, activities, probe, chat.id, "")
     return await turn.next_turn()

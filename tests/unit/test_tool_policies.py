@@ -7,15 +7,27 @@ from datetime import UTC, datetime
 import pytest
 from temporalio.exceptions import ApplicationError
 
-from workflows.controls import INVALID_TOOL_RESULTS, NOT_AWAITING_TOOL_RESULTS, TurnControls
+from workflows.controls import (
+    INVALID_TOOL_APPROVALS,
+    INVALID_TOOL_RESULTS,
+    NOT_AWAITING_TOOL_APPROVALS,
+    NOT_AWAITING_TOOL_RESULTS,
+    TurnControls,
+)
 from workflows.decide import (
     INTERRUPTED_RESULT,
+    ToolPlan,
     exclusive_violation,
     expired_result,
-    split_calls,
     stops_turn,
 )
-from workflows.payloads import SubmittedToolResult, SubmitToolResultsInput, ToolCallRef
+from workflows.payloads import (
+    SubmittedToolResult,
+    SubmitToolApprovalsInput,
+    SubmitToolResultsInput,
+    ToolApproval,
+    ToolCallRef,
+)
 
 CLOCK = ToolCallRef(id="c1", name="current_time")
 READ = ToolCallRef(id="c2", name="read_file")
@@ -25,6 +37,9 @@ HANDOFF = ToolCallRef(id="c5", name="handoff", stop_after=True)
 ASK = ToolCallRef(id="c6", name="ask_user", kind="dynamic")
 PICK = ToolCallRef(id="c7", name="pick_file", kind="dynamic")
 MYSTERY = ToolCallRef(id="c8", name="no_such_tool", kind="unknown")
+WRITE = ToolCallRef(id="c10", name="write_file", policy="ask")
+BANNED = ToolCallRef(id="c11", name="execute", policy="deny")
+NOTE = ToolCallRef(id="c12", name="notes__write", kind="mcp", policy="ask")
 EXPIRES = datetime(2026, 1, 2, 3, 4, 5, 678_000, tzinfo=UTC)
 
 
@@ -98,24 +113,26 @@ def test_dynamic_and_unknown_calls_in_an_exclusive_batch_are_skipped_too() -> No
     }
 
 
-# split_calls
+# ToolPlan
 
 
-def test_split_keeps_call_order_within_each_side() -> None:
-    builtin, dynamic = split_calls([ASK, CLOCK, MYSTERY, PICK, READ])
-    assert builtin == [CLOCK, MYSTERY, READ], "unknown tools go to the worker (Tool not found)"
-    assert dynamic == [ASK, PICK]
+def test_a_plan_sorts_calls_by_policy_keeping_call_order_within_each() -> None:
+    plan = ToolPlan([ASK, WRITE, CLOCK, BANNED, MYSTERY, NOTE, PICK])
+    assert plan.run_now == [CLOCK, MYSTERY], "unknown tools go to the worker (Tool not found)"
+    assert plan.denied == [BANNED]
+    assert plan.immediate == [CLOCK, BANNED, MYSTERY], "answered before any wait"
+    assert plan.asked == [WRITE, NOTE]
+    assert plan.client == [ASK, PICK], "the policy does not apply to client tools"
+    assert plan.waiting == [ASK, WRITE, NOTE, PICK], "one wait, in call order"
 
 
 @pytest.mark.parametrize(
-    ("calls", "builtin", "dynamic"),
-    [([], [], []), ([CLOCK], [CLOCK], []), ([ASK], [], [ASK])],
-    ids=["empty", "only-builtin", "only-dynamic"],
+    "calls", [[], [CLOCK], [ASK], [WRITE], [BANNED]], ids=["empty", "auto", "client", "ask", "deny"]
 )
-def test_split_of_one_sided_batches(
-    calls: list[ToolCallRef], builtin: list[ToolCallRef], dynamic: list[ToolCallRef]
-) -> None:
-    assert split_calls(calls) == (builtin, dynamic)
+def test_each_call_lands_in_exactly_one_list(calls: list[ToolCallRef]) -> None:
+    plan = ToolPlan(calls)
+    lists = [plan.run_now, plan.denied, plan.asked, plan.client]
+    assert sorted(c.id for part in lists for c in part) == sorted(c.id for c in calls)
 
 
 # stops_turn
@@ -146,8 +163,7 @@ def test_any_successful_stop_after_call_is_enough() -> None:
 
 def test_the_expiry_result_names_the_deadline_to_the_second() -> None:
     assert expired_result(EXPIRES) == (
-        "no result was submitted for this tool call before the wait expired at "
-        "2026-01-02T03:04:05+00:00"
+        "this tool call was not answered before the wait expired at 2026-01-02T03:04:05+00:00"
     )
 
 
@@ -166,19 +182,20 @@ def _submission(*ids: str) -> SubmitToolResultsInput:
 
 def _waiting(*calls: ToolCallRef) -> TurnControls:
     controls = TurnControls()
-    controls.await_results(list(calls), EXPIRES)
+    asked = [c for c in calls if c.kind != "dynamic"]
+    controls.await_answers(asked, [c for c in calls if c.kind == "dynamic"], EXPIRES)
     return controls
 
 
 def _refusal(controls: TurnControls, submission: SubmitToolResultsInput) -> ApplicationError:
     with pytest.raises(ApplicationError) as refused:
-        controls.validate_submission(submission)
+        controls.validate_results(submission)
     return refused.value
 
 
 @pytest.mark.parametrize("ids", [("c6", "c7"), ("c7", "c6")], ids=["in-order", "any-order"])
 def test_a_submission_answering_exactly_the_pending_calls_is_valid(ids: tuple[str, ...]) -> None:
-    _waiting(ASK, PICK).validate_submission(_submission(*ids))
+    _waiting(ASK, PICK).validate_results(_submission(*ids))
 
 
 @pytest.mark.parametrize(
@@ -202,11 +219,72 @@ def test_a_submission_when_nothing_waits_is_not_awaited() -> None:
     assert refusal.message == "the chat is not waiting for tool results"
 
 
+def test_results_are_not_awaited_when_only_approvals_wait() -> None:
+    assert _refusal(_waiting(WRITE), _submission("c10")).type == NOT_AWAITING_TOOL_RESULTS
+
+
 def test_after_a_submission_was_accepted_the_next_is_not_awaited() -> None:
     controls = _waiting(ASK)
-    controls.validate_submission(_submission("c6"))
-    controls.accepted = True  # what the update handler does first
+    controls.validate_results(_submission("c6"))
+    controls.client.accepted = True  # what the update handler does first
     assert _refusal(controls, _submission("c6")).type == NOT_AWAITING_TOOL_RESULTS
+
+
+# TurnControls.validate_approvals
+
+
+def _approvals(*decisions: dict[str, object]) -> SubmitToolApprovalsInput:
+    return SubmitToolApprovalsInput(decisions=[ToolApproval.model_validate(d) for d in decisions])
+
+
+def _approval_refusal(
+    controls: TurnControls, submission: SubmitToolApprovalsInput
+) -> ApplicationError:
+    with pytest.raises(ApplicationError) as refused:
+        controls.validate_approvals(submission)
+    return refused.value
+
+
+def test_approvals_answering_each_asked_call_once_are_valid() -> None:
+    controls = _waiting(WRITE, NOTE, ASK)
+    controls.validate_approvals(
+        _approvals(
+            {"tool_call_id": "c12", "decision": "deny", "message": "no"},
+            {"tool_call_id": "c10", "decision": "approve", "arguments": {"path": "a"}},
+        )
+    )
+
+
+@pytest.mark.parametrize(
+    "decisions",
+    [
+        [{"tool_call_id": "c10", "decision": "approve"}],
+        [
+            {"tool_call_id": "c10", "decision": "approve"},
+            {"tool_call_id": "c12", "decision": "deny"},
+            {"tool_call_id": "c6", "decision": "deny"},
+        ],
+        [
+            {"tool_call_id": "c10", "decision": "deny", "remember": True},
+            {"tool_call_id": "c12", "decision": "deny"},
+        ],
+        [
+            {"tool_call_id": "c10", "decision": "approve", "message": "fine"},
+            {"tool_call_id": "c12", "decision": "deny"},
+        ],
+    ],
+    ids=["missing", "a-client-call", "remember-a-denial", "message-on-approval"],
+)
+def test_malformed_approvals_are_invalid(decisions: list[dict[str, object]]) -> None:
+    refusal = _approval_refusal(_waiting(WRITE, NOTE, ASK), _approvals(*decisions))
+    assert refusal.type == INVALID_TOOL_APPROVALS
+
+
+def test_approvals_are_not_awaited_when_only_client_calls_wait() -> None:
+    refusal = _approval_refusal(
+        _waiting(ASK), _approvals({"tool_call_id": "c6", "decision": "approve"})
+    )
+    assert refusal.type == NOT_AWAITING_TOOL_APPROVALS
 
 
 def test_after_the_wait_ended_submissions_are_not_awaited() -> None:
@@ -221,11 +299,13 @@ def test_not_awaiting_wins_over_invalid_ids() -> None:
 
 
 def test_a_new_wait_resets_the_handshake() -> None:
-    controls = _waiting(ASK)
-    controls.accepted = controls.staged = True
+    controls = _waiting(ASK, WRITE)
+    controls.client.accepted = controls.client.staged = True
+    controls.approvals.accepted = controls.approvals.staged = True
     controls.stop_awaiting()
-    controls.await_results([PICK], EXPIRES)
-    assert (controls.accepted, controls.staged, controls.pending) == (False, False, [PICK])
+    controls.await_answers([], [PICK], EXPIRES)
+    assert (controls.client.accepted, controls.client.staged) == (False, False)
+    assert controls.pending == [PICK] and not controls.approvals.calls
     assert controls.expires_at == EXPIRES
-    controls.validate_submission(_submission("c7"))
+    controls.validate_results(_submission("c7"))
     assert _refusal(controls, _submission("c6")).type == INVALID_TOOL_RESULTS

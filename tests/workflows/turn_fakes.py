@@ -42,6 +42,7 @@ from temporalio.worker import Worker
 from chatd.models import ModelError
 from workflows.chat_turn import ChatTurn
 from workflows.constants import MODEL_ERROR_TYPE, workflow_id
+from workflows.controls import INVALID_TOOL_APPROVALS
 from workflows.decide import step_finishes_turn
 from workflows.payloads import (
     BeginTurnInput,
@@ -55,6 +56,7 @@ from workflows.payloads import (
     PublishRetryInput,
     RecordToolResultsInput,
     SetStatusInput,
+    StageToolDecisionsInput,
     StageToolResultsInput,
     StreamStepInput,
     StreamStepResult,
@@ -85,6 +87,7 @@ LOCAL_ACTIVITIES = frozenset(
         "publish_retry",
         "record_tool_results",
         "stage_tool_results",
+        "stage_tool_decisions",
     }
 )
 """The activities ChatTurn runs as local activities (at least once each)."""
@@ -152,6 +155,8 @@ class FakeActivities:
         """Answers of successive compact_context calls; a short summary once exhausted."""
         self.stream_attempts: list[int] = []
         """Temporal's activity attempt of each stream_model_step call."""
+        self.refuse_decisions: list[str] = []
+        """Messages with which successive stage_tool_decisions calls refuse their arguments."""
         self.plan: dict[str, Any] = {}
         """Overrides of the TurnPlan a beginning returns (max_steps, action_timeout_s ...)."""
         self.started = True
@@ -197,6 +202,7 @@ class FakeActivities:
             self.execute_tool_call,
             self.record_tool_results,
             self.stage_tool_results,
+            self.stage_tool_decisions,
             self.compact_context,
             self.generate_title,
         ]
@@ -294,6 +300,14 @@ class FakeActivities:
     @activity.defn(name="stage_tool_results")
     async def stage_tool_results(self, input: StageToolResultsInput) -> None:
         await self._record("stage_tool_results", input)
+
+    @activity.defn(name="stage_tool_decisions")
+    async def stage_tool_decisions(self, input: StageToolDecisionsInput) -> None:
+        """As the real one: arguments that don't fit are refused, not retried."""
+        await self._record("stage_tool_decisions", input)
+        if self.refuse_decisions:
+            message = self.refuse_decisions.pop(0)
+            raise ApplicationError(message, type=INVALID_TOOL_APPROVALS, non_retryable=True)
 
     @activity.defn(name="compact_context")
     async def compact_context(self, input: CompactInput) -> CompactResult:
