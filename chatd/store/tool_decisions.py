@@ -19,6 +19,7 @@ from pydantic import BaseModel
 
 from chatd.store.events import Conn, append_events
 from chatd.store.step_keys import StepKey
+from chatd.store.transcript import StoredMessage, message_event
 
 __all__ = [
     "Decider",
@@ -180,17 +181,6 @@ class ToolDecisionStore:
         )
         return [ToolDecision.model_validate(dict(r)) for r in rows]
 
-    async def decided(self, chat_id: uuid.UUID, turn_id: str, step: int) -> dict[str, ToolDecision]:
-        """The decisions on calls of step `step` of the turn, by call id."""
-        rows = await self._pool.fetch(
-            f"""SELECT {_COLUMNS} FROM tool_decisions
-                WHERE chat_id = $1 AND turn_id = $2 AND step = $3""",
-            chat_id,
-            turn_id,
-            step,
-        )
-        return {r["tool_call_id"]: ToolDecision.model_validate(dict(r)) for r in rows}
-
 
 async def _insert(
     conn: Conn,
@@ -225,12 +215,15 @@ async def _insert(
 async def _apply_edits(
     conn: Conn, chat_id: uuid.UUID, turn_id: str, step: int, decisions: list[NewDecision]
 ) -> None:
-    """Put the approved arguments of edited approvals into the step's assistant message."""
+    """Put the approved arguments of edited approvals into the step's assistant message, and
+    publish it again (a `message` event): the model and clients see what ran. The message
+    no longer matches the response the provider stored, so it stops being a chain link
+    (`response_id`): the next step sends the transcript itself."""
     edits = {d.tool_call_id: d.arguments for d in decisions if d.edited and d.decision == "approve"}
     if not edits:
         return
     row = await conn.fetchrow(
-        "SELECT id, parts FROM messages WHERE chat_id = $1 AND step_key = $2 FOR UPDATE",
+        "SELECT * FROM messages WHERE chat_id = $1 AND step_key = $2 FOR UPDATE",
         chat_id,
         StepKey.assistant(step).stored(turn_id),
     )
@@ -242,7 +235,11 @@ async def _apply_edits(
             if part.get("original_arguments") is None:
                 part["original_arguments"] = part.get("arguments", "")
             part["arguments"] = edits[part["id"]]
-    await conn.execute("UPDATE messages SET parts = $2 WHERE id = $1", row["id"], parts)
+    await conn.execute(
+        "UPDATE messages SET parts = $2, response_id = NULL WHERE id = $1", row["id"], parts
+    )
+    edited = StoredMessage.model_validate({**dict(row), "parts": parts})
+    await append_events(conn, chat_id, [message_event(edited)])
 
 
 async def _remember(conn: Conn, chat_id: uuid.UUID, decisions: list[NewDecision]) -> None:

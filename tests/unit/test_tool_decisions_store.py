@@ -43,6 +43,7 @@ async def _step(pool: asyncpg.Pool, chat_id: uuid.UUID, step: int) -> None:
         step_key=StepKey.assistant(step),
         role="assistant",
         parts=[TextPart(text="calling"), *calls],
+        response_id=f"resp_{step}",
     )
 
 
@@ -111,8 +112,6 @@ async def test_an_approve_an_edit_and_a_deny_are_audited_and_the_edit_is_what_th
     }
     assert audit[2].message == "not on my disk" and audit[0].message is None
     assert len({d.decided_at for d in audit}) == 1
-    assert await store.decided(chat_id, TURN, 0) == {d.tool_call_id: d for d in audit}
-    assert await store.decided(chat_id, TURN, 1) == {}
 
     c1, c2, c3 = await _calls(pool, chat_id)
     assert (c2.arguments, c2.original_arguments) == (edit, MODEL_ARGS["c2"])
@@ -120,6 +119,14 @@ async def test_an_approve_an_edit_and_a_deny_are_audited_and_the_edit_is_what_th
     assert (c3.arguments, c3.original_arguments) == (MODEL_ARGS["c3"], None)
     context = await TranscriptStore(pool).for_model(chat_id)
     assert edit in [getattr(p, "arguments", None) for p in context[-1].parts]
+    assert context[-1].response_id is None, "an edited step is no link of a response chain"
+    event = await pool.fetchrow(
+        "SELECT event, data FROM chat_events WHERE chat_id = $1 ORDER BY seq DESC LIMIT 1",
+        chat_id,
+    )
+    assert event["event"] == "message", "clients are shown the arguments that ran"
+    shown = [p for p in event["data"]["parts"] if p.get("id") == "c2"]
+    assert shown[0]["arguments"] == edit
 
 
 async def test_a_retried_or_competing_record_changes_nothing(pool: asyncpg.Pool) -> None:
