@@ -47,7 +47,7 @@ from chatd.fake_provider.server import FakeProviderServer
 from workflows.decide import STEPS_PER_RUN
 
 ROOT = Path(__file__).resolve().parents[2]
-GENERATION = "v3"
+GENERATION = "v4"
 """Histories of the current workflow code (v1 and v2, of code before the one-lifecycle
 rewrite, were dropped: nothing ran it outside tests)."""
 HISTORIES = Path(__file__).resolve().parent / "histories" / GENERATION
@@ -139,6 +139,38 @@ async def requires_action_turn(stack: Stack) -> Run:
         path, json={"results": [{"tool_call_id": call_id, "output": "blue"}]}
     )
     assert accepted.status_code == 202, accepted.text
+    await stack.wait_status(chat_id, "waiting", within_s=WITHIN_S)
+    return await _run(stack, chat_id)
+
+
+async def approval_turn(stack: Stack) -> Run:
+    """A call the policy asks about beside a client call: one requires_action, decisions
+    refused (arguments that don't fit) then accepted with an edit, client results, the
+    approved call run."""
+    write = FakeToolCall(name="write_file", arguments={"path": "a.txt", "content": "x"})
+    ask = FakeToolCall(name="ask_user", arguments={"question": "Name?"})
+    chat_id, _ = await _chat(
+        stack,
+        [FakeResponse(parts=[write, ask]), FakeResponse(parts=[FakeText(text="Saved.")])],
+        dynamic_tools=[ASK_USER],
+        tool_policy={"write_file": "ask"},
+    )
+    await stack.send(chat_id, "save a note")
+    await stack.wait_status(chat_id, "requires_action", within_s=WITHIN_S)
+    pending = (await stack.http.get(f"/chats/{chat_id}")).json()["pending_tool_calls"]
+    ids = {c["action"]: c["id"] for c in pending}
+    path = f"/chats/{chat_id}/tool-approvals"
+    edit = {"tool_call_id": ids["approval"], "decision": "approve"}
+    refused = await stack.http.post(path, json={"decisions": [{**edit, "arguments": {}}]})
+    assert refused.status_code == 400, refused.text
+    edited = {**edit, "arguments": {"path": "b.txt", "content": "y"}}
+    accepted = await stack.http.post(path, json={"decisions": [edited]})
+    assert accepted.status_code == 202, accepted.text
+    answered = await stack.http.post(
+        f"/chats/{chat_id}/tool-results",
+        json={"results": [{"tool_call_id": ids["client_tool"], "output": "Ada"}]},
+    )
+    assert answered.status_code == 202, answered.text
     await stack.wait_status(chat_id, "waiting", within_s=WITHIN_S)
     return await _run(stack, chat_id)
 
@@ -276,6 +308,7 @@ SCENARIOS: dict[str, Scenario] = {
     "text_turn": text_turn,
     "tool_turn": tool_turn,
     "requires_action_turn": requires_action_turn,
+    "approval_turn": approval_turn,
     "retry_turn": retry_turn,
     "interrupted_turn": interrupted_turn,
     "queued_turn": queued_turn,

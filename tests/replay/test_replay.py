@@ -29,11 +29,12 @@ RECORDED = {
     for path in sorted(HISTORIES.glob("*/*.json"))
 }
 """"<generation>/<scenario>" -> `WorkflowHistory.to_json()` of one recorded run."""
-GENERATIONS = ("v3",)
+GENERATIONS = ("v4",)
 SCENARIOS = {
     "text_turn",
     "tool_turn",
     "requires_action_turn",
+    "approval_turn",
     "retry_turn",
     "interrupted_turn",
     "queued_turn",
@@ -102,7 +103,7 @@ async def test_an_incompatible_change_is_caught() -> None:
     replayer = Replayer(
         workflows=[_ChatTurnThatSleepsBeforeFinishing], data_converter=pydantic_data_converter
     )
-    result = await replayer.replay_workflow(_history("v3/text_turn"), raise_on_replay_failure=False)
+    result = await replayer.replay_workflow(_history("v4/text_turn"), raise_on_replay_failure=False)
     assert isinstance(result.replay_failure, NondeterminismError)
 
 
