@@ -26,6 +26,7 @@ from chatd.client.http import Event, parse_sse
 from chatd.devstack.ports import free_port
 from chatd.fake_provider.script import FakeResponse
 from chatd.fake_provider.server import FakeProviderServer
+from chatd.mcp.config import McpConfig, server_names
 from chatd.serving import EmbeddedServer
 from chatd.settings import TemporalSettings
 from chatd.store.db import connect_pool, migrate
@@ -161,6 +162,7 @@ async def running_stack(
     announced_interrupts: bool = True,
     worker_overrides: Mapping[str, Any] | None = None,
     http_timeout_s: float = 5.0,
+    mcp: McpConfig | None = None,
 ) -> AsyncIterator[Stack]:
     """Migrate the database, start a worker and a gateway, and yield a client.
 
@@ -168,6 +170,8 @@ async def running_stack(
     `announced_interrupts=False`: the worker doesn't listen for the gateway's interrupt
     announcements, so interrupts reach a streaming step with its next heartbeat only.
     `worker_overrides` replace `temporalio.worker.Worker` options (for experiments).
+    `mcp`: the MCP servers of the worker and the names the gateway accepts (None: both read
+    `CHATD_MCP_CONFIG`, as in production).
     """
     await migrate(database_url)
     task_queue = task_queue or f"test-{uuid.uuid4().hex[:12]}"
@@ -180,6 +184,8 @@ async def running_stack(
         stream_timeouts=stream_timeouts or StreamTimeouts(),
         generate_titles=generate_titles,
     )
+    if mcp is not None:
+        config.mcp = mcp
     async with AsyncExitStack() as resources:
         pool = await connect_pool(database_url)
         resources.push_async_callback(pool.close)
@@ -197,6 +203,8 @@ async def running_stack(
         gateway = GatewayConfig(
             database_url=database_url, temporal=settings, generate_titles=generate_titles
         )
+        if mcp is not None:
+            gateway.mcp_servers = server_names(mcp)
         base_url = await _serve(resources, gateway)
         http = await resources.enter_async_context(_owner(base_url, key, http_timeout_s))
         other = await resources.enter_async_context(_owner(base_url, other_key, http_timeout_s))
