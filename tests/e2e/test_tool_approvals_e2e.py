@@ -13,7 +13,7 @@ from harness import Stack
 from support.names import model_name
 
 from chatd.fake_provider.script import FakeResponse, FakeText, FakeToolCall
-from workflows.decide import POLICY_DENIED
+from workflows.decide import INTERRUPTED_RESULT, POLICY_DENIED
 
 ASK_WRITE = {"write_file": "ask"}
 DONE = FakeResponse(parts=[FakeText(text="Done.")])
@@ -258,3 +258,181 @@ async def test_a_denying_policy_answers_an_error_without_waiting(
     [result] = sent_results(stack, name, 1).values()
     assert result["is_error"] is True and result_text(result) == POLICY_DENIED
     assert (await stack.http.get(f"/chats/{chat['id']}/tool-decisions")).json()["decisions"] == []
+
+
+ASK_USER = {
+    "name": "ask_user",
+    "description": "Ask the user a question and wait for the answer.",
+    "input_schema": {"type": "object", "properties": {"question": {"type": "string"}}},
+}
+
+
+async def test_a_mixed_wait_takes_each_kind_at_its_own_endpoint_and_goes_on_after_both(
+    stack: Stack, tmp_path: Path
+) -> None:
+    waiting = await waiting_chat(
+        stack,
+        tmp_path,
+        [FakeToolCall(name="ask_user", arguments={"question": "Which?"}), write("a.md", "A")],
+        dynamic_tools=[ASK_USER],
+    )
+    [approval], [client] = waiting.ids("approval"), waiting.ids("client_tool")
+    assert {p["id"]: p["name"] for p in waiting.pending} == {
+        approval: "write_file",
+        client: "ask_user",
+    }
+    both = [approval, client]
+    results_path = f"/chats/{waiting.id}/tool-results"
+    for call_id in (approval, *both):
+        ids = both if call_id == client else [call_id]
+        wrong = await stack.http.post(
+            results_path, json={"results": [{"tool_call_id": i, "output": "x"} for i in ids]}
+        )
+        assert wrong.status_code == 400, "tool-results answers client calls only"
+        assert wrong.json()["error"]["code"] == "invalid_tool_results"
+    for ids in ([client], both):
+        wrong = await decide(
+            stack, waiting.id, *[{"tool_call_id": i, "decision": "approve"} for i in ids]
+        )
+        assert wrong.status_code == 400, "tool-approvals answers approvals only"
+        assert wrong.json()["error"]["code"] == "invalid_tool_approvals"
+
+    approved = await decide(stack, waiting.id, {"tool_call_id": approval, "decision": "approve"})
+    assert approved.status_code == 202, approved.text
+    again = await decide(stack, waiting.id, {"tool_call_id": approval, "decision": "deny"})
+    assert again.status_code == 409, "the first accepted approval wins"
+    chat = (await stack.http.get(f"/chats/{waiting.id}")).json()
+    assert chat["status"] == "requires_action", "the client's call still waits"
+    assert not (waiting.workspace / "a.md").exists(), "approved calls run once the wait is over"
+
+    answered = await stack.http.post(
+        results_path, json={"results": [{"tool_call_id": client, "output": "this one"}]}
+    )
+    assert answered.status_code == 202, answered.text
+    await stack.wait_status(waiting.id, "waiting")
+    assert (waiting.workspace / "a.md").read_text() == "A"
+    results = sent_results(stack, waiting.model, 1)
+    assert result_text(results[client]) == "this one"
+    assert "Created a.md" in result_text(results[approval])
+
+
+async def test_approvals_when_nothing_waits_for_approval_are_a_409(
+    stack: Stack, tmp_path: Path
+) -> None:
+    idle = await stack.create_chat(tool_policy=ASK_WRITE)
+    response = await decide(stack, idle["id"], {"tool_call_id": "toolu_x", "decision": "approve"})
+    assert response.status_code == 409
+    error = response.json()["error"]
+    assert error["code"] == "not_awaiting_tool_approvals"
+    assert error["detail"]["status"] == "waiting"
+
+    client_only = await waiting_chat(
+        stack,
+        tmp_path,
+        [FakeToolCall(name="ask_user", arguments={})],
+        dynamic_tools=[ASK_USER],
+    )
+    [client] = client_only.ids("client_tool")
+    response = await decide(stack, client_only.id, {"tool_call_id": client, "decision": "approve"})
+    assert response.status_code == 409, "a wait for the client holds no approval"
+    assert response.json()["error"]["detail"]["status"] == "requires_action"
+
+
+async def test_approvals_must_answer_each_pending_call_once_and_the_first_wins(
+    stack: Stack, tmp_path: Path
+) -> None:
+    waiting = await waiting_chat(stack, tmp_path, [write("a.md", "A"), write("b.md", "B")])
+    a, b = waiting.ids("approval")
+
+    def approve(call_id: str) -> dict[str, Any]:
+        return {"tool_call_id": call_id, "decision": "approve"}
+
+    refusals = {
+        "missing": [approve(a)],
+        "extra": [approve(a), approve(b), approve("toolu_unknown")],
+        "duplicate": [approve(a), approve(a), approve(b)],
+        "deny with arguments": [approve(a), {**approve(b), "decision": "deny", "arguments": {}}],
+        "approve with a message": [approve(a), {**approve(b), "message": "why"}],
+        "deny with remember": [approve(a), {**approve(b), "decision": "deny", "remember": True}],
+    }
+    for what, decisions in refusals.items():
+        response = await decide(stack, waiting.id, *decisions)
+        assert response.status_code == 400, (what, response.text)
+        assert response.json()["error"]["code"] == "invalid_tool_approvals", what
+    missing = await decide(stack, waiting.id, approve(a))
+    assert missing.json()["error"]["detail"] == {"expected": [a, b], "received": [a]}
+    malformed = await decide(stack, waiting.id, {**approve(a), "colour": "blue"}, approve(b))
+    assert malformed.status_code == 400 and "error" in malformed.json()
+
+    first = await decide(stack, waiting.id, approve(b), {**approve(a), "decision": "deny"})
+    assert first.status_code == 202, first.text
+    second = await decide(stack, waiting.id, approve(a), approve(b))
+    assert second.status_code == 409
+    assert second.headers["x-should-retry"] == "false"
+    assert second.json()["error"]["code"] == "not_awaiting_tool_approvals"
+    assert second.json()["error"]["detail"]["status"] in {"requires_action", "running", "waiting"}
+
+    await stack.wait_status(waiting.id, "waiting")
+    assert not (waiting.workspace / "a.md").exists(), "the first submission denied it"
+    assert (waiting.workspace / "b.md").read_text() == "B"
+    decisions = (await stack.http.get(f"/chats/{waiting.id}/tool-decisions")).json()["decisions"]
+    assert {d["tool_call_id"]: d["decision"] for d in decisions} == {a: "deny", b: "approve"}
+
+
+async def test_an_expired_wait_answers_every_call_with_an_error_and_approved_calls_dont_run(
+    stack: Stack, tmp_path: Path
+) -> None:
+    waiting = await waiting_chat(
+        stack,
+        tmp_path,
+        [write("a.md", "A"), FakeToolCall(name="ask_user", arguments={"question": "?"})],
+        FakeResponse(parts=[FakeText(text="back")]),
+        dynamic_tools=[ASK_USER],
+        action_timeout_s=2,
+    )
+    [approval], [client] = waiting.ids("approval"), waiting.ids("client_tool")
+    approved = await decide(stack, waiting.id, {"tool_call_id": approval, "decision": "approve"})
+    assert approved.status_code == 202, approved.text
+    await stack.wait_status(waiting.id, "error")
+
+    chat = (await stack.http.get(f"/chats/{waiting.id}")).json()
+    assert chat["last_error"]["kind"] == "timeout" and chat["pending_tool_calls"] is None
+    results = tool_results(await stack.messages(waiting.id))
+    for call_id in (approval, client):
+        assert results[call_id]["is_error"] and "expired" in results[call_id]["output"]
+    assert not (waiting.workspace / "a.md").exists(), "the wait ended before it could run"
+    late = await decide(stack, waiting.id, {"tool_call_id": approval, "decision": "approve"})
+    assert late.status_code == 409
+
+    events = await stack.wait_status(waiting.id, "error")
+    await stack.send(waiting.id, "still there?")
+    await stack.wait_status(waiting.id, "waiting", after=events[-1].id or 0)
+    sent = sent_results(stack, waiting.model, 1)
+    assert set(sent) == {approval, client}, "the next request carries a result for every call"
+    assert (await stack.messages(waiting.id))[-1]["parts"][0]["text"] == "back"
+
+
+async def test_an_interrupt_during_the_wait_answers_the_calls_and_the_chat_goes_on(
+    stack: Stack, tmp_path: Path
+) -> None:
+    waiting = await waiting_chat(
+        stack,
+        tmp_path,
+        [write("a.md", "A")],
+        FakeResponse(parts=[FakeText(text="back")]),
+    )
+    [call_id] = waiting.ids("approval")
+    response = await stack.http.post(f"/chats/{waiting.id}/interrupt")
+    assert response.status_code == 202
+    events = await stack.wait_status(waiting.id, "waiting")
+
+    result = tool_results(await stack.messages(waiting.id))[call_id]
+    assert result["is_error"] and result["output"] == INTERRUPTED_RESULT
+    assert not (waiting.workspace / "a.md").exists()
+    late = await decide(stack, waiting.id, {"tool_call_id": call_id, "decision": "approve"})
+    assert late.status_code == 409 and late.json()["error"]["detail"]["status"] == "waiting"
+
+    await stack.send(waiting.id, "still there?")
+    await stack.wait_status(waiting.id, "waiting", after=events[-1].id or 0)
+    assert set(sent_results(stack, waiting.model, 1)) == {call_id}
+    assert (await stack.messages(waiting.id))[-1]["parts"][0]["text"] == "back"
