@@ -3,8 +3,12 @@ policy asks about, while the turn waits durably in requires_action."""
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import json
+import subprocess
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +16,7 @@ import pytest
 from harness import Stack
 from support.names import model_name
 
+from chatd.devstack.temporal import TemporalDevServer, temporal_binary
 from chatd.fake_provider.script import FakeResponse, FakeText, FakeToolCall
 from workflows.decide import INTERRUPTED_RESULT, POLICY_DENIED
 
@@ -436,3 +441,164 @@ async def test_an_interrupt_during_the_wait_answers_the_calls_and_the_chat_goes_
     await stack.wait_status(waiting.id, "waiting", after=events[-1].id or 0)
     assert set(sent_results(stack, waiting.model, 1)) == {call_id}
     assert (await stack.messages(waiting.id))[-1]["parts"][0]["text"] == "back"
+
+
+def canonical_sha256(arguments: dict[str, Any]) -> str:
+    """SHA-256 of the canonical JSON of `arguments`, computed here independently."""
+    text = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+async def test_the_audit_lists_who_decided_what_with_the_digest_of_what_ran(
+    stack: Stack, tmp_path: Path
+) -> None:
+    model_args = {"path": "b.md", "content": "from the model, é"}
+    waiting = await waiting_chat(
+        stack, tmp_path, [write("a.md", "A"), write(**model_args), write("c.md", "C")]
+    )
+    a, b, c = waiting.ids("approval")
+    edited = {"path": "b.md", "content": "edited, ü"}
+    started = datetime.now(UTC)
+    response = await decide(
+        stack,
+        waiting.id,
+        {"tool_call_id": a, "decision": "approve"},
+        {"tool_call_id": b, "decision": "approve", "arguments": edited},
+        {"tool_call_id": c, "decision": "deny", "message": "not c"},
+    )
+    assert response.status_code == 202, response.text
+    await stack.wait_status(waiting.id, "waiting")
+
+    audit = (await stack.http.get(f"/chats/{waiting.id}/tool-decisions")).json()
+    print("\nAUDIT:\n" + json.dumps(audit, indent=2))
+    key_id = await stack.pool.fetchval("SELECT id::text FROM api_keys WHERE owner = 'alice'")
+    decisions = {d["tool_call_id"]: d for d in audit["decisions"]}
+    # One submission's decisions share their time; the audit lists them by call id.
+    assert list(decisions) == sorted([a, b, c]) and audit["has_more"] is False
+    for decision in decisions.values():
+        assert decision["key_id"] == key_id and decision["owner"] == "alice"
+        assert decision["decided_by"] is None and decision["tool_name"] == "write_file"
+        assert started <= datetime.fromisoformat(decision["decided_at"]) <= datetime.now(UTC)
+    ran = {"a.md": "A", "b.md": "edited, ü"}
+    assert {p.name: p.read_text() for p in waiting.workspace.iterdir()} == ran
+    expected = {
+        a: ("approve", {"path": "a.md", "content": "A"}, False, None),
+        b: ("approve", edited, True, None),
+        c: ("deny", {"path": "c.md", "content": "C"}, False, "not c"),
+    }
+    for call_id, (verdict, arguments, was_edited, message) in expected.items():
+        decision = decisions[call_id]
+        assert decision["decision"] == verdict and decision["edited"] is was_edited
+        assert decision["arguments_sha256"] == canonical_sha256(arguments), call_id
+        assert decision["message"] == message
+    other = await stack.other_owner.get(f"/chats/{waiting.id}/tool-decisions")
+    assert other.status_code == 404, "another owner's audit is not found"
+
+
+async def test_an_update_sent_straight_to_temporal_records_decided_by(
+    stack: Stack, tmp_path: Path, temporal_server: TemporalDevServer
+) -> None:
+    waiting = await waiting_chat(stack, tmp_path, [write("a.md", "A")])
+    [call_id] = waiting.ids("approval")
+    payload = json.dumps(
+        {
+            "decisions": [{"tool_call_id": call_id, "decision": "approve"}],
+            "decided_by": "ops:carol via temporal CLI",
+        }
+    )
+    command = [
+        str(temporal_binary()),
+        "workflow",
+        "update",
+        "execute",
+        "--address",
+        temporal_server.address,
+        "--workflow-id",
+        f"chat-{waiting.id}",
+        "--name",
+        "submit_tool_approvals",
+        "--input",
+        payload,
+    ]
+    done = await asyncio.to_thread(subprocess.run, command, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    await stack.wait_status(waiting.id, "waiting")
+
+    assert (waiting.workspace / "a.md").read_text() == "A"
+    [decision] = (await stack.http.get(f"/chats/{waiting.id}/tool-decisions")).json()["decisions"]
+    assert decision["decided_by"] == "ops:carol via temporal CLI"
+    assert decision["key_id"] is None and decision["owner"] is None
+
+
+async def test_a_policy_patched_during_a_turn_applies_from_its_next_step(
+    stack: Stack, tmp_path: Path
+) -> None:
+    waiting = await waiting_chat(
+        stack,
+        tmp_path,
+        [FakeToolCall(name="ask_user", arguments={"question": "May I?"})],
+        FakeResponse(parts=[write("a.md", "A")]),
+        DONE,
+        tool_policy={},
+        dynamic_tools=[ASK_USER],
+    )
+    [client] = waiting.ids("client_tool")
+    patched = await stack.http.patch(
+        f"/chats/{waiting.id}", json={"tool_policy": ASK_WRITE, "title": "Files"}
+    )
+    assert patched.status_code == 200, patched.text
+    assert patched.json()["tool_policy"] == ASK_WRITE and patched.json()["title"] == "Files"
+    answered = await stack.http.post(
+        f"/chats/{waiting.id}/tool-results",
+        json={"results": [{"tool_call_id": client, "output": "yes"}]},
+    )
+    assert answered.status_code == 202, answered.text
+    events = await stack.wait_status(waiting.id, "running")
+    events += await stack.wait_status(waiting.id, "requires_action", after=events[-1].id or 0)
+
+    asked = (await stack.http.get(f"/chats/{waiting.id}")).json()
+    [pending] = asked["pending_tool_calls"]
+    assert pending["action"] == "approval" and pending["name"] == "write_file"
+    assert not (waiting.workspace / "a.md").exists()
+    response = await decide(
+        stack, waiting.id, {"tool_call_id": pending["id"], "decision": "approve"}
+    )
+    assert response.status_code == 202, response.text
+    await stack.wait_status(waiting.id, "waiting", after=events[-1].id or 0)
+    assert (waiting.workspace / "a.md").read_text() == "A"
+    chat = (await stack.http.get(f"/chats/{waiting.id}")).json()
+    assert chat["title"] == "Files" and chat["tool_policy"] == ASK_WRITE
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"tool_policy": {"write file!": "ask"}},
+        {"tool_policy": {"write_file": "maybe"}},
+        {"tool_policy": {"": "ask"}},
+        {"tool_policy": {"[abc]": "deny"}},
+        {"tool_policy": ["write_file"]},
+        {"title": ""},
+        {},
+        {"colour": "blue"},
+    ],
+    ids=[
+        "bad key",
+        "bad value",
+        "empty key",
+        "bracket glob",
+        "not a map",
+        "empty title",
+        "nothing",
+        "unknown field",
+    ],
+)
+async def test_a_bad_patch_is_a_400_and_changes_nothing(stack: Stack, body: dict[str, Any]) -> None:
+    chat = await stack.create_chat(tool_policy=ASK_WRITE, title="Kept")
+    response = await stack.http.patch(f"/chats/{chat['id']}", json=body)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["code"]
+    after = (await stack.http.get(f"/chats/{chat['id']}")).json()
+    assert after["tool_policy"] == ASK_WRITE and after["title"] == "Kept"
+    other = await stack.other_owner.patch(f"/chats/{chat['id']}", json={"title": "Mine"})
+    assert other.status_code == 404
