@@ -179,3 +179,84 @@ async def test_image_structured_and_failed_results_map_onto_our_parts(mcp_stack:
     assert sent[image["tool_call_id"]]["content"][-1]["source"]["data"] == PNG_1X1
     assert json.loads(sent[structured["tool_call_id"]]["content"][0]["text"])["answer"] == 42
     assert sent[failed["tool_call_id"]]["is_error"] is True
+
+
+async def test_a_server_that_dies_mid_call_is_an_error_result_and_the_next_turn_restarts_it(
+    mcp_stack: Stack,
+) -> None:
+    step = [FakeResponse(parts=[FakeToolCall(name="local__pid")])]
+    crash = FakeResponse(parts=[FakeToolCall(name="local__crash")])
+    chat_id, model = await _chat(
+        mcp_stack, [*step, crash, DONE, *step, DONE], mcp_servers=["local"]
+    )
+    after = await _turn(mcp_stack, chat_id)
+
+    first_pid, crashed = _results(await mcp_stack.messages(chat_id))
+    assert not first_pid["is_error"]
+    assert crashed["is_error"] and "MCP server 'local' is unavailable" in crashed["output"]
+    assert len(mcp_stack.fake.requests(model)) == 3, "the model saw the error and answered"
+
+    await _turn(mcp_stack, chat_id, after=after)
+    second_pid = _results(await mcp_stack.messages(chat_id))[-1]
+    assert not second_pid["is_error"]
+    assert second_pid["output"] != first_pid["output"], "a new server process answered"
+
+
+async def test_a_call_past_the_servers_timeout_is_an_error_result_and_the_turn_goes_on(
+    mcp_stack: Stack,
+) -> None:
+    call = FakeToolCall(name="slow__slow", arguments={"seconds": 30})
+    chat_id, model = await _chat(
+        mcp_stack, [FakeResponse(parts=[call]), DONE], mcp_servers=["slow"]
+    )
+    await _turn(mcp_stack, chat_id)
+
+    [result] = _results(await mcp_stack.messages(chat_id))
+    assert result["is_error"]
+    assert "MCP server 'slow' is unavailable: no answer within 1 s" in result["output"]
+    assert len(mcp_stack.fake.requests(model)) == 2
+
+
+async def test_a_server_down_at_listing_offers_no_tools_and_the_turn_works(
+    mcp_stack: Stack,
+) -> None:
+    calls = [
+        FakeToolCall(name="down__x"),
+        FakeToolCall(name="local__echo", arguments={"text": "hi"}),
+    ]
+    chat_id, model = await _chat(
+        mcp_stack, [FakeResponse(parts=calls), DONE], mcp_servers=["down", "local"]
+    )
+    await _turn(mcp_stack, chat_id)
+
+    offered = _offered(mcp_stack, model)
+    assert "local__echo" in offered and not [t for t in offered if t.startswith("down__")]
+    down, echo = _results(await mcp_stack.messages(chat_id))
+    assert (down["output"], down["is_error"]) == ("Tool not found: down__x", True)
+    assert (echo["output"], echo["is_error"]) == ("hi", False)
+
+
+async def test_an_unknown_server_name_at_creation_is_a_400(mcp_stack: Stack) -> None:
+    response = await mcp_stack.http.post("/chats", json={"mcp_servers": ["local", "nowhere"]})
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["code"] == "invalid_request" and "nowhere" in error["message"]
+
+
+async def test_each_turn_lists_the_servers_once_and_keeps_that_list(
+    mcp_stack: Stack, http_server: HttpMcpServer
+) -> None:
+    # The server dies in the first turn's first step: its second step still offers the tools
+    # listed at the start; the next turn lists again and finds none.
+    crash = FakeResponse(parts=[FakeToolCall(name="remote__crash")])
+    chat_id, model = await _chat(mcp_stack, [crash, DONE, DONE], mcp_servers=["remote"])
+    after = await _turn(mcp_stack, chat_id)
+    assert not http_server.running
+    [listed] = await _listings(mcp_stack, chat_id)
+    assert "remote__add" in listed
+    assert "remote__add" in _offered(mcp_stack, model, 0)
+    assert _offered(mcp_stack, model, 1) == _offered(mcp_stack, model, 0)
+
+    await _turn(mcp_stack, chat_id, after=after)
+    assert await _listings(mcp_stack, chat_id) == [listed, []]
+    assert not [t for t in _offered(mcp_stack, model, 2) if t.startswith("remote__")]
