@@ -140,6 +140,39 @@ async def test_a_destructive_mcp_tool_waits_for_approval_and_runs_once_approved(
     assert (result["output"], result["is_error"]) == ("noted", False)
 
 
+async def test_an_approval_edits_an_mcp_calls_arguments_within_the_servers_schema(
+    mcp_stack: Stack, notes: Path
+) -> None:
+    call = FakeToolCall(name="remote__write_note", arguments={"text": "as the model wrote"})
+    chat_id, model = await _chat(
+        mcp_stack, [FakeResponse(parts=[call]), DONE], mcp_servers=["remote"]
+    )
+    after = await _turn(mcp_stack, chat_id, status="requires_action")
+    [pending] = (await mcp_stack.http.get(f"/chats/{chat_id}")).json()["pending_tool_calls"]
+    path = f"/chats/{chat_id}/tool-approvals"
+
+    def approve(arguments: dict[str, Any]) -> dict[str, Any]:
+        decision = {"tool_call_id": pending["id"], "decision": "approve", "arguments": arguments}
+        return {"decisions": [decision]}
+
+    refused = await mcp_stack.http.post(path, json=approve({"text": 5}))
+    assert refused.status_code == 400, refused.text
+    assert "text" in refused.json()["error"]["message"]
+    accepted = await mcp_stack.http.post(path, json=approve({"text": "as a person edited"}))
+    assert accepted.status_code == 202, accepted.text
+    await mcp_stack.wait_status(chat_id, "waiting", after=after)
+
+    assert notes_written(notes) == ["as a person edited"]
+    [ran] = [p for p in (await mcp_stack.messages(chat_id))[1]["parts"] if p["type"] == "tool_call"]
+    assert json.loads(ran["arguments"]) == {"text": "as a person edited"}
+    assert json.loads(ran["original_arguments"]) == {"text": "as the model wrote"}
+    [decision] = (await mcp_stack.http.get(f"/chats/{chat_id}/tool-decisions")).json()["decisions"]
+    assert (decision["tool_name"], decision["edited"]) == ("remote__write_note", True)
+    sent = mcp_stack.fake.requests(model)[1].body["messages"]
+    uses = [b for m in sent if isinstance(m["content"], list) for b in m["content"]]
+    assert [b["input"] for b in uses if b["type"] == "tool_use"] == [{"text": "as a person edited"}]
+
+
 @pytest.mark.parametrize(
     ("policy", "written", "output"),
     [
