@@ -3,6 +3,7 @@ gateway, a worker, Temporal and Postgres, with the fake provider scripting the m
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -214,24 +215,26 @@ async def test_image_structured_and_failed_results_map_onto_our_parts(mcp_stack:
     assert sent[failed["tool_call_id"]]["is_error"] is True
 
 
-async def test_a_server_that_dies_mid_call_is_an_error_result_and_the_next_turn_restarts_it(
-    mcp_stack: Stack,
+@pytest.mark.parametrize("server", ["local", "remote"])
+async def test_a_server_that_dies_mid_call_is_an_error_result_and_a_later_turn_uses_a_new_one(
+    mcp_stack: Stack, http_server: HttpMcpServer, server: str
 ) -> None:
-    step = [FakeResponse(parts=[FakeToolCall(name="local__pid")])]
-    crash = FakeResponse(parts=[FakeToolCall(name="local__crash")])
-    chat_id, model = await _chat(
-        mcp_stack, [*step, crash, DONE, *step, DONE], mcp_servers=["local"]
-    )
+    step = [FakeResponse(parts=[FakeToolCall(name=f"{server}__pid")])]
+    crash = FakeResponse(parts=[FakeToolCall(name=f"{server}__crash")])
+    chat_id, model = await _chat(mcp_stack, [*step, crash, DONE, *step, DONE], mcp_servers=[server])
     after = await _turn(mcp_stack, chat_id)
 
     first_pid, crashed = _results(await mcp_stack.messages(chat_id))
     assert not first_pid["is_error"]
-    assert crashed["is_error"] and "MCP server 'local' is unavailable" in crashed["output"]
+    assert crashed["is_error"] and f"MCP server '{server}' is unavailable" in crashed["output"]
     assert len(mcp_stack.fake.requests(model)) == 3, "the model saw the error and answered"
 
+    if server == "remote":
+        # The worker starts a stdio server itself; an HTTP one, we do (off the stack's loop).
+        await asyncio.to_thread(http_server.restart)
     await _turn(mcp_stack, chat_id, after=after)
     second_pid = _results(await mcp_stack.messages(chat_id))[-1]
-    assert not second_pid["is_error"]
+    assert not second_pid["is_error"], second_pid["output"]
     assert second_pid["output"] != first_pid["output"], "a new server process answered"
 
 
