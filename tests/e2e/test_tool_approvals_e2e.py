@@ -602,3 +602,40 @@ async def test_a_bad_patch_is_a_400_and_changes_nothing(stack: Stack, body: dict
     assert after["tool_policy"] == ASK_WRITE and after["title"] == "Kept"
     other = await stack.other_owner.patch(f"/chats/{chat['id']}", json={"title": "Mine"})
     assert other.status_code == 404
+
+
+async def test_of_two_submissions_at_once_exactly_one_wins(stack: Stack, tmp_path: Path) -> None:
+    waiting = await waiting_chat(stack, tmp_path, [write("a.md", "A")])
+    [call_id] = waiting.ids("approval")
+    approve = decide(stack, waiting.id, {"tool_call_id": call_id, "decision": "approve"})
+    deny = decide(stack, waiting.id, {"tool_call_id": call_id, "decision": "deny", "message": "no"})
+    approved, denied = await asyncio.gather(approve, deny)
+    assert sorted([approved.status_code, denied.status_code]) == [202, 409]
+    await stack.wait_status(waiting.id, "waiting")
+
+    won = "approve" if approved.status_code == 202 else "deny"
+    [decision] = (await stack.http.get(f"/chats/{waiting.id}/tool-decisions")).json()["decisions"]
+    assert decision["decision"] == won
+    assert (waiting.workspace / "a.md").exists() == (won == "approve")
+    result = tool_results(await stack.messages(waiting.id))[call_id]
+    assert result.get("is_error", False) == (won == "deny")
+
+
+async def test_approving_the_models_own_arguments_is_not_an_edit(
+    stack: Stack, tmp_path: Path
+) -> None:
+    model_args = {"path": "a.md", "content": "A"}
+    waiting = await waiting_chat(stack, tmp_path, [write(**model_args)])
+    [call_id] = waiting.ids("approval")
+    same = {"content": "A", "path": "a.md"}  # other key order: the same arguments
+    response = await decide(
+        stack, waiting.id, {"tool_call_id": call_id, "decision": "approve", "arguments": same}
+    )
+    assert response.status_code == 202, response.text
+    await stack.wait_status(waiting.id, "waiting")
+
+    [decision] = (await stack.http.get(f"/chats/{waiting.id}/tool-decisions")).json()["decisions"]
+    assert decision["edited"] is False
+    assert decision["arguments_sha256"] == canonical_sha256(model_args)
+    call = tool_calls(await stack.messages(waiting.id))[call_id]
+    assert json.loads(call["arguments"]) == model_args and call["original_arguments"] is None
