@@ -296,3 +296,28 @@ async def test_each_turn_lists_the_servers_once_and_keeps_that_list(
     await _turn(mcp_stack, chat_id, after=after)
     assert await _listings(mcp_stack, chat_id) == [listed, []]
     assert not [t for t in _offered(mcp_stack, model, 2) if t.startswith("remote__")]
+
+
+async def test_an_approval_wait_on_an_mcp_call_survives_a_worker_and_gateway_restart(
+    make_stack: StackFactory, http_server: HttpMcpServer, notes: Path, tmp_path: Path
+) -> None:
+    mcp = load_mcp_config(
+        str(write_mcp_config(tmp_path / "mcp.json", {"remote": http_server.entry()}))
+    )
+    call = FakeToolCall(name="remote__write_note", arguments={"text": "after the restart"})
+    async with make_stack(mcp=mcp) as first:
+        chat_id, _ = await _chat(first, [FakeResponse(parts=[call]), DONE], mcp_servers=["remote"])
+        after = await _turn(first, chat_id, status="requires_action")
+    # A new worker (new MCP sessions) and gateway take over the same queue and database.
+    async with make_stack(mcp=mcp, task_queue=first.task_queue) as second:
+        second.http.headers["Authorization"] = f"Bearer {first.key}"
+        [pending] = (await second.http.get(f"/chats/{chat_id}")).json()["pending_tool_calls"]
+        response = await second.http.post(
+            f"/chats/{chat_id}/tool-approvals",
+            json={"decisions": [{"tool_call_id": pending["id"], "decision": "approve"}]},
+        )
+        assert response.status_code == 202, response.text
+        await second.wait_status(chat_id, "waiting", after=after)
+        [result] = _results(await second.messages(chat_id))
+    assert (result["output"], result["is_error"]) == ("noted", False)
+    assert notes_written(notes) == ["after the restart"]
