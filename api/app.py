@@ -81,5 +81,5 @@ def create_app(config: GatewayConfig) -> FastAPI:
     app.include_router(health.router)
     for module in (chats, approvals, messages, stream, turn_control):
         app.include_router(module.router, prefix=API_PREFIX, responses=ERROR_RESPONSES)
-    app.openapi = lambda: openapi_document(app)  # type: ignore[method-assign]
+    app.openapi = lambda: openapi_document(app, config.mcp_servers)  # type: ignore[method-assign]
     return app

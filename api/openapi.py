@@ -63,8 +63,8 @@ _STRINGS = (
 )
 
 
-def openapi_document(app: FastAPI) -> dict[str, Any]:
-    """The document, built once per app."""
+def openapi_document(app: FastAPI, mcp_servers: list[str]) -> dict[str, Any]:
+    """The document, built once per app; `mcp_servers` are the names a chat may select."""
     if app.openapi_schema is None:
         schema = get_openapi(
             title=app.title, version=app.version, description=app.description, routes=app.routes
@@ -73,6 +73,7 @@ def openapi_document(app: FastAPI) -> dict[str, Any]:
         _drop_assumed_validation_errors(schema)
         _document_reused_keys(schema)
         _add_links(schema)
+        _document_mcp_servers(schema, mcp_servers)
         app.openapi_schema = schema
     return app.openapi_schema
 
@@ -109,6 +110,15 @@ def _document_reused_keys(schema: dict[str, Any]) -> None:
                         },
                     },
                 )
+
+
+def _document_mcp_servers(schema: dict[str, Any], names: list[str]) -> None:
+    """A chat selects only servers the operator configured: the document names them."""
+    field = schema["components"]["schemas"]["CreateChat"]["properties"]["mcp_servers"]
+    if names:
+        field["items"] = {"type": "string", "enum": sorted(names)}
+    else:
+        field["maxItems"] = 0
 
 
 def _add_links(schema: dict[str, Any]) -> None:

@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, GetPydanticSchema, model_validator
+from pydantic.json_schema import SkipJsonSchema
 
 from api.user_parts import (
     MAX_PARTS,
@@ -176,14 +177,19 @@ class ChatSettings(_Strict):
 
     model_config = ConfigDict(json_schema_extra={"minProperties": 1})
 
-    title: str | None = Field(default=None, min_length=1, max_length=200)
-    tool_policy: ToolPolicy | None = None
+    title: str | SkipJsonSchema[None] = Field(default=None, min_length=1, max_length=200)
+    tool_policy: ToolPolicy | SkipJsonSchema[None] = None
 
-    @model_validator(mode="after")
-    def _changes_something(self) -> ChatSettings:
-        if self.title is None and self.tool_policy is None:
-            raise ValueError("give `title` or `tool_policy`")
-        return self
+    @model_validator(mode="before")
+    @classmethod
+    def _changes_something(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            if not data:
+                raise ValueError("give `title` or `tool_policy`")
+            nulls = [name for name, value in data.items() if value is None]
+            if nulls:
+                raise ValueError(f"{nulls[0]} can't be null: leave it out to keep it")
+        return data
 
 
 class StrictToolApproval(ToolApproval):
@@ -201,11 +207,12 @@ class ToolApprovals(_Strict):
 
 
 class ToolDecisionList(BaseModel):
-    """The approval audit of a chat, oldest first; pass `next_after` as `after` for more."""
+    """The approval audit of a chat, oldest first; pass `next_offset` as `offset` for more."""
 
     decisions: list[ToolDecision]
     has_more: bool
-    next_after: str | None
+    next_offset: int | None
+    """Set exactly when `has_more`."""
 
 
 class Accepted(BaseModel):

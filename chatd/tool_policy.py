@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from fnmatch import fnmatchcase
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, TypeAdapter, ValidationError
+from pydantic import AfterValidator, TypeAdapter, ValidationError, WithJsonSchema
 
 __all__ = [
     "MAX_RULES",
@@ -53,7 +53,18 @@ def _check_rules(policy: dict[str, PolicyDecision]) -> dict[str, PolicyDecision]
     return policy
 
 
-ToolPolicy = Annotated[dict[str, PolicyDecision], AfterValidator(_check_rules)]
+ToolPolicy = Annotated[
+    dict[str, PolicyDecision],
+    AfterValidator(_check_rules),
+    WithJsonSchema(
+        {
+            "type": "object",
+            "maxProperties": MAX_RULES,
+            "propertyNames": {"pattern": f"^{_KEY.pattern}$"},
+            "additionalProperties": {"enum": ["auto", "ask", "deny"]},
+        }
+    ),
+]
 """A validated policy, `{"<tool name or glob>": "auto" | "ask" | "deny"}`: use it as the type
 of a request field, or `validate_tool_policy` elsewhere."""
 

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import base64
 import json
-from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
@@ -15,7 +13,6 @@ from api.errors import ApiError
 from api.schemas import Accepted, ChatOut, ChatSettings, ToolApprovals, ToolDecisionList
 from api.state import state_of
 from api.turns import submit_tool_approvals
-from chatd.store.tool_decisions import DecisionCursor
 from workflows.payloads import SubmitToolApprovalsInput
 
 __all__ = ["router"]
@@ -85,31 +82,13 @@ async def list_tool_decisions(
     chat: OwnedChat,
     request: Request,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
-    after: Annotated[str | None, Query(max_length=1000)] = None,
+    offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
 ) -> ToolDecisionList:
     """Every approval decision of the chat, oldest first: who, when, what, and a SHA-256 of
-    the arguments the call ran with. Pass `next_after` as `after` for the next page."""
-    decisions = await state_of(request).decisions.list(
-        chat.id, after=_parse_cursor(after) if after else None, limit=limit + 1
-    )
+    the arguments the call ran with. The audit only grows at its end, so `offset` pages are
+    stable: pass `next_offset` for the next one."""
+    decisions = await state_of(request).decisions.list(chat.id, offset=offset, limit=limit + 1)
     more = len(decisions) > limit
-    page = decisions[:limit]
     return ToolDecisionList(
-        decisions=page, has_more=more, next_after=_cursor(page[-1].cursor) if more else None
+        decisions=decisions[:limit], has_more=more, next_offset=offset + limit if more else None
     )
-
-
-def _cursor(at: DecisionCursor) -> str:
-    """An opaque cursor: the decision's sort key as URL-safe base64 of JSON."""
-    key = [at.decided_at.isoformat(), at.turn_id, at.step, at.tool_call_id]
-    return base64.urlsafe_b64encode(json.dumps(key).encode()).decode()
-
-
-def _parse_cursor(cursor: str) -> DecisionCursor:
-    try:
-        decided_at, turn_id, step, call_id = json.loads(base64.urlsafe_b64decode(cursor))
-        return DecisionCursor(
-            datetime.fromisoformat(decided_at), str(turn_id), int(step), str(call_id)
-        )
-    except (ValueError, TypeError) as err:
-        raise ApiError(400, "invalid_request", "`after` is not a cursor this API gave") from err

@@ -12,7 +12,7 @@ import hashlib
 import json
 import uuid
 from datetime import datetime
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 import asyncpg
 from pydantic import BaseModel
@@ -23,7 +23,6 @@ from chatd.store.transcript import StoredMessage, message_event
 
 __all__ = [
     "Decider",
-    "DecisionCursor",
     "NewDecision",
     "ToolDecision",
     "ToolDecisionStore",
@@ -59,15 +58,6 @@ class Decider(BaseModel):
     decided_by: str | None = None
 
 
-class DecisionCursor(NamedTuple):
-    """Where a page of the audit ends: the next page starts after this decision."""
-
-    decided_at: datetime
-    turn_id: str
-    step: int
-    tool_call_id: str
-
-
 class ToolDecision(BaseModel):
     """A decision as the audit lists it."""
 
@@ -85,11 +75,6 @@ class ToolDecision(BaseModel):
     owner: str | None
     decided_by: str | None
     decided_at: datetime
-
-    @property
-    def cursor(self) -> DecisionCursor:
-        """The cursor of a page that ends with this decision."""
-        return DecisionCursor(self.decided_at, self.turn_id, self.step, self.tool_call_id)
 
 
 def canonical_sha256(arguments_json: str) -> str:
@@ -163,20 +148,19 @@ class ToolDecisionStore:
         return True
 
     async def list(
-        self, chat_id: uuid.UUID, *, after: DecisionCursor | None = None, limit: int = 100
+        self, chat_id: uuid.UUID, *, offset: int = 0, limit: int = 100
     ) -> list[ToolDecision]:
         """The chat's decisions in the order they were made (by `decided_at`; one record's
-        by call id), after the cursor, at most `limit`. Fetch `limit + 1` to learn whether
+        by call id), from the `offset`th, at most `limit`. Decisions are only ever added
+        after the others, so offsets are stable pages. Fetch `limit + 1` to learn whether
         another page follows."""
         rows = await self._pool.fetch(
             f"""SELECT {_COLUMNS} FROM tool_decisions
                 WHERE chat_id = $1
-                  AND ($2::timestamptz IS NULL
-                       OR (decided_at, turn_id, step, tool_call_id) > ($2, $3, $4, $5))
                 ORDER BY decided_at, turn_id, step, tool_call_id
-                LIMIT $6""",
+                OFFSET $2 LIMIT $3""",
             chat_id,
-            *(after or (None, None, None, None)),
+            offset,
             limit,
         )
         return [ToolDecision.model_validate(dict(r)) for r in rows]
