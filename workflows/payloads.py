@@ -23,6 +23,7 @@ __all__ = [
     "ExecuteToolInput",
     "ExecuteToolResult",
     "FinishTurnInput",
+    "PlannedModel",
     "PublishRetryInput",
     "RecordToolResultsInput",
     "RetryState",
@@ -52,6 +53,14 @@ class _Payload(BaseModel):
     model_config = ConfigDict(frozen=True)
 
 
+class PlannedModel(_Payload):
+    """A model a turn may move to when the chat's own fails: what the workflow shows and
+    weighs of it (the activity reads the whole config from the chat)."""
+
+    label: str
+    context_limit: int
+
+
 class TurnPlan(_Payload):
     """What a turn knows once it began; carried into a continued run of a long turn."""
 
@@ -61,6 +70,10 @@ class TurnPlan(_Payload):
     action_timeout_s: int = 600
     compact_at_tokens: int = 0
     """Compact after a step whose prompt reached this many tokens (0: never)."""
+    context_limit: int = 0
+    """The chat model's context window (0: not known)."""
+    fallbacks: list[PlannedModel] = []
+    """The chat's fallback models, in order: model index i is `fallbacks[i - 1]`."""
 
 
 class TurnResume(_Payload):
@@ -69,6 +82,8 @@ class TurnResume(_Payload):
     plan: TurnPlan
     next_step: int
     compactions: int = 0
+    model_index: int = 0
+    """The model the turn moved to (0: the chat's own; i: `plan.fallbacks[i - 1]`)."""
 
 
 class ChatTurnInput(_Payload):
@@ -131,6 +146,8 @@ class StreamStepInput(_Payload):
     (`decide.ends_turn`), sparing a local activity."""
     compact_at_tokens: int = 0
     """The turn's compaction threshold, for `decide.ends_turn` (with `begin`, the new plan's)."""
+    model_index: int = 0
+    """Which model streams: 0 the chat's own, i its `fallback_models[i - 1]`."""
 
 
 ToolPolicyDecision = Literal["auto", "ask", "deny"]
@@ -289,6 +306,8 @@ class PublishRetryInput(_Payload):
     delay_ms: int
     retrying_at: datetime
     error: ModelError
+    model: str | None = None
+    """The label of the model the next attempt uses (another one after a fallback)."""
 
 
 class FinishTurnInput(_Payload):
