@@ -86,7 +86,12 @@ class ChatTurn:
         self._step = 0
         self._deadline_s = input.retry_deadline_s
         self._deadline = timedelta(seconds=input.retry_deadline_s)
-        self._generation = Generation(self._chat_id, self._controls, self._deadline)
+        self._generation = Generation(
+            self._chat_id,
+            self._controls,
+            self._deadline,
+            model_index=input.resume.model_index if input.resume is not None else 0,
+        )
         self._untitled = False
         """The message that started this run found the chat without a title."""
         self._plan: TurnPlan | None = input.resume.plan if input.resume is not None else None
@@ -321,7 +326,10 @@ class ChatTurn:
                 chat_id=self._chat_id,
                 queued=self._queue,
                 resume=TurnResume(
-                    plan=self._plan, next_step=step, compactions=progress.compactions
+                    plan=self._plan,
+                    next_step=step,
+                    compactions=progress.compactions,
+                    model_index=self._generation.model_index,
                 ),
                 retry_deadline_s=self._deadline_s,
             )

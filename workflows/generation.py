@@ -20,12 +20,16 @@ with workflow.unsafe.imports_passed_through():
     from workflows.controls import TurnControls
     from workflows.decide import (
         DEFAULT_MAX_MODEL_ATTEMPTS,
+        FALLBACK_DELAY,
         Failed,
         Interrupted,
         StepOutcome,
         Streamed,
         backoff_delay,
+        fallback_model,
         gave_up,
+        model_label,
+        model_seems_down,
         should_retry,
     )
     from workflows.payloads import (
@@ -49,14 +53,22 @@ _LEAST_TIME = timedelta(seconds=1)
 
 
 class Generation:
-    """Runs a turn's model steps; the backoff in progress is `retry` (for the state query)."""
+    """Runs a turn's model steps; the backoff in progress is `retry` (for the state query).
 
-    def __init__(self, chat_id: str, controls: TurnControls, deadline: timedelta) -> None:
+    A step that keeps failing on its model may move to the chat's next one
+    (`decide.fallback_model`); the turn then stays on it (`model_index`) to its end.
+    """
+
+    def __init__(
+        self, chat_id: str, controls: TurnControls, deadline: timedelta, model_index: int = 0
+    ) -> None:
         self._chat_id = chat_id
         self._controls = controls
         self._deadline = deadline
         self.model_label = ""
-        """Shown in the step activities' summaries."""
+        """The chat model's label (summaries name the model in use)."""
+        self.model_index = model_index
+        """The model the turn streams from: 0 the chat's own, i its i-th fallback."""
         self.retry: RetryState | None = None
         self.began: BeginTurnResult | None = None
         """The turn's beginning, once `begin` was asked for it."""
@@ -66,10 +78,13 @@ class Generation:
 
         Without a `plan` yet, the step begins the turn and brings the plan
         (`StreamStepResult.began`); if it fails, `begin` is asked for the plan instead.
-        Retries stop once the step has failed for the turn's deadline.
+        Retries stop once the step has failed on its model for the turn's deadline; a move
+        to the next model starts its attempts and its deadline anew.
         """
         failing_since: datetime | None = None
-        attempt = 1
+        # The step's attempt (clients drop a shown partial after 1), the attempt on the model
+        # in use, and its failures that count toward a fallback.
+        attempt, on_model, down = 1, 1, 0
         while not self._controls.interrupted:
             attempt_started = workflow.now()
             try:
@@ -81,8 +96,10 @@ class Generation:
                         attempt=attempt,
                         begin=plan is None,
                         compact_at_tokens=plan.compact_at_tokens if plan is not None else 0,
+                        model_index=self.model_index,
                     ),
                     self._deadline - (workflow.now() - (failing_since or attempt_started)),
+                    self._label(plan),
                 )
             except ActivityError as err:
                 error = activity_error(err, "the model step")
@@ -93,15 +110,23 @@ class Generation:
                 break
             if plan is None and (plan := (await self.begin(turn_id)).plan) is None:
                 return Failed(error)  # no turn after all: its message was deleted
+            down += model_seems_down(error)
+            following = fallback_model(error, down, self.model_index, plan)
+            if following is not None:
+                self.model_index = following  # for the rest of the turn
+                await self._back_off(attempt, error, FALLBACK_DELAY, model_label(plan, following))
+                failing_since, on_model, down = None, 1, 0
+                attempt += 1
+                continue
             failing_since = failing_since or attempt_started
             failing_for = workflow.now() - failing_since
             deadline = self._deadline
-            if not should_retry(error, attempt, DEFAULT_MAX_MODEL_ATTEMPTS, failing_for, deadline):
+            if not should_retry(error, on_model, DEFAULT_MAX_MODEL_ATTEMPTS, failing_for, deadline):
                 self.retry = None
-                return Failed(gave_up(error, attempt, failing_for, deadline))
-            await self._back_off(attempt, error)
-            self.retry = None
-            attempt += 1
+                return Failed(gave_up(error, on_model, failing_for, deadline))
+            delay = backoff_delay(on_model, error.retry_after_ms)
+            await self._back_off(attempt, error, delay, self._label(plan))
+            attempt, on_model = attempt + 1, on_model + 1
         self.retry = None
         return Interrupted()
 
@@ -115,7 +140,13 @@ class Generation:
         self.began = began
         return began
 
-    async def _stream(self, input: StreamStepInput, time_left: timedelta) -> StreamStepResult:
+    def _label(self, plan: TurnPlan | None) -> str:
+        """The label of the model in use (before the plan, only the chat's own can be)."""
+        return self.model_label if plan is None else model_label(plan, self.model_index)
+
+    async def _stream(
+        self, input: StreamStepInput, time_left: timedelta, label: str
+    ) -> StreamStepResult:
         """The model-step activity; an interrupt cancels it and it returns its partial step."""
         handle = workflow.start_activity_method(
             ModelStepActivities.stream_model_step,
@@ -125,13 +156,15 @@ class Generation:
             heartbeat_timeout=timedelta(seconds=5),
             retry_policy=_MODEL_RETRY,
             cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-            summary=f"{self.model_label} step {input.step}",
+            summary=f"{label} step {input.step}",
         )
         return await self._controls.unless_interrupted(handle)
 
-    async def _back_off(self, attempt: int, error: ModelError) -> None:
-        """Publish the retry, then wait on a durable timer that an interrupt cuts short."""
-        delay = backoff_delay(attempt, error.retry_after_ms)
+    async def _back_off(
+        self, attempt: int, error: ModelError, delay: timedelta, model: str
+    ) -> None:
+        """Publish the retry (naming the model of the next attempt), then wait on a durable
+        timer that an interrupt cuts short."""
         retrying_at = workflow.now() + delay
         self.retry = RetryState(attempt=attempt, next_attempt_at=retrying_at, error=error)
         await workflow.execute_local_activity_method(
@@ -142,6 +175,7 @@ class Generation:
                 delay_ms=int(delay.total_seconds() * 1000),
                 retrying_at=retrying_at,
                 error=error,
+                model=model,
             ),
             start_to_close_timeout=LOCAL_TIMEOUT,
         )
@@ -149,7 +183,8 @@ class Generation:
             await workflow.wait_condition(
                 lambda: self._controls.interrupted,
                 timeout=delay,
-                timeout_summary=f"retry backoff after {error.kind}",
+                timeout_summary=f"retry backoff after {error.kind}, then {model}",
             )
         except TimeoutError:
             pass
+        self.retry = None
