@@ -114,7 +114,7 @@ class Generation:
             following = fallback_model(error, down, self.model_index, plan)
             if following is not None:
                 self.model_index = following  # for the rest of the turn
-                await self._back_off(attempt, error, FALLBACK_DELAY, model_label(plan, following))
+                await self._back_off(attempt, error, FALLBACK_DELAY, plan)
                 failing_since, on_model, down = None, 1, 0
                 attempt += 1
                 continue
@@ -125,7 +125,7 @@ class Generation:
                 self.retry = None
                 return Failed(gave_up(error, on_model, failing_for, deadline))
             delay = backoff_delay(on_model, error.retry_after_ms)
-            await self._back_off(attempt, error, delay, self._label(plan))
+            await self._back_off(attempt, error, delay, plan)
             attempt, on_model = attempt + 1, on_model + 1
         self.retry = None
         return Interrupted()
@@ -161,10 +161,11 @@ class Generation:
         return await self._controls.unless_interrupted(handle)
 
     async def _back_off(
-        self, attempt: int, error: ModelError, delay: timedelta, model: str
+        self, attempt: int, error: ModelError, delay: timedelta, plan: TurnPlan
     ) -> None:
-        """Publish the retry (naming the model of the next attempt), then wait on a durable
-        timer that an interrupt cuts short."""
+        """Publish the retry (naming the fallback model the next attempt uses, if it does),
+        then wait on a durable timer that an interrupt cuts short."""
+        fallback = model_label(plan, self.model_index) if self.model_index else None
         retrying_at = workflow.now() + delay
         self.retry = RetryState(attempt=attempt, next_attempt_at=retrying_at, error=error)
         await workflow.execute_local_activity_method(
@@ -175,7 +176,7 @@ class Generation:
                 delay_ms=int(delay.total_seconds() * 1000),
                 retrying_at=retrying_at,
                 error=error,
-                model=model,
+                model=fallback,
             ),
             start_to_close_timeout=LOCAL_TIMEOUT,
         )
@@ -183,7 +184,7 @@ class Generation:
             await workflow.wait_condition(
                 lambda: self._controls.interrupted,
                 timeout=delay,
-                timeout_summary=f"retry backoff after {error.kind}, then {model}",
+                timeout_summary=f"retry backoff after {error.kind}",
             )
         except TimeoutError:
             pass

@@ -44,8 +44,8 @@ async def test_three_overloaded_attempts_move_the_step_to_the_next_model(turn: T
     turn.fakes.stream_script = [model_error() for _ in range(3)]
     await turn.run()
     assert _retries(turn) == [
-        (1, 1000, "fake/model", "overloaded"),
-        (2, 2000, "fake/model", "overloaded"),
+        (1, 1000, None, "overloaded"),  # the chat's own model: no model named
+        (2, 2000, None, "overloaded"),
         (3, 1000, "openai/gpt", "overloaded"),
     ]
     assert _streams(turn) == [(0, 1, 0), (0, 2, 0), (0, 3, 0), (0, 4, 1)]
