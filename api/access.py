@@ -57,12 +57,22 @@ OwnedChatView = Annotated[ChatOut, Depends(owned_chat_view)]
 
 
 async def owned_chats(
-    request: Request, key: str, *, limit: int, before: tuple[datetime, uuid.UUID] | None
+    request: Request,
+    key: str,
+    *,
+    limit: int,
+    before: tuple[datetime, uuid.UUID] | None,
+    include_children: bool = False,
 ) -> Page[ChatSummary]:
-    """A page of the summaries of the key owner's chats (`ChatReads.summaries`): the key and
-    the page in one query. 401 for an invalid key."""
+    """A page of the summaries of the key owner's root chats, or all of them with
+    `include_children` (`ChatReads.summaries`): the key and the page in one query. 401 for an
+    invalid key."""
     owner, page = await ChatReads(state_of(request).pool).summaries(
-        hash_key(key), limit=limit, before=before, max_bytes=page_bytes()
+        hash_key(key),
+        limit=limit,
+        before=before,
+        max_bytes=page_bytes(),
+        include_children=include_children,
     )
     await authenticated(request, key, owner)
     return page
@@ -77,5 +87,7 @@ async def load_chat(request: Request, chat_id: uuid.UUID, owner: str) -> ChatRec
 
 
 async def chat_out(request: Request, chat: ChatRecord) -> ChatOut:
-    """The API view of a chat, with its queue."""
-    return ChatOut.of(chat, await state_of(request).transcript.queued(chat.id))
+    """The API view of a chat, with its queue and its subagents' usage."""
+    state = state_of(request)
+    queued = await state.transcript.queued(chat.id)
+    return ChatOut.of(chat, queued, await state.chats.children_usage(chat.id))

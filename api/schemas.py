@@ -28,10 +28,12 @@ from chatd.tool_policy import PolicyDecision, ToolPolicy
 from workflows.payloads import SubmittedToolResult, ToolApproval
 
 __all__ = [
+    "ChatChildren",
     "ChatList",
     "ChatOut",
     "ChatSettings",
     "ChatSummary",
+    "ChatUsage",
     "CreateChat",
     "EditMessage",
     "MessageList",
@@ -168,6 +170,13 @@ class CreateChat(_Strict):
     (`deny`), by name or glob; tools it doesn't name follow the operator's policy."""
     mcp_servers: list[str] = Field(default_factory=list, max_length=32)
     """MCP servers, by name from the operator's configuration, whose tools the chat offers."""
+    subagents: bool = False
+    """Let the model spawn subagents (chats of their own, below this one); the operator may
+    allow it for every chat."""
+    fallback_models: Annotated[list[ModelConfig], _validated_as(list[StrictModelConfig])] = Field(
+        default_factory=list, max_length=3
+    )
+    """Models to fall back on, in order, when a step's model stays down."""
     message: SendMessage | None = None
 
 
@@ -242,6 +251,13 @@ class QueuedOut(BaseModel):
         return cls(id=q.id, parts=q.parts, created_at=q.created_at)
 
 
+class ChatUsage(Usage):
+    """A chat's usage, and its subagents' apart."""
+
+    children: Usage | None = None
+    """What the chat's subagents used (theirs included); null if it has none."""
+
+
 class ChatOut(BaseModel):
     """A chat as the API shows it."""
 
@@ -260,17 +276,32 @@ class ChatOut(BaseModel):
     action_expires_at: datetime | None
     tool_policy: dict[str, PolicyDecision]
     mcp_servers: list[str]
+    parent_chat_id: uuid.UUID | None
+    """The chat that spawned this one, if it is a subagent."""
+    depth: int
+    """How far below a root chat this one is (a root is 0)."""
+    subagents: bool
+    fallback_models: list[ModelConfig]
     queued_messages: list[QueuedOut]
-    usage: Usage
+    usage: ChatUsage
     created_at: datetime
     updated_at: datetime
 
     @classmethod
-    def of(cls, chat: ChatRecord, queued: list[QueuedMessage]) -> ChatOut:
-        """From the stored chat and its queue."""
+    def of(
+        cls, chat: ChatRecord, queued: list[QueuedMessage], children_usage: Usage | None = None
+    ) -> ChatOut:
+        """From the stored chat, its queue and its subagents' usage."""
         data = chat.model_dump()
         data["queued_messages"] = [QueuedOut.of(q) for q in queued]
+        data["usage"]["children"] = children_usage
         return cls.model_validate(data)
+
+
+class ChatChildren(BaseModel):
+    """A chat's subagents, oldest first (the order they were spawned in)."""
+
+    data: list[ChatSummary]
 
 
 class ChatList(BaseModel):

@@ -1,4 +1,4 @@
-"""Chat rows: creation, lookup by owner, status and usage updates."""
+"""Chat rows: creation, lookup by owner, status and usage updates; a chat's children."""
 
 from __future__ import annotations
 
@@ -16,7 +16,17 @@ from chatd.store.events import append_events
 from chatd.store.pages import DEFAULT_PAGE_BYTES, Page
 from chatd.tool_policy import PolicyDecision
 
-__all__ = ["ChatRecord", "ChatStatus", "ChatStore", "ChatSummary", "DynamicTool"]
+__all__ = [
+    "DESCENDANTS_USAGE",
+    "QUEUED_COUNT",
+    "ROOTS_ONLY",
+    "SUMMARY_COLUMNS",
+    "ChatRecord",
+    "ChatStatus",
+    "ChatStore",
+    "ChatSummary",
+    "DynamicTool",
+]
 
 ChatStatus = Literal["waiting", "running", "requires_action", "error"]
 
@@ -56,6 +66,14 @@ class ChatRecord(BaseModel):
     """The chat's approval policy (`chatd.tool_policy`), validated before it is stored."""
     mcp_servers: list[str] = Field(default_factory=list)
     """The operator's MCP servers the chat uses, by name."""
+    parent_chat_id: uuid.UUID | None = None
+    """The chat that spawned this one, if it is a subagent."""
+    depth: int = 0
+    """How far below a root chat this one is (a root is 0, its child 1)."""
+    subagents: bool = False
+    """Whether the chat may spawn subagents (the operator's default may also allow it)."""
+    fallback_models: list[ModelConfig] = Field(default_factory=list)
+    """Models a step falls back on, in order, when the chat's own stays down."""
 
 
 class ChatSummary(BaseModel):
@@ -64,6 +82,7 @@ class ChatSummary(BaseModel):
     them stays small."""
 
     id: uuid.UUID
+    parent_chat_id: uuid.UUID | None
     title: str | None
     model: ModelConfig
     status: ChatStatus
@@ -102,17 +121,21 @@ class ChatStore:
         compaction_threshold: float = 0.7,
         tool_policy: Mapping[str, PolicyDecision] | None = None,
         mcp_servers: list[str] | None = None,
+        parent_chat_id: uuid.UUID | None = None,
+        subagents: bool = False,
+        fallback_models: list[ModelConfig] | None = None,
         chat_id: uuid.UUID | None = None,
     ) -> ChatRecord:
         """Insert a new chat in `waiting`; with a `chat_id` inserted before (by a create that
-        is being retried), that chat."""
+        is being retried), that chat.
+
+        A child (`parent_chat_id`) is one level below its parent, whose owner it must have:
+        `LookupError` if the owner has no such chat. Its parent's stream gets a `subagent`
+        event (migration 016's trigger).
+        """
         chat_id = chat_id or uuid.uuid4()
         row = await self._pool.fetchrow(
-            """INSERT INTO chats (id, owner, title, title_source, model, system_prompt,
-                                  dynamic_tools, active_tools, max_steps, action_timeout_s,
-                                  compaction_threshold, tool_policy, mcp_servers)
-               VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
-               ON CONFLICT (id) DO NOTHING RETURNING *""",
+            _CREATE,
             chat_id,
             owner,
             title,
@@ -126,11 +149,26 @@ class ChatStore:
             compaction_threshold,
             dict(tool_policy or {}),
             mcp_servers or [],
+            parent_chat_id,
+            subagents,
+            [m.model_dump(exclude_none=True) for m in fallback_models or []],
         )
         if row is None:
             row = await self._pool.fetchrow("SELECT * FROM chats WHERE id = $1", chat_id)
-        assert row is not None
+        if row is None:
+            raise LookupError(f"parent chat {parent_chat_id} of owner {owner!r} not found")
         return _record(row)
+
+    async def children(self, chat_id: uuid.UUID, owner: str) -> list[ChatSummary]:
+        """The owner's chat's children (subagents), oldest first: the order they were
+        spawned in. Empty for a chat without children, or not the owner's."""
+        rows = await self._pool.fetch(_CHILDREN, chat_id, owner)
+        return [ChatSummary.model_validate(dict(r)) for r in rows]
+
+    async def children_usage(self, chat_id: uuid.UUID) -> Usage | None:
+        """What the chat's subagents used, theirs included; None if it has none."""
+        usage = await self._pool.fetchval(_CHILDREN_USAGE, chat_id)
+        return None if usage is None else Usage.model_validate(usage)
 
     async def set_generated_title(self, chat_id: uuid.UUID, title: str) -> bool:
         """Set a generated title unless the chat already has one; publish a `chat` event."""
@@ -219,11 +257,13 @@ class ChatStore:
         limit: int,
         before: tuple[datetime, uuid.UUID] | None,
         max_bytes: int = DEFAULT_PAGE_BYTES,
+        include_children: bool = False,
     ) -> Page[ChatSummary]:
-        """The owner's chats, newest first, strictly before the (created_at, id) cursor, up to
-        `limit` rows or `max_bytes` of their summaries' JSON, whichever comes first."""
+        """The owner's root chats (and their subagents too, with `include_children`), newest
+        first, strictly before the (created_at, id) cursor, up to `limit` rows or `max_bytes`
+        of their summaries' JSON, whichever comes first."""
         rows = await self._pool.fetch(
-            _LIST,
+            _LIST_ALL if include_children else _LIST_ROOTS,
             owner,
             before[0] if before else None,
             before[1] if before else None,
@@ -236,28 +276,87 @@ class ChatStore:
         )
 
 
+# Inserting a chat, a child one level below its parent (read here, so a caller can't get the
+# depth wrong); nothing if the parent isn't the owner's, or the id was inserted before.
+_CREATE = """
+WITH parent AS (
+    SELECT id, depth FROM chats WHERE id = $14 AND owner = $2
+)
+INSERT INTO chats (id, owner, title, title_source, model, system_prompt, dynamic_tools,
+                   active_tools, max_steps, action_timeout_s, compaction_threshold,
+                   tool_policy, mcp_servers, parent_chat_id, depth, subagents, fallback_models)
+SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13,
+       parent.id, coalesce(parent.depth + 1, 0), $15, $16
+FROM (SELECT) AS one LEFT JOIN parent ON true
+WHERE $14::uuid IS NULL OR parent.id IS NOT NULL
+ON CONFLICT (id) DO NOTHING RETURNING *
+"""
+
+
+SUMMARY_COLUMNS = """c.id, c.parent_chat_id, c.title, c.model, c.status, c.last_error,
+       c.action_expires_at, c.usage, c.created_at, c.updated_at"""
+"""SQL: the columns of `ChatSummary` read from chats `c` (all but `queued_count`)."""
+
+QUEUED_COUNT = """(SELECT count(*) FROM queued_messages q
+        WHERE q.chat_id = {chat} AND q.promoted_at IS NULL) AS queued_count"""
+"""SQL: a chat's messages waiting for their turn (`.format(chat=<its id>)`)."""
+
+
+def _descendants_usage() -> str:
+    fields = ", ".join(
+        f"'{k}', coalesce(sum((tree.usage ->> '{k}')::bigint), 0)" for k in Usage.model_fields
+    )
+    return f"""
+    WITH RECURSIVE tree AS (
+        SELECT d.id, d.usage FROM chats d WHERE d.parent_chat_id = {{chat}}
+        UNION ALL
+        SELECT d.id, d.usage FROM chats d JOIN tree ON d.parent_chat_id = tree.id
+    )
+    SELECT jsonb_build_object({fields}) FROM tree HAVING count(*) > 0"""
+
+
+DESCENDANTS_USAGE = _descendants_usage()
+"""SQL: the usage of a chat's children and theirs, summed; no row if it has none
+(`.format(chat=<its id>)`)."""
+
+
+_CHILDREN_USAGE = f"SELECT ({DESCENDANTS_USAGE.format(chat='$1')})"
+
+_CHILDREN = f"""
+SELECT {SUMMARY_COLUMNS}, {QUEUED_COUNT.format(chat="c.id")}
+FROM chats c
+WHERE c.parent_chat_id = $1 AND c.owner = $2
+ORDER BY c.created_at, c.id
+"""
+
+
+ROOTS_ONLY = "AND c.parent_chat_id IS NULL"
+"""SQL: chats `c` that are no one's subagent. A condition of its own, not a parameter, so
+the plan of a roots-only list can use the index of root chats (migration 016)."""
+
+
 # The summaries of a page of chats and their queue lengths, in one statement. `candidate`
 # reads one row past the limit, and the running size of each, to tell whether more follow;
 # the first row always fits, so a chat larger than the budget still gets a page.
-_LIST = """
+_LIST = f"""
 WITH candidate AS (
-    SELECT c.id, c.title, c.model, c.status, c.last_error, c.action_expires_at, c.usage,
-           c.created_at, c.updated_at,
+    SELECT {SUMMARY_COLUMNS},
            row_number() OVER w AS n,
            sum(octet_length(c.model::text) + octet_length(c.usage::text)
                + coalesce(octet_length(c.title), 0)
                + coalesce(octet_length(c.last_error::text), 0)) OVER w AS upto
     FROM chats c
     WHERE c.owner = $1 AND ($2::timestamptz IS NULL OR (c.created_at, c.id) < ($2, $3))
+      {{roots}}
     WINDOW w AS (ORDER BY c.created_at DESC, c.id DESC ROWS UNBOUNDED PRECEDING)
     ORDER BY c.created_at DESC, c.id DESC
     LIMIT $4 + 1
 ), page AS (
     SELECT * FROM candidate WHERE n = 1 OR (n <= $4 AND upto <= $5)
 )
-SELECT page.*,
-       (SELECT count(*) FROM queued_messages q
-        WHERE q.chat_id = page.id AND q.promoted_at IS NULL) AS queued_count,
+SELECT page.*, {QUEUED_COUNT.format(chat="page.id")},
        (SELECT count(*) FROM candidate) > (SELECT count(*) FROM page) AS more
 FROM page ORDER BY n
 """
+_LIST_ROOTS = _LIST.format(roots=ROOTS_ONLY)
+_LIST_ALL = _LIST.format(roots="")
