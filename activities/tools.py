@@ -99,7 +99,7 @@ class ToolActivities:
         call = next((c for c in calls if c.id == ref.id), None)
         if chat is None or call is None:
             return error_result(ref, "This tool call is not in the transcript.")
-        prepared = await self._prepare(chat, key.turn_id, call)
+        prepared = await self._prepare(chat, key, call)
         if isinstance(prepared, ToolResultPart):
             return prepared
         return await self._start(key, prepared, shared=sum(c.id == ref.id for c in calls) > 1)
@@ -148,11 +148,11 @@ class ToolActivities:
         )
 
     async def _prepare(
-        self, chat: ChatRecord, turn_id: str, call: ToolCallPart
+        self, chat: ChatRecord, key: CallKey, call: ToolCallPart
     ) -> _Prepared | ToolResultPart:
         """Everything before the tool starts; any failure is a result the model sees (the
         tool never ran, so there is nothing for a retry to be unsure about)."""
-        tools = await self._catalog.for_turn(chat, turn_id)
+        tools = await self._catalog.for_turn(chat, key.turn_id)
         tool = tools.tool(call.name)
         if tool is None:
             return error_result(call, f"Tool not found: {call.name}")
@@ -170,7 +170,14 @@ class ToolActivities:
                 call, f"{call.name} was not run: its workspace could not be created: {err}"
             )
         context = ToolContext(
-            chat_id=str(chat.id), tool_call_id=call.id, workspace=workspace, owner=chat.owner
+            chat_id=str(chat.id),
+            tool_call_id=call.id,
+            workspace=workspace,
+            owner=chat.owner,
+            turn_id=key.turn_id,
+            step=key.step,
+            chat=chat,
+            transcript=self._transcript,
         )
         return _Prepared(tool, call, args, context)
 

@@ -12,12 +12,16 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from jsonschema import Draft202012Validator
 from pydantic import BaseModel, ValidationError
 
 from chatd.providers.base import ToolSpec
+
+if TYPE_CHECKING:
+    from chatd.store.chats import ChatRecord
+    from chatd.store.transcript import TranscriptStore
 
 __all__ = [
     "InvalidArguments",
@@ -51,6 +55,14 @@ class ToolContext:
     """The chat's own directory on this worker; tools must stay inside it."""
     owner: str | None = None
     """The chat's owner, for tools the operator allows only some owners (None: unknown)."""
+    turn_id: str | None = None
+    """The turn whose step made the call (None: unknown)."""
+    step: int | None = None
+    """The step of the turn that made the call (None: unknown)."""
+    chat: ChatRecord | None = None
+    """The chat as the worker read it for this call: its model, prompt and parent."""
+    transcript: TranscriptStore | None = None
+    """The chat's transcript, for tools that read what the model saw (the advisor)."""
 
 
 class InvalidArguments(ValueError):

@@ -6,6 +6,8 @@ import logging
 import os
 from typing import Any
 
+from chatd.settings import ProviderSettings
+from chatd.tools.advisor import ADVISOR_ENV, AdvisorConfig, make_advisor_tool
 from chatd.tools.base import Tool, ToolRegistry
 from chatd.tools.builtin import current_time
 from chatd.tools.execute import (
@@ -18,6 +20,7 @@ from chatd.tools.sandbox import NoSandbox, Sandbox, SandboxUnavailable, availabl
 from chatd.tools.workspace import edit_file, list_files, read_file, write_file
 
 __all__ = [
+    "ADVISOR_ENV",
     "ENABLE_EXECUTE_ENV",
     "EXECUTE_MAX_TIMEOUT_ENV",
     "EXECUTE_NETWORK_ENV",
@@ -102,16 +105,27 @@ def _execute_tool(max_timeout_seconds: float | None) -> Tool[ExecuteArgs]:
 
 
 def default_registry(
-    enable_execute: bool | None = None, execute_max_timeout_seconds: float | None = None
+    enable_execute: bool | None = None,
+    execute_max_timeout_seconds: float | None = None,
+    *,
+    enable_advisor: bool | None = None,
+    providers: ProviderSettings | None = None,
 ) -> ToolRegistry:
-    """The default built-in tools; `execute` only if enabled (by argument or environment).
+    """The default built-in tools; `execute` and `advisor` only if enabled (by argument or
+    environment). `providers` are the credentials the advisor calls models with (default:
+    the environment's, as a worker reads them).
 
     Enabling `execute` fails (ValueError, SandboxUnavailable) rather than offer a tool that
     would run unsandboxed, or for nobody, without the operator saying so.
     """
     if enable_execute is None:
         enable_execute = _env_flag(ENABLE_EXECUTE_ENV)
+    if enable_advisor is None:
+        enable_advisor = _env_flag(ADVISOR_ENV)
     tools: list[Tool[Any]] = [current_time, read_file, write_file, edit_file, list_files]
     if enable_execute:
         tools.append(_execute_tool(execute_max_timeout_seconds))
+    if enable_advisor:
+        config = AdvisorConfig.from_env(providers or ProviderSettings.from_env())
+        tools.append(make_advisor_tool(config))
     return ToolRegistry.of(tools)
