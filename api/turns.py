@@ -85,7 +85,11 @@ async def submit_message(
     chat_id = str(chat.id)
     start = WithStartWorkflowOperation(
         ChatTurn.run,
-        ChatTurnInput(chat_id=chat_id, retry_deadline_s=retry_deadline_s()),
+        ChatTurnInput(
+            chat_id=chat_id,
+            retry_deadline_s=retry_deadline_s(),
+            parent_chat_id=str(chat.parent_chat_id) if chat.parent_chat_id else None,
+        ),
         id=workflow_id(chat_id),
         task_queue=task_queue,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,

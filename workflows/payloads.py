@@ -97,6 +97,8 @@ class ChatTurnInput(_Payload):
     retry_deadline_s: int = DEFAULT_RETRY_DEADLINE_S
     """How long a failing dependency (the provider, the database, a tool's backend) is
     retried before the turn ends `unavailable`: the operator's, as the gateway read it."""
+    parent_chat_id: str | None = None
+    """The chat's parent, if it is a subagent: a turn's end signals it (`child_finished`)."""
 
 
 class SubmitMessageInput(_Payload):

@@ -70,6 +70,8 @@ async def create_chat(
         compaction_threshold=body.compaction_threshold,
         tool_policy=body.tool_policy,
         mcp_servers=body.mcp_servers,
+        subagents=body.subagents,
+        fallback_models=body.fallback_models,
         chat_id=chat_id,
     )
     if body.message is not None:
@@ -102,10 +104,18 @@ async def list_chats(
     request: Request,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     before: Annotated[str | None, Query(pattern=CURSOR_PATTERN)] = None,
+    include_children: Annotated[
+        bool, Query(description="List subagents (chats a chat spawned) too, not only roots.")
+    ] = False,
 ) -> Response:
-    """Your chats, newest first, as summaries (`GET /chats/{id}` has the rest)."""
+    """Your chats, newest first, as summaries (`GET /chats/{id}` has the rest): root chats
+    only, unless `include_children`."""
     page = await owned_chats(
-        request, key, limit=limit, before=_parse_cursor(before) if before else None
+        request,
+        key,
+        limit=limit,
+        before=_parse_cursor(before) if before else None,
+        include_children=include_children,
     )
     chats = ChatList(
         chats=page.rows,
