@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Literal
 
@@ -46,6 +46,7 @@ __all__ = [
     "AdvisorResult",
     "advisor_gate",
     "advisor_guidance",
+    "advisor_offered",
     "make_advisor_tool",
 ]
 
@@ -126,7 +127,7 @@ class AdvisorConfig:
     max_uses: int = DEFAULT_MAX_USES
     context_budget_tokens: int = CONTEXT_BUDGET_TOKENS
     max_output_tokens: int = MAX_OUTPUT_TOKENS
-    timeout: timedelta = field(default=timedelta(seconds=120))
+    timeout: timedelta = timedelta(seconds=120)
 
     @classmethod
     def from_env(cls, providers: ProviderSettings) -> AdvisorConfig:
