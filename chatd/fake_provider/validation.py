@@ -6,6 +6,13 @@ from collections import Counter
 from typing import Any
 
 from chatd.fake_provider.script import ApiName
+from chatd.fake_provider.shapes import (
+    InvalidRequest,
+    check_anthropic_block,
+    check_anthropic_thinking,
+    check_chat_message,
+    check_responses_item,
+)
 
 __all__ = [
     "InvalidRequest",
@@ -14,15 +21,6 @@ __all__ = [
     "validate_openai_chat",
     "validate_openai_responses",
 ]
-
-
-class InvalidRequest(Exception):
-    """The request would be rejected by the provider with `invalid_request_error`."""
-
-    def __init__(self, message: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.param = param
 
 
 def validate(api: ApiName, body: dict[str, Any]) -> None:
@@ -75,6 +73,7 @@ def validate_anthropic(body: dict[str, Any]) -> None:
         else:
             pending = _tool_use_ids(i, blocks)
         previous_role = role
+    check_anthropic_thinking(body)
     if pending:
         raise InvalidRequest(
             f"messages.{len(messages) - 1}: `tool_use` ids were found without `tool_result` "
@@ -109,6 +108,7 @@ def _anthropic_blocks(i: int, message: dict[str, Any], last: bool) -> list[dict[
         raise empty_error
     for j, block in enumerate(content):
         _check_anthropic_block(f"messages.{i}.content.{j}", block)
+        check_anthropic_block(f"messages.{i}.content.{j}", message["role"], block)
     return content
 
 
@@ -194,9 +194,11 @@ def validate_openai_chat(body: dict[str, Any]) -> None:
         if role not in _CHAT_ROLES:
             raise InvalidRequest(f"Invalid value for 'messages[{i}].role'.", f"messages.[{i}].role")
         if role == "tool":
+            check_chat_message(i, message)
             _answer_call(i, message, open_calls)
             continue
         _require_answers(open_calls)
+        check_chat_message(i, message)
         _check_chat_content(i, message)
         open_calls = {cid: False for cid in _chat_call_ids(i, message)}
     _require_answers(open_calls)
@@ -273,6 +275,7 @@ def validate_openai_responses(body: dict[str, Any]) -> None:
     for j, item in enumerate(items):
         if not isinstance(item, dict):
             raise InvalidRequest(f"Invalid 'input[{j}]': expected an object.", f"input[{j}]")
+        check_responses_item(j, item)
         kind = item.get("type", "message")
         if kind == "function_call":
             calls.append(_call_id(j, item))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -45,6 +46,7 @@ __all__ = [
 DEFAULT_MAX_TOKENS = 4096
 _EPHEMERAL = {"type": "ephemeral"}
 _UNCACHEABLE = {"thinking", "redacted_thinking"}
+_FOREIGN_ID_CHARS = re.compile(r"[^a-zA-Z0-9_-]")
 
 
 class AnthropicProvider:
@@ -77,10 +79,11 @@ WEB_SEARCH_TOOL_TYPE = "web_search_20250305"
 
 def build_anthropic_request(request: ModelRequest) -> dict[str, Any]:
     """The `messages.create` kwargs (without `stream`) for a request, with cache breakpoints."""
+    messages = build_anthropic_messages(request.messages)
     kwargs: dict[str, Any] = {
         "model": request.model.name,
-        "messages": build_anthropic_messages(request.messages),
-        **_call_options(request.model),
+        "messages": messages,
+        **_call_options(request.model, thinking=_may_think(messages)),
     }
     if request.system:
         kwargs["system"] = [
@@ -101,9 +104,9 @@ def build_anthropic_request(request: ModelRequest) -> dict[str, Any]:
     return kwargs
 
 
-def _call_options(config: ModelConfig) -> dict[str, Any]:
+def _call_options(config: ModelConfig, *, thinking: bool) -> dict[str, Any]:
     max_tokens = config.max_output_tokens or DEFAULT_MAX_TOKENS
-    budget = config.thinking_budget_tokens
+    budget = config.thinking_budget_tokens if thinking else None
     if budget:
         # The API requires max_tokens > budget_tokens and rejects sampling overrides with thinking.
         return {
@@ -118,6 +121,17 @@ def _call_options(config: ModelConfig) -> dict[str, Any]:
         if sampling
         else {"max_tokens": max_tokens}
     )
+
+
+def _may_think(messages: list[dict[str, Any]]) -> bool:
+    """Whether a step may think: not while a tool loop is open whose last assistant message
+    has no thinking of its own to send back (its step was another provider's, after a
+    fallback), which the API refuses with thinking on. The next turn thinks again."""
+    if len(messages) < 2 or messages[-1]["role"] != "user":
+        return True
+    in_tool_loop = any(b.get("type") == "tool_result" for b in messages[-1]["content"])
+    first = messages[-2]["content"][0]
+    return not in_tool_loop or first.get("type") in ("thinking", "redacted_thinking")
 
 
 def _mark_cache(messages: list[dict[str, Any]]) -> None:
@@ -165,7 +179,12 @@ def _assistant_block(part: Part, answered: set[str]) -> dict[str, Any] | None:
     if isinstance(part, ToolCallPart):
         if part.provider_executed:
             return dict(part.provider_data or {}) if part.id in answered else None
-        return {"type": "tool_use", "id": part.id, "name": part.name, "input": _args(part)}
+        return {
+            "type": "tool_use",
+            "id": _tool_use_id(part.id),
+            "name": part.name,
+            "input": _args(part),
+        }
     if isinstance(part, ToolResultPart) and part.provider_executed:
         return dict(part.provider_data or {}) if part.tool_call_id in answered else None
     return None
@@ -178,6 +197,13 @@ def _thinking_block(part: ReasoningPart) -> dict[str, Any] | None:
     if part.signature:
         return {"type": "thinking", "thinking": part.text, "signature": part.signature}
     return None  # unsigned reasoning (another provider's) cannot be sent back
+
+
+def _tool_use_id(call_id: str) -> str:
+    """A call id as Anthropic takes it (`^[a-zA-Z0-9_-]+$`): another provider's ids (an
+    OpenAI-compatible server's `functions.lookup:0`) get their other characters replaced,
+    the same way in the call and in its result."""
+    return _FOREIGN_ID_CHARS.sub("_", call_id) or "_"
 
 
 def _args(part: ToolCallPart) -> dict[str, Any]:
@@ -205,7 +231,7 @@ def _tool_result_block(part: ToolResultPart) -> dict[str, Any]:
         content.append({"type": "text", "text": text})
     if part.media_type and part.data:
         content.append(_media_block(part.media_type, part.data, None))
-    block: dict[str, Any] = {"type": "tool_result", "tool_use_id": part.tool_call_id}
+    block: dict[str, Any] = {"type": "tool_result", "tool_use_id": _tool_use_id(part.tool_call_id)}
     if content:
         block["content"] = content
     if part.is_error:
