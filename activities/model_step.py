@@ -25,7 +25,7 @@ from activities.heartbeat import heartbeating
 from activities.publishing import DeltaPublisher, EventBatcher
 from activities.tools import error_result
 from activities.turn import TurnEdges
-from chatd.models import ModelError
+from chatd.models import ModelConfig, ModelError
 from chatd.parts import Message, PartDelta, ToolCallPart
 from chatd.providers import make_provider
 from chatd.providers.base import (
@@ -150,9 +150,8 @@ class ModelStepActivities:
                     input.attempt,
                 )
                 try:
-                    finish = await _unless_stopped(
-                        self._stream(tools, context, accumulator, publisher), interrupt_requested
-                    )
+                    stream = self._stream(tools, input.model_index, context, accumulator, publisher)
+                    finish = await _unless_stopped(stream, interrupt_requested)
                 except ProviderError as err:
                     await publisher.drain()
                     raise model_failure(err.error) from None  # the classified error says it all
@@ -251,26 +250,28 @@ class ModelStepActivities:
         return self._shared_batcher
 
     def _provider_stream(
-        self, tools: TurnTools, context: list[Message]
+        self, tools: TurnTools, model: ModelConfig, context: list[Message]
     ) -> AsyncIterator[StreamEvent]:
         chat = tools.chat
         request = ModelRequest(
-            model=chat.model, system=chat.system_prompt, messages=context, tools=tools.specs()
+            model=model, system=chat.system_prompt, messages=context, tools=tools.specs()
         )
         return make_provider(request.model, self._settings).stream_step(request)
 
     async def _stream(
         self,
         tools: TurnTools,
+        model_index: int,
         context: list[Message],
         accumulator: StepAccumulator,
         publisher: DeltaPublisher,
     ) -> StepFinish:
-        model = tools.chat.model.label
+        config = _model_in_use(tools.chat, model_index)
+        model = config.label
         with TRACER.start_as_current_span(
             "provider.stream_step", attributes={"chatd.model": model}
         ) as span:
-            events = _sent(lambda: self._provider_stream(tools, context))
+            events = _sent(lambda: self._provider_stream(tools, config, context))
             started, finish, first = time.monotonic(), None, True
             async for event in _with_silence_limits(events, self._timeouts):
                 if first:
@@ -341,6 +342,16 @@ class ModelStepActivities:
             output_tokens=usage.output_tokens if usage else 0,
             interrupted=interrupted,
         )
+
+
+def _model_in_use(chat: ChatRecord, index: int) -> ModelConfig:
+    """The model a step streams from: the chat's own (0) or its `index`th fallback."""
+    if index == 0:
+        return chat.model
+    if index <= len(chat.fallback_models):
+        return chat.fallback_models[index - 1]
+    message = f"the chat has no fallback model {index} (it has {len(chat.fallback_models)})"
+    raise ProviderError(ModelError(message=message, kind="config"))
 
 
 def _interrupted() -> bool:

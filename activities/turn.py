@@ -17,7 +17,7 @@ from temporalio import activity
 
 from activities.failures import classified_failures
 from chatd.context import context_limit, reported_context_limit
-from chatd.models import ModelError
+from chatd.models import ModelConfig, ModelError
 from chatd.parts import ToolCallPart
 from chatd.settings import ProviderSettings
 from chatd.store.chats import ChatRecord, ChatStatus, ChatStore
@@ -30,6 +30,7 @@ from workflows.payloads import (
     BeginTurnInput,
     BeginTurnResult,
     FinishTurnInput,
+    PlannedModel,
     PublishRetryInput,
     SetStatusInput,
     TurnPlan,
@@ -66,15 +67,25 @@ class TurnEdges:
             )
         if began:  # not again when a retried attempt (or the gateway) began it before
             METRICS.active_turns.add(1)
-        limit = context_limit(chat.model, await reported_context_limit(chat.model, self._providers))
+        limit, *fallback_limits = await asyncio.gather(
+            *(self._context_limit(m) for m in [chat.model, *chat.fallback_models])
+        )
         plan = TurnPlan(
             turn_id=turn_id,
             max_steps=chat.max_steps,
             model_label=chat.model.label,
             action_timeout_s=chat.action_timeout_s,
             compact_at_tokens=round(limit * chat.compaction_threshold),
+            context_limit=limit,
+            fallbacks=[
+                PlannedModel(label=model.label, context_limit=window)
+                for model, window in zip(chat.fallback_models, fallback_limits, strict=True)
+            ],
         )
         return chat, BeginTurnResult(started=True, plan=plan)
+
+    async def _context_limit(self, model: ModelConfig) -> int:
+        return context_limit(model, await reported_context_limit(model, self._providers))
 
     async def save_last_step(
         self, chat_id: uuid.UUID, turn_id: str, step: NewMessage
@@ -162,20 +173,15 @@ class TurnActivities:
     async def publish_retry(self, input: PublishRetryInput) -> None:
         """Publish the `retry` event before a backoff wait."""
         METRICS.retries.add(1, {"kind": input.error.kind})
-        await self._events.publish(
-            uuid.UUID(input.chat_id),
-            [
-                (
-                    "retry",
-                    {
-                        "attempt": input.attempt,
-                        "delay_ms": input.delay_ms,
-                        "retrying_at": input.retrying_at.isoformat(),
-                        "error": input.error.model_dump(),
-                    },
-                )
-            ],
-        )
+        retry: dict[str, Any] = {
+            "attempt": input.attempt,
+            "delay_ms": input.delay_ms,
+            "retrying_at": input.retrying_at.isoformat(),
+            "error": input.error.model_dump(),
+        }
+        if input.model is not None:
+            retry["model"] = input.model
+        await self._events.publish(uuid.UUID(input.chat_id), [("retry", retry)])
 
 
 def _arguments(call: ToolCallPart | None) -> Any:
