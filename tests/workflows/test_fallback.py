@@ -108,3 +108,15 @@ async def test_the_model_index_survives_continue_as_new(turn: Turn) -> None:
     assert [s.step for s in steps[3:]] == list(range(STEPS_PER_RUN + 1))
     assert {s.model_index for s in steps[3:]} == {1}, "the new run streams from the fallback"
     assert await _step_summaries(turn) == ["openai/gpt step 100"], "the last run's one step"
+
+
+async def test_a_prompt_too_long_moves_to_a_larger_window_instead_of_compacting(
+    turn: Turn,
+) -> None:
+    turn.fakes.plan = FALLBACKS
+    too_long = model_error("context_exceeded", retryable=False)
+    turn.fakes.stream_script = [too_long, too_long]  # 200k, then 400k: the third is 100k
+    await turn.run()
+    assert _retries(turn) == [(1, 1000, "openai/gpt", "context_exceeded")]
+    assert _streams(turn) == [(0, 1, 0), (0, 2, 1), (0, 1, 1)]
+    assert len(turn.fakes.calls["compact_context"]) == 1, "the larger window compacts once"
