@@ -9,32 +9,21 @@ import uuid
 
 from temporalio.client import (
     Client,
-    WithStartWorkflowOperation,
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
-)
-from temporalio.common import (
-    SearchAttributePair,
-    TypedSearchAttributes,
-    WorkflowIDConflictPolicy,
 )
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from api.errors import ApiError
 from api.quotas import too_many_sends
-from chatd.settings import retry_deadline_s
 from chatd.store.chats import ChatRecord
 from chatd.store.transcript import TranscriptStore
 from chatd.store.turns import TurnStore
 from chatd.telemetry import METRICS
+from workers.turns import hand_over_message
 from workflows.chat_turn import ChatTurn
 from workflows.constants import (
-    CHAT_ID,
-    CHAT_MODEL,
-    CHAT_OWNER,
-    CHAT_STATUS,
-    WORKFLOW_TASK_TIMEOUT,
     workflow_id,
 )
 from workflows.controls import (
@@ -44,8 +33,6 @@ from workflows.controls import (
     NOT_AWAITING_TOOL_RESULTS,
 )
 from workflows.payloads import (
-    ChatTurnInput,
-    SubmitMessageInput,
     SubmitMessageResult,
     SubmittedToolResult,
     SubmitToolApprovalsInput,
@@ -82,36 +69,9 @@ async def submit_message(
     `update_id` makes a retried call the same update (Temporal deduplicates it); with
     `name_chat`, a turn the message starts also names the chat.
     """
-    chat_id = str(chat.id)
-    start = WithStartWorkflowOperation(
-        ChatTurn.run,
-        ChatTurnInput(
-            chat_id=chat_id,
-            retry_deadline_s=retry_deadline_s(),
-            parent_chat_id=str(chat.parent_chat_id) if chat.parent_chat_id else None,
-        ),
-        id=workflow_id(chat_id),
-        task_queue=task_queue,
-        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-        task_timeout=WORKFLOW_TASK_TIMEOUT,
-        search_attributes=TypedSearchAttributes(
-            [
-                SearchAttributePair(CHAT_ID, chat_id),
-                SearchAttributePair(CHAT_OWNER, chat.owner),
-                SearchAttributePair(CHAT_MODEL, chat.model.label),
-                SearchAttributePair(CHAT_STATUS, "running"),
-            ]
-        ),
-        static_summary=f"chat {chat_id} ({chat.model.label})",
-    )
     try:
         result: SubmitMessageResult = await asyncio.wait_for(
-            client.execute_update_with_start_workflow(
-                ChatTurn.submit_message,
-                SubmitMessageInput(queued_id=queued_id, untitled=name_chat),
-                start_workflow_operation=start,
-                id=update_id,
-            ),
+            hand_over_message(client, task_queue, chat, queued_id, update_id, name_chat=name_chat),
             SUBMIT_TIMEOUT_S,
         )
     except RPCError as err:

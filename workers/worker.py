@@ -24,6 +24,7 @@ from temporalio.worker import (
 )
 from temporalio.worker import WorkerConfig as TemporalWorkerConfig
 
+from activities.agents import AgentActivities
 from activities.approvals import ApprovalActivities
 from activities.compaction import CompactionActivities
 from activities.model_step import ModelStepActivities, StreamTimeouts
@@ -36,7 +37,9 @@ from chatd.retention import Retention, RetentionSettings
 from chatd.settings import ProviderSettings, ReconcilerSettings
 from chatd.store.hub import NotifyHub
 from chatd.store.turns import INTERRUPT_CHANNEL
+from chatd.subagents import SubagentSettings
 from chatd.tool_policy import PolicyDecision, operator_policy_from_env
+from chatd.tools.agents import agent_tools
 from chatd.tools.base import ToolRegistry
 from chatd.tools.catalog import ToolCatalog
 from workflows.chat_turn import ChatTurn
@@ -65,6 +68,7 @@ class WorkerConfig:
     """The operator's MCP servers (`CHATD_MCP_CONFIG`), variables resolved."""
     tool_policy: dict[str, PolicyDecision] = field(default_factory=operator_policy_from_env)
     """The operator's default approval policy (`CHATD_TOOL_POLICY`)."""
+    subagents: SubagentSettings = field(default_factory=SubagentSettings.from_env)
 
 
 def build_worker(
@@ -84,7 +88,13 @@ def build_worker(
     """
     edges = TurnEdges(pool, config.providers)
     mcp = McpClients(config.mcp)
-    catalog = ToolCatalog(pool, config.registry, mcp, config.tool_policy)
+    registry = ToolRegistry.of(
+        [
+            *config.registry.tools.values(),
+            *agent_tools(pool, client, config.task_queue, config.subagents),
+        ]
+    )
+    catalog = ToolCatalog(pool, registry, mcp, config.tool_policy, config.subagents)
     model = ModelStepActivities(
         pool,
         catalog,
@@ -96,6 +106,7 @@ def build_worker(
     )
     tools = ToolActivities(pool, catalog, config.workspace_root)
     approvals = ApprovalActivities(pool, catalog)
+    agents = AgentActivities(pool, client)
     turn = TurnActivities(pool, edges)
     compaction = CompactionActivities(
         pool, config.providers, generate_titles=config.generate_titles
@@ -110,6 +121,8 @@ def build_worker(
             tools.record_tool_results,
             tools.stage_tool_results,
             approvals.stage_tool_decisions,
+            agents.check_agents,
+            agents.interrupt_children,
             turn.begin_turn,
             turn.finish_turn,
             turn.set_status,

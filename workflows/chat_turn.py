@@ -17,12 +17,13 @@ from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
+    from activities.agents import AgentActivities
     from activities.approvals import ApprovalActivities
     from activities.compaction import CompactionActivities
     from activities.tools import ToolActivities
     from activities.turn import TurnActivities
     from chatd.models import ModelError
-    from workflows.constants import CHAT_MODEL, LOCAL_TIMEOUT
+    from workflows.constants import CHAT_MODEL, LOCAL_TIMEOUT, workflow_id
     from workflows.controls import INVALID_TOOL_APPROVALS, TurnControls
     from workflows.decide import (
         STEPS_PER_RUN,
@@ -45,8 +46,10 @@ with workflow.unsafe.imports_passed_through():
     from workflows.payloads import (
         BeginTurnResult,
         ChatTurnInput,
+        ChildFinished,
         CompactInput,
         FinishTurnInput,
+        InterruptChildrenInput,
         StageToolDecisionsInput,
         StageToolResultsInput,
         SubmitMessageInput,
@@ -95,6 +98,7 @@ class ChatTurn:
         self._untitled = False
         """The message that started this run found the chat without a title."""
         self._plan: TurnPlan | None = input.resume.plan if input.resume is not None else None
+        self._parent = input.parent_chat_id
         self._end_recorded = False
         """The turn's last step recorded its end itself (`StreamStepResult.finished_turn`)."""
 
@@ -172,6 +176,11 @@ class ChatTurn:
     def _validate_tool_approvals(self, input: SubmitToolApprovalsInput) -> None:
         self._controls.validate_approvals(input)
 
+    @workflow.signal(name="child_finished")
+    def child_finished(self, input: ChildFinished) -> None:
+        """A subagent's turn ended: a `wait_agent` in progress looks at its children again."""
+        self._controls.children_finished += 1
+
     @workflow.signal(name="interrupt")
     def interrupt(self) -> None:
         """Stop the running turn; what was produced so far is kept."""
@@ -204,12 +213,16 @@ class ChatTurn:
         assert self._turn_id is not None
         finish = await self._turn(self._turn_id, input.resume)
         await self._finish(self._turn_id, finish)
+        await self._tell_family(finish)
         # Rule 6: a message accepted while we were finishing must not be lost.
         await workflow.wait_condition(workflow.all_handlers_finished)
         if self._queue:
             workflow.continue_as_new(
                 ChatTurnInput(
-                    chat_id=self._chat_id, queued=self._queue, retry_deadline_s=self._deadline_s
+                    chat_id=self._chat_id,
+                    queued=self._queue,
+                    retry_deadline_s=self._deadline_s,
+                    parent_chat_id=self._parent,
                 )
             )
 
@@ -332,6 +345,7 @@ class ChatTurn:
                     model_index=self._generation.model_index,
                 ),
                 retry_deadline_s=self._deadline_s,
+                parent_chat_id=self._parent,
             )
         )
 
@@ -363,6 +377,29 @@ class ChatTurn:
                 return Interrupted()
             return Failed(activity_error(err, "compaction"))
         return Compacted(move, result.estimated_tokens)
+
+    async def _tell_family(self, finish: Finish | None) -> None:
+        """After the turn: an interrupted one interrupts its subagents too, and a subagent's
+        turn tells its parent it ended (a parent with no run open then needs no telling:
+        the outcome is on this chat)."""
+        if finish is None:
+            return
+        if self._controls.interrupted:
+            await workflow.execute_local_activity_method(
+                AgentActivities.interrupt_children,
+                InterruptChildrenInput(chat_id=self._chat_id),
+                start_to_close_timeout=LOCAL_TIMEOUT,
+                retry_policy=retries_within(self._deadline),
+            )
+        if self._parent is not None:
+            parent = workflow.get_external_workflow_handle(workflow_id(self._parent))
+            try:
+                await parent.signal(
+                    ChatTurn.child_finished,
+                    ChildFinished(chat_id=self._chat_id, status=self._controls.status),
+                )
+            except FailureError:
+                pass  # the parent has no run open
 
     async def _finish(self, turn_id: str, finish: Finish | None) -> None:
         """The one end of every turn: its status, usage and error are recorded."""

@@ -8,6 +8,7 @@ __all__ = [
     "CHAT_ID",
     "CHAT_MODEL",
     "CHAT_OWNER",
+    "CHAT_PARENT",
     "CHAT_STATUS",
     "LOCAL_TIMEOUT",
     "MODEL_ERROR_TYPE",
@@ -36,6 +37,8 @@ CHAT_ID = SearchAttributeKey.for_keyword("ChatId")
 CHAT_STATUS = SearchAttributeKey.for_keyword("ChatStatus")
 CHAT_OWNER = SearchAttributeKey.for_keyword("ChatOwner")
 CHAT_MODEL = SearchAttributeKey.for_keyword("ChatModel")
+CHAT_PARENT = SearchAttributeKey.for_keyword("ChatParent")
+"""A subagent's parent chat: `ChatId="<id>" OR ChatParent="<id>"` lists a chat's family."""
 
 
 def workflow_id(chat_id: str) -> str:

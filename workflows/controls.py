@@ -83,6 +83,8 @@ class TurnControls:
     decisions: dict[str, ToolApproval] = field(default_factory=dict)
     """The accepted approval decisions, by call id."""
     expires_at: datetime | None = None
+    children_finished: int = 0
+    """How many `child_finished` signals arrived: a subagent wait wakes when it changes."""
 
     @property
     def pending(self) -> list[ToolCallRef]:

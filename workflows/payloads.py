@@ -15,14 +15,18 @@ from chatd.models import ModelError
 from chatd.settings import DEFAULT_RETRY_DEADLINE_S
 
 __all__ = [
+    "AgentsChecked",
     "BeginTurnInput",
     "BeginTurnResult",
     "ChatTurnInput",
+    "CheckAgentsInput",
+    "ChildFinished",
     "CompactInput",
     "CompactResult",
     "ExecuteToolInput",
     "ExecuteToolResult",
     "FinishTurnInput",
+    "InterruptChildrenInput",
     "PlannedModel",
     "PublishRetryInput",
     "RecordToolResultsInput",
@@ -164,8 +168,9 @@ class ToolCallRef(_Payload):
 
     id: str
     name: str
-    kind: Literal["builtin", "dynamic", "unknown", "mcp"] = "builtin"
-    """Who runs it: the worker (a built-in or an MCP server's tool) or the client."""
+    kind: Literal["builtin", "dynamic", "unknown", "mcp", "wait"] = "builtin"
+    """Who runs it: the worker (a built-in or an MCP server's tool), the client, or the
+    workflow itself (`wait`: `wait_agent`, a durable wait for subagents)."""
     exclusive: bool = False
     stop_after: bool = False
     policy: ToolPolicyDecision = "auto"
@@ -298,6 +303,38 @@ class SetStatusInput(_Payload):
     step: int = 0
     pending: list[ToolCallRef] = []
     expires_at: datetime | None = None
+
+
+class ChildFinished(_Payload):
+    """Signal `child_finished`: a subagent's turn ended (its outcome is on its chat)."""
+
+    chat_id: str
+    status: str
+
+
+class CheckAgentsInput(_Payload):
+    """Look at the subagents a `wait_agent` call waits for; with `final` (or once all
+    finished), stage the call's result."""
+
+    chat_id: str
+    turn_id: str
+    step: int
+    call: ToolCallRef
+    final: bool = False
+
+
+class AgentsChecked(_Payload):
+    """Whether the wait is over (its result staged), and how long it may last."""
+
+    done: bool
+    timeout_s: float = 0
+    is_error: bool = False
+
+
+class InterruptChildrenInput(_Payload):
+    """Interrupt the running subagents of a chat whose turn was interrupted."""
+
+    chat_id: str
 
 
 class PublishRetryInput(_Payload):

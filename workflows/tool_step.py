@@ -12,11 +12,12 @@ from typing import Literal
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, CancelledError
-from temporalio.workflow import ActivityCancellationType, ActivityHandle
+from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
     from activities.tools import ToolActivities
     from activities.turn import TurnActivities
+    from workflows.agent_wait import AgentWait
     from workflows.constants import LOCAL_TIMEOUT
     from workflows.controls import TurnControls
     from workflows.decide import (
@@ -117,7 +118,7 @@ class ToolStep:
         """Run `calls`, each its own activity, all in parallel (an interrupt cancels the
         rest); then record a result for each of `recorded`, in call order (`errors` for
         those that did not run). The ids of the calls that failed."""
-        handles = [self._start_tool(call) for call in calls]
+        handles = [self._start(call) for call in calls]
         await workflow.wait_condition(
             lambda: all(h.done() for h in handles) or self._controls.interrupted
         )
@@ -138,7 +139,11 @@ class ToolStep:
             if not isinstance(result, ExecuteToolResult) or result.is_error
         }
 
-    def _start_tool(self, call: ToolCallRef) -> ActivityHandle[ExecuteToolResult]:
+    def _start(self, call: ToolCallRef) -> asyncio.Task[ExecuteToolResult]:
+        """The call's activity; or, for `wait_agent`, the workflow's own wait."""
+        if call.kind == "wait":
+            wait = AgentWait(self._chat_id, self._turn_id, self._step, self._controls)
+            return asyncio.create_task(wait.run(call))
         return workflow.start_activity_method(
             ToolActivities.execute_tool_call,
             ExecuteToolInput(

@@ -43,6 +43,7 @@ CHAT_SEARCH_ATTRIBUTES: dict[str, str] = {
     "ChatStatus": "Keyword",
     "ChatOwner": "Keyword",
     "ChatModel": "Keyword",
+    "ChatParent": "Keyword",
 }
 """Custom search attributes chatd needs, name -> Temporal type."""
 

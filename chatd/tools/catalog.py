@@ -24,6 +24,7 @@ from chatd.parts import ToolCallPart
 from chatd.providers.base import ToolSpec
 from chatd.store.chats import ChatRecord
 from chatd.store.mcp_listings import McpListingStore
+from chatd.subagents import AGENT_TOOLS, WAIT_AGENT, SubagentSettings
 from chatd.tool_policy import PolicyDecision, decide
 from chatd.tools.base import MediaOutput, Tool, ToolContext, ToolOutput, ToolRegistry
 from workflows.payloads import ToolCallRef
@@ -52,10 +53,12 @@ class TurnTools:
     mcp_tools: list[McpTool]
     mcp: McpClients | None
     operator_policy: dict[str, PolicyDecision]
+    subagents: SubagentSettings
 
     def specs(self) -> list[ToolSpec]:
         """Every tool the model is offered in this turn."""
-        specs = [t.spec() for t in self.registry.active(self.chat.active_tools)]
+        builtin = self.registry.active(self.chat.active_tools)
+        specs = [t.spec() for t in builtin if self._offered(t.name)]
         specs += [self._mcp_tool(t).spec() for t in self.mcp_tools]
         specs += [ToolSpec.model_validate(t.model_dump()) for t in self.chat.dynamic_tools]
         return specs
@@ -71,7 +74,14 @@ class TurnTools:
         """Whether the chat lets the model use the worker-run tool called `name`."""
         if any(t.qualified_name == name for t in self.mcp_tools):
             return True
+        if not self._offered(name):
+            return False
         return self.chat.active_tools is None or name in self.chat.active_tools
+
+    def _offered(self, name: str) -> bool:
+        """Subagent tools only for chats that enable them (spawning only below the depth
+        limit)."""
+        return name not in AGENT_TOOLS or self.subagents.offers(self.chat, name)
 
     def classify(self, call: ToolCallPart) -> ToolCallRef:
         """Who runs the call, its policy flags, and whether the chat's policy lets it run,
@@ -82,6 +92,8 @@ class TurnTools:
         tool = self.tool(call.name)
         if tool is None:
             return ToolCallRef(id=call.id, name=call.name, kind="unknown")
+        if call.name == WAIT_AGENT and self.active(call.name):
+            return ToolCallRef(id=call.id, name=call.name, kind="wait")
         default: PolicyDecision = "ask" if mcp_tool and mcp_tool.destructive else "auto"
         return ToolCallRef(
             id=call.id,
@@ -128,16 +140,20 @@ class ToolCatalog:
         registry: ToolRegistry,
         mcp: McpClients | None = None,
         operator_policy: dict[str, PolicyDecision] | None = None,
+        subagents: SubagentSettings | None = None,
     ) -> None:
         self._listings = McpListingStore(pool)
         self._registry = registry
         self._mcp = mcp
         self._operator_policy = operator_policy or {}
+        self._subagents = subagents or SubagentSettings()
 
     async def for_turn(self, chat: ChatRecord, turn_id: str) -> TurnTools:
         """The turn's tools; its chat's MCP servers are listed by the first caller."""
         mcp_tools = await self._mcp_tools(chat, turn_id) if chat.mcp_servers else []
-        return TurnTools(chat, self._registry, mcp_tools, self._mcp, self._operator_policy)
+        return TurnTools(
+            chat, self._registry, mcp_tools, self._mcp, self._operator_policy, self._subagents
+        )
 
     async def _mcp_tools(self, chat: ChatRecord, turn_id: str) -> list[McpTool]:
         stored = await self._listings.get(chat.id, turn_id)

@@ -45,14 +45,17 @@ from workflows.constants import MODEL_ERROR_TYPE, workflow_id
 from workflows.controls import INVALID_TOOL_APPROVALS
 from workflows.decide import step_finishes_turn
 from workflows.payloads import (
+    AgentsChecked,
     BeginTurnInput,
     BeginTurnResult,
     ChatTurnInput,
+    CheckAgentsInput,
     CompactInput,
     CompactResult,
     ExecuteToolInput,
     ExecuteToolResult,
     FinishTurnInput,
+    InterruptChildrenInput,
     PublishRetryInput,
     RecordToolResultsInput,
     SetStatusInput,
@@ -88,6 +91,8 @@ LOCAL_ACTIVITIES = frozenset(
         "record_tool_results",
         "stage_tool_results",
         "stage_tool_decisions",
+        "check_agents",
+        "interrupt_children",
     }
 )
 """The activities ChatTurn runs as local activities (at least once each)."""
@@ -155,6 +160,8 @@ class FakeActivities:
         """Answers of successive compact_context calls; a short summary once exhausted."""
         self.stream_attempts: list[int] = []
         """Temporal's activity attempt of each stream_model_step call."""
+        self.agents_done: Callable[[CheckAgentsInput], AgentsChecked] | None = None
+        """How check_agents answers (default: every child finished)."""
         self.refuse_decisions: list[str] = []
         """Messages with which successive stage_tool_decisions calls refuse their arguments."""
         self.plan: dict[str, Any] = {}
@@ -203,6 +210,8 @@ class FakeActivities:
             self.record_tool_results,
             self.stage_tool_results,
             self.stage_tool_decisions,
+            self.check_agents,
+            self.interrupt_children,
             self.compact_context,
             self.generate_title,
         ]
@@ -309,6 +318,17 @@ class FakeActivities:
             message = self.refuse_decisions.pop(0)
             raise ApplicationError(message, type=INVALID_TOOL_APPROVALS, non_retryable=True)
 
+    @activity.defn(name="check_agents")
+    async def check_agents(self, input: CheckAgentsInput) -> AgentsChecked:
+        await self._record("check_agents", input)
+        if self.agents_done is None:
+            return AgentsChecked(done=True)
+        return self.agents_done(input)
+
+    @activity.defn(name="interrupt_children")
+    async def interrupt_children(self, input: InterruptChildrenInput) -> None:
+        await self._record("interrupt_children", input)
+
     @activity.defn(name="compact_context")
     async def compact_context(self, input: CompactInput) -> CompactResult:
         await self._record("compact_context", input)
@@ -358,6 +378,7 @@ class Turn:
     task_queue: str
     chat_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     retry_deadline_s: int = 1800
+    parent_chat_id: str | None = None
 
     @property
     def workflow_id(self) -> str:
@@ -373,7 +394,11 @@ class Turn:
         """What the gateway does with a user message: update-with-start `submit_message`."""
         start = WithStartWorkflowOperation(
             ChatTurn.run,
-            ChatTurnInput(chat_id=self.chat_id, retry_deadline_s=self.retry_deadline_s),
+            ChatTurnInput(
+                chat_id=self.chat_id,
+                retry_deadline_s=self.retry_deadline_s,
+                parent_chat_id=self.parent_chat_id,
+            ),
             id=self.workflow_id,
             task_queue=self.task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
