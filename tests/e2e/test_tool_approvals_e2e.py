@@ -543,6 +543,7 @@ async def test_a_policy_patched_during_a_turn_applies_from_its_next_step(
         dynamic_tools=[ASK_USER],
     )
     [client] = waiting.ids("client_tool")
+    waited = await stack.wait_status(waiting.id, "requires_action")  # the client's wait
     patched = await stack.http.patch(
         f"/chats/{waiting.id}", json={"tool_policy": ASK_WRITE, "title": "Files"}
     )
@@ -553,7 +554,7 @@ async def test_a_policy_patched_during_a_turn_applies_from_its_next_step(
         json={"results": [{"tool_call_id": client, "output": "yes"}]},
     )
     assert answered.status_code == 202, answered.text
-    events = await stack.wait_status(waiting.id, "running")
+    events = await stack.wait_status(waiting.id, "running", after=waited[-1].id or 0)
     events += await stack.wait_status(waiting.id, "requires_action", after=events[-1].id or 0)
 
     asked = (await stack.http.get(f"/chats/{waiting.id}")).json()
