@@ -42,6 +42,7 @@ from chatd.store.hub import NotifyHub
 from chatd.store.step_keys import StepKey
 from chatd.store.transcript import NewMessage, StoredMessage, TranscriptStore
 from chatd.telemetry import METRICS, TRACER
+from chatd.tools.advisor import advisor_gate
 from chatd.tools.catalog import ToolCatalog, TurnTools
 from workflows.decide import INTERRUPTED_RESULT, step_finishes_turn
 from workflows.payloads import BeginTurnResult, StreamStepInput, StreamStepResult
@@ -252,10 +253,8 @@ class ModelStepActivities:
     def _provider_stream(
         self, tools: TurnTools, model: ModelConfig, context: list[Message]
     ) -> AsyncIterator[StreamEvent]:
-        chat = tools.chat
-        request = ModelRequest(
-            model=model, system=chat.system_prompt, messages=context, tools=tools.specs()
-        )
+        specs, system = advisor_gate(tools.chat, tools.specs())
+        request = ModelRequest(model=model, system=system, messages=context, tools=specs)
         return make_provider(request.model, self._settings).stream_step(request)
 
     async def _stream(

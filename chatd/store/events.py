@@ -83,11 +83,14 @@ async def append_events(
 _APPEND_MANY = """
 SELECT chatd_append_events(batch.chat, batch.names, batch.payloads)
 FROM (
-    SELECT chat, array_agg(e ORDER BY n) AS names, array_agg(d ORDER BY n) AS payloads
+    SELECT t.chat, array_agg(t.e ORDER BY t.n) AS names, array_agg(t.d ORDER BY t.n) AS payloads
     FROM unnest($1::uuid[], $2::text[], $3::jsonb[]) WITH ORDINALITY AS t(chat, e, d, n)
-    GROUP BY chat ORDER BY chat
+    LEFT JOIN chats c ON c.id = t.chat
+    GROUP BY t.chat, c.depth ORDER BY c.depth DESC NULLS LAST, t.chat
 ) AS batch
 """
+"""Chats are locked deepest first: a child's status change locks the child, then (its
+`subagent` event) the parent, and a batch must take them in the same order."""
 
 
 # The chat's pruned-through mark and, if the cursor is not below it, the events after the

@@ -24,12 +24,6 @@ from chatd.tools.advisor import (
 )
 from chatd.tools.defaults import default_registry
 
-PENDING_MODEL_STEP_GATE = (
-    "pending the lead's change to activities/model_step.py: _provider_stream must build its "
-    "request from chatd.tools.advisor.advisor_gate(chat, tools.specs()), which offers the "
-    "advisor and its guidance together, and neither to subagents"
-)
-
 
 @pytest.fixture
 async def advised_stack(
@@ -158,7 +152,6 @@ async def test_past_its_cap_the_advisor_answers_limit_reached_without_a_model_ca
     assert third["output"]["type"] == "advice" and third["output"]["advice"] == "Third advice."
 
 
-@pytest.mark.skip(reason=PENDING_MODEL_STEP_GATE)
 async def test_switched_on_the_tool_and_its_guidance_appear_together(
     advised_stack: Stack,
 ) -> None:
@@ -199,7 +192,6 @@ async def _child_of(stack: Stack, parent_id: str, model: dict[str, str]) -> str:
     return str(child.id)
 
 
-@pytest.mark.skip(reason=PENDING_MODEL_STEP_GATE)
 async def test_a_subagent_is_offered_neither_the_advisor_nor_its_guidance(
     advised_stack: Stack,
 ) -> None:

@@ -219,12 +219,6 @@ async def _until_waiting_on_locks(pool: asyncpg.Pool, count: int) -> None:
     raise AssertionError(f"{count} writers never waited for a lock")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=asyncpg.DeadlockDetectedError,
-    reason="events._APPEND_MANY locks chats in id order; the trigger locks child, then"
-    " parent: the batch must lock deeper chats first (ORDER BY depth DESC, chat)",
-)
 async def test_a_delta_batch_and_a_childs_status_change_never_deadlock(
     pool: asyncpg.Pool,
 ) -> None:
