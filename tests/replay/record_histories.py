@@ -188,6 +188,39 @@ async def retry_turn(stack: Stack) -> Run:
     )
 
 
+async def fallback_turn(stack: Stack) -> Run:
+    """Three 529s on the chat's model, then the step on its fallback model."""
+    fallback = f"replay-{uuid.uuid4().hex[:10]}"
+    stack.fake.script(fallback, [FakeResponse(parts=[FakeText(text="From the fallback.")])])
+    return await _one_turn(
+        stack,
+        [FakeResponse(error=FakeError.overloaded())] * 3,
+        "hi",
+        fallback_models=[{"provider": "openai", "name": fallback}],
+    )
+
+
+async def subagent_wait(stack: Stack) -> Run:
+    """A parent spawns a child and waits for it: woken by the child's signal."""
+    child = f"replay-{uuid.uuid4().hex[:10]}"
+    stack.fake.script(child, [FakeResponse(parts=[FakeText(text="Child done.")])])
+    spawn = FakeToolCall(
+        name="spawn_agent",
+        arguments={"prompt": "help", "model": {"provider": "anthropic", "name": child}},
+    )
+    wait = FakeToolCall(name="wait_agent", arguments={"timeout_s": 60})
+    return await _one_turn(
+        stack,
+        [
+            FakeResponse(parts=[spawn]),
+            FakeResponse(parts=[wait]),
+            FakeResponse(parts=[FakeText(text="All done.")]),
+        ],
+        "delegate",
+        subagents=True,
+    )
+
+
 async def interrupted_turn(stack: Stack) -> Run:
     """An interrupt mid-stream: the activity is cancelled and returns its partial step."""
     chat_id, _ = await _chat(
@@ -309,6 +342,8 @@ SCENARIOS: dict[str, Scenario] = {
     "tool_turn": tool_turn,
     "requires_action_turn": requires_action_turn,
     "approval_turn": approval_turn,
+    "fallback_turn": fallback_turn,
+    "subagent_wait": subagent_wait,
     "retry_turn": retry_turn,
     "interrupted_turn": interrupted_turn,
     "queued_turn": queued_turn,

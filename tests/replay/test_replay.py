@@ -35,6 +35,8 @@ SCENARIOS = {
     "tool_turn",
     "requires_action_turn",
     "approval_turn",
+    "fallback_turn",
+    "subagent_wait",
     "retry_turn",
     "interrupted_turn",
     "queued_turn",
