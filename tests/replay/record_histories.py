@@ -203,7 +203,9 @@ async def fallback_turn(stack: Stack) -> Run:
 async def subagent_wait(stack: Stack) -> Run:
     """A parent spawns a child and waits for it: woken by the child's signal."""
     child = f"replay-{uuid.uuid4().hex[:10]}"
-    stack.fake.script(child, [FakeResponse(parts=[FakeText(text="Child done.")])])
+    stack.fake.script(
+        child, [FakeResponse(parts=[FakeText(text="Child done.")], first_byte_delay_s=2)]
+    )
     spawn = FakeToolCall(
         name="spawn_agent",
         arguments={"prompt": "help", "model": {"provider": "anthropic", "name": child}},
