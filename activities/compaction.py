@@ -96,9 +96,10 @@ class CompactionActivities:
         call_id = f"compaction-{input.turn_id}-{input.index}"
         await self._events.publish(chat_id, [_summary_part(call_id, "running")])
         messages = await self._transcript.for_model(chat_id)
-        limit = context_limit(chat.model, await reported_context_limit(chat.model, self._settings))
+        model = chat.model_in_use(input.model_index) or chat.model
+        limit = context_limit(model, await reported_context_limit(model, self._settings))
         try:
-            summary = await summarise_transcript(chat.model, messages, limit, self._settings)
+            summary = await summarise_transcript(model, messages, limit, self._settings)
         except ProviderError as err:
             # The transcript stays as it was: nothing is compressed without its summary.
             await self._events.publish(

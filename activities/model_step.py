@@ -345,12 +345,11 @@ class ModelStepActivities:
 
 def _model_in_use(chat: ChatRecord, index: int) -> ModelConfig:
     """The model a step streams from: the chat's own (0) or its `index`th fallback."""
-    if index == 0:
-        return chat.model
-    if index <= len(chat.fallback_models):
-        return chat.fallback_models[index - 1]
-    message = f"the chat has no fallback model {index} (it has {len(chat.fallback_models)})"
-    raise ProviderError(ModelError(message=message, kind="config"))
+    model = chat.model_in_use(index)
+    if model is None:
+        message = f"the chat has no fallback model {index} (it has {len(chat.fallback_models)})"
+        raise ProviderError(ModelError(message=message, kind="config"))
+    return model
 
 
 def _interrupted() -> bool:

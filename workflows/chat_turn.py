@@ -362,6 +362,7 @@ class ChatTurn:
                 turn_id=self._plan.turn_id,
                 step=progress.step,
                 index=progress.compactions - 1,
+                model_index=self._generation.model_index,
             ),
             start_to_close_timeout=timedelta(minutes=10),
             schedule_to_close_timeout=self._deadline,

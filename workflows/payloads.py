@@ -385,6 +385,8 @@ class CompactInput(_Payload):
     turn_id: str
     step: int
     index: int
+    model_index: int = 0
+    """The model the turn is on (a fallback's summary is written by that fallback)."""
 
 
 class CompactResult(_Payload):

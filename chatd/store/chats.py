@@ -62,6 +62,14 @@ class ChatRecord(BaseModel):
     updated_at: datetime
     turn_id: str | None = None
     """The turn running now: set when it begins, cleared when it ends."""
+
+    def model_in_use(self, index: int) -> ModelConfig | None:
+        """The model a turn on model `index` calls: the chat's own (0) or its `index`th
+        fallback; None past the list."""
+        if index == 0:
+            return self.model
+        return self.fallback_models[index - 1] if index <= len(self.fallback_models) else None
+
     tool_policy: dict[str, PolicyDecision] = Field(default_factory=dict)
     """The chat's approval policy (`chatd.tool_policy`), validated before it is stored."""
     mcp_servers: list[str] = Field(default_factory=list)
