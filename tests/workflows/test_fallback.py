@@ -9,7 +9,7 @@ from typing import Any
 from turn_fakes import Turn, calls_step, model_error, text_step
 
 from workflows.decide import DEFAULT_MAX_MODEL_ATTEMPTS, STEPS_PER_RUN
-from workflows.payloads import PublishRetryInput, StreamStepInput, ToolCallRef
+from workflows.payloads import CompactInput, PublishRetryInput, StreamStepInput, ToolCallRef
 
 GPT = {"label": "openai/gpt", "context_limit": 400_000}
 SMALL = {"label": "openai/small", "context_limit": 100_000}
