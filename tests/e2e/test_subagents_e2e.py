@@ -74,6 +74,14 @@ async def test_two_children_run_in_parallel_and_the_wait_returns_both_answers(
     assert chat["id"] in {c["id"] for c in roots} and not set(ids) & {c["id"] for c in roots}
     shown = (await stack.http.get(f"/chats/{chat['id']}")).json()
     assert shown["usage"]["children"]["output_tokens"] > 0
+    family = f'ChatId="{chat["id"]}" OR ChatParent="{chat["id"]}"'
+    listed: set[str] = set()
+    for _ in range(int(WITHIN_S / 0.2)):  # visibility follows the runs by a moment
+        listed = {w.id async for w in stack.temporal.list_workflows(family)}
+        if len(listed) == 3:
+            break
+        await asyncio.sleep(0.2)
+    assert listed == {f"chat-{i}" for i in [chat["id"], *ids]}, "one query lists the family"
 
 
 async def test_a_wait_that_times_out_says_which_children_still_run(stack: Stack) -> None:
