@@ -20,17 +20,19 @@ with workflow.unsafe.imports_passed_through():
     from workflows.controls import TurnControls
     from workflows.decide import (
         DEFAULT_MAX_MODEL_ATTEMPTS,
-        FALLBACK_DELAY,
         Failed,
         Interrupted,
         StepOutcome,
         Streamed,
         backoff_delay,
-        fallback_model,
         gave_up,
+        should_retry,
+    )
+    from workflows.fallback import (
+        FALLBACK_DELAY,
+        fallback_model,
         model_label,
         model_seems_down,
-        should_retry,
     )
     from workflows.payloads import (
         BeginTurnInput,

@@ -5,7 +5,7 @@ from typing import Any
 import pytest
 
 from chatd.models import ModelError
-from workflows.decide import (
+from workflows.fallback import (
     FALLBACK_AFTER_FAILURES,
     fallback_model,
     model_label,
