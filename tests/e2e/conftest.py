@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import Stack, StackFactory, running_stack
+from harness import Cluster, Stack, StackFactory, running_stack
+from support.worker_process import WorkerProcess
 
 from chatd.devstack.temporal import TemporalDevServer
 from chatd.fake_provider.server import FakeProviderServer
@@ -47,3 +49,41 @@ async def stack(make_stack: StackFactory) -> AsyncIterator[Stack]:
     """A worker and a gateway on a fresh database and task queue."""
     async with make_stack() as running:
         yield running
+
+
+@pytest.fixture
+async def cluster(
+    database_url: str,
+    temporal_server: TemporalDevServer,
+    fake_provider: FakeProviderServer,
+    tmp_path: Path,
+) -> AsyncIterator[Cluster]:
+    workers: list[WorkerProcess] = []
+    # A request answered right after a kill may wait for the workflow task to leave the dead
+    # worker's sticky queue: the gateway's update takes that long to be accepted.
+    async with running_stack(
+        database_url=database_url,
+        temporal_address=temporal_server.address,
+        fake=fake_provider,
+        workspace=tmp_path / "workspaces",
+        with_worker=False,
+        http_timeout_s=60.0,
+    ) as stack:
+
+        def start_worker() -> WorkerProcess:
+            worker = WorkerProcess(
+                database_url=database_url,
+                temporal_address=temporal_server.address,
+                task_queue=stack.task_queue,
+                fake=fake_provider,
+                workspace=tmp_path / "workspaces",
+                log=tmp_path / f"worker-{len(workers)}.log",
+            ).start()
+            workers.append(worker)
+            return worker
+
+        try:
+            yield Cluster(stack, start_worker, tmp_path)
+        finally:
+            for worker in workers:
+                await asyncio.to_thread(worker.stop)

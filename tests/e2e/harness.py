@@ -6,14 +6,26 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from pathlib import Path
 
 # pytest puts tests/ on the path; a script importing this module (tests/replay's recorder)
 # may put only tests/e2e there.
 sys.path.append(str(Path(__file__).resolve().parents[1]))
 from support.stack import SseEvent, Stack, running_stack, sse_events
+from support.worker_process import WorkerProcess
 
-__all__ = ["SseEvent", "Stack", "StackFactory", "running_stack", "sse_events"]
+__all__ = ["Cluster", "SseEvent", "Stack", "StackFactory", "running_stack", "sse_events"]
 
 StackFactory = Callable[..., AbstractAsyncContextManager[Stack]]
 """`make_stack(**options)` (a fixture): a stack with `running_stack` options."""
+
+
+@dataclass
+class Cluster:
+    """A gateway in this process and worker processes started on demand (to kill them):
+    the `cluster` fixture."""
+
+    stack: Stack
+    start_worker: Callable[[], WorkerProcess]
+    tmp: Path

@@ -5,56 +5,14 @@ parent gets the child's answer once."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 from typing import Any
 
-import pytest
-from harness import Stack, running_stack
-from support.worker_process import WorkerProcess
+from harness import Cluster, Stack
 
-from chatd.devstack.temporal import TemporalDevServer
 from chatd.fake_provider.script import FakeResponse, FakeText, FakeToolCall
-from chatd.fake_provider.server import FakeProviderServer
 
 ANSWER = "the child's answer " * 12
 WITHIN_S = 90.0
-
-
-@pytest.fixture
-async def workers(
-    database_url: str,
-    temporal_server: TemporalDevServer,
-    fake_provider: FakeProviderServer,
-    tmp_path: Path,
-) -> AsyncIterator[tuple[Stack, Callable[[], WorkerProcess]]]:
-    started: list[WorkerProcess] = []
-    async with running_stack(
-        database_url=database_url,
-        temporal_address=temporal_server.address,
-        fake=fake_provider,
-        workspace=tmp_path / "workspaces",
-        with_worker=False,
-        http_timeout_s=60.0,
-    ) as stack:
-
-        def start() -> WorkerProcess:
-            worker = WorkerProcess(
-                database_url=database_url,
-                temporal_address=temporal_server.address,
-                task_queue=stack.task_queue,
-                fake=fake_provider,
-                workspace=tmp_path / "workspaces",
-                log=tmp_path / f"worker-{len(started)}.log",
-            ).start()
-            started.append(worker)
-            return worker
-
-        try:
-            yield stack, start
-        finally:
-            for worker in started:
-                await asyncio.to_thread(worker.stop)
 
 
 async def _waiting_parent(stack: Stack, chat_id: str) -> str:
@@ -86,9 +44,9 @@ def _outputs(messages: list[dict[str, Any]], tool: str) -> list[Any]:
 
 
 async def test_a_worker_killed_while_a_parent_waits_and_its_child_runs(
-    workers: tuple[Stack, Callable[[], WorkerProcess]],
+    cluster: Cluster,
 ) -> None:
-    stack, start_worker = workers
+    stack, start_worker = cluster.stack, cluster.start_worker
     slow = FakeResponse(parts=[FakeText(text=ANSWER)], delta_delay_s=0.2)
     child_model = stack.scripted_model(slow, slow)  # the killed attempt, and its retry
     spawn = {"prompt": "work slowly", "model": child_model}

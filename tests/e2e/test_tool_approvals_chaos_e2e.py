@@ -6,70 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import Stack, running_stack
+from harness import Cluster, Stack
 from support.names import model_name
-from support.worker_process import WorkerProcess
 
 from activities.tools import CRASHED_NON_IDEMPOTENT
-from chatd.devstack.temporal import TemporalDevServer
 from chatd.fake_provider.script import FakeResponse, FakeText, FakeToolCall
-from chatd.fake_provider.server import FakeProviderServer
 
 SLOW_S = 10.0
 """How long the slow tools run: long enough that the kill lands while one runs."""
-
-
-@dataclass
-class Cluster:
-    """A gateway in this process and worker processes started on demand."""
-
-    stack: Stack
-    start_worker: Callable[[], WorkerProcess]
-    tmp: Path
-
-
-@pytest.fixture
-async def cluster(
-    database_url: str,
-    temporal_server: TemporalDevServer,
-    fake_provider: FakeProviderServer,
-    tmp_path: Path,
-) -> AsyncIterator[Cluster]:
-    workers: list[WorkerProcess] = []
-    # An approval answered right after a kill waits for the workflow task to leave the dead
-    # worker's sticky queue: the gateway's update takes that long to be accepted.
-    async with running_stack(
-        database_url=database_url,
-        temporal_address=temporal_server.address,
-        fake=fake_provider,
-        workspace=tmp_path / "workspaces",
-        with_worker=False,
-        http_timeout_s=60.0,
-    ) as stack:
-
-        def start_worker() -> WorkerProcess:
-            worker = WorkerProcess(
-                database_url=database_url,
-                temporal_address=temporal_server.address,
-                task_queue=stack.task_queue,
-                fake=fake_provider,
-                workspace=tmp_path / "workspaces",
-                log=tmp_path / f"worker-{len(workers)}.log",
-            ).start()
-            workers.append(worker)
-            return worker
-
-        try:
-            yield Cluster(stack, start_worker, tmp_path)
-        finally:
-            for worker in workers:
-                await asyncio.to_thread(worker.stop)
 
 
 async def _waiting_for_approval(cluster: Cluster, tool: str, marker: Path) -> tuple[str, str]:
