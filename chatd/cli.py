@@ -50,6 +50,23 @@ def _add_dev(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     dev.add_argument("--no-worker", action="store_true", help="start everything but the worker")
 
 
+def _add_codec_server(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    codec = sub.add_parser(
+        "codec-server",
+        help="serve Temporal's codec endpoint, to read encrypted histories (CHATD_CODEC_KEYS)",
+        description=(
+            "Decrypts (and encrypts) payloads for `temporal workflow show --codec-endpoint"
+            " URL --codec-auth 'Bearer TOKEN'` and the Temporal UI. Callers present"
+            " CHATD_CODEC_SERVER_TOKEN as a bearer token; CHATD_CODEC_CORS_ORIGINS lists the"
+            " browser origins (the Temporal UI's) allowed to call it."
+        ),
+    )
+    codec.add_argument("--host", default=_env("CHATD_CODEC_SERVER_HOST", "127.0.0.1"))
+    codec.add_argument(
+        "--port", type=int, default=int(_env("CHATD_CODEC_SERVER_PORT", "8089") or 0)
+    )
+
+
 def _add_gc(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     gc = sub.add_parser(
         "gc",
@@ -86,6 +103,7 @@ def _parser() -> argparse.ArgumentParser:
     api.add_argument("--host", default=_env("CHATD_API_HOST", "127.0.0.1"))
     api.add_argument("--port", type=int, default=int(_env("CHATD_API_PORT", "8080") or 0))
     sub.add_parser("migrate", help="apply database migrations (DATABASE_URL)")
+    _add_codec_server(sub)
     _add_gc(sub)
     where = _data_dir_option()
     _add_keys(sub, where)
@@ -215,6 +233,8 @@ async def _run(args: argparse.Namespace) -> None:
         await commands.run_api(_database_url(), args.host, args.port)
     elif args.command == "migrate":
         await commands.run_migrate(_database_url())
+    elif args.command == "codec-server":
+        await commands.run_codec_server(args.host, args.port)
     elif args.command == "keys":
         await commands.run_keys(_admin_database_url(args.data_dir), args)
     elif args.command == "limits":

@@ -23,7 +23,15 @@ from chatd.telemetry import setup_telemetry
 from chatd.tools.defaults import default_registry
 from chatd.tools.loading import with_extra_tools
 
-__all__ = ["run_api", "run_gc", "run_keys", "run_limits", "run_migrate", "run_worker"]
+__all__ = [
+    "run_api",
+    "run_codec_server",
+    "run_gc",
+    "run_keys",
+    "run_limits",
+    "run_migrate",
+    "run_worker",
+]
 
 log = logging.getLogger("chatd")
 
@@ -79,6 +87,22 @@ async def run_api(database_url: str, host: str, port: int) -> None:
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
     log.info("gateway listening on http://%s:%d", host, port)
     freeze_startup_objects()
+    await server.serve()
+
+
+async def run_codec_server(host: str, port: int) -> None:
+    """Serve the codec endpoint until SIGINT/SIGTERM; exit with the reason if unconfigured."""
+    from chatd.codec import CodecKeyError
+    from chatd.codec_server import CodecServerConfig, codec_app
+
+    try:
+        config = CodecServerConfig.from_env()
+    except CodecKeyError as err:
+        raise SystemExit(f"chatd codec-server: {err}") from None
+    server = uvicorn.Server(
+        uvicorn.Config(codec_app(config), host=host, port=port, log_level="warning")
+    )
+    log.info("codec server listening on http://%s:%d", host, port)
     await server.serve()
 
 

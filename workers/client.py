@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from temporalio.client import Client
 from temporalio.contrib.opentelemetry import TracingInterceptor
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import DataConverter, DefaultFailureConverterWithEncodedAttributes
 from temporalio.service import TLSConfig
 
+from chatd.codec import codec_from_env
 from chatd.settings import TemporalSettings
 
-__all__ = ["connect_temporal"]
+__all__ = ["connect_temporal", "data_converter"]
 
 
 def _tls(settings: TemporalSettings) -> TLSConfig | bool:
@@ -28,14 +31,29 @@ def _tls(settings: TemporalSettings) -> TLSConfig | bool:
     )
 
 
+def data_converter() -> DataConverter:
+    """Pydantic payloads; with `CHATD_CODEC_KEYS` set, every payload encrypted and failure
+    messages and stack traces moved into an encrypted payload too (a provider's error text
+    would otherwise sit in the history in clear text)."""
+    codec = codec_from_env()
+    if codec is None:
+        return pydantic_data_converter
+    return dataclasses.replace(
+        pydantic_data_converter,
+        payload_codec=codec,
+        failure_converter_class=DefaultFailureConverterWithEncodedAttributes,
+    )
+
+
 async def connect_temporal(settings: TemporalSettings) -> Client:
-    """A client that encodes pydantic payloads."""
+    """A client that encodes pydantic payloads (encrypted when configured): the gateway and
+    the workers both connect here, so they always agree on the codec."""
     return await Client.connect(
         settings.address,
         namespace=settings.namespace,
         tls=_tls(settings),
         api_key=settings.api_key,
-        data_converter=pydantic_data_converter,
+        data_converter=data_converter(),
         # Also applies to workers built on this client: spans flow gateway -> workflow ->
         # activity, and are no-ops unless a tracer provider is configured.
         interceptors=[TracingInterceptor()],
