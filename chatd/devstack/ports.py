@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import concurrent.futures
 import contextlib
 import ctypes
 import json
@@ -29,6 +30,7 @@ __all__ = [
     "process_cmdline",
     "register_child",
     "run_coro_in_thread",
+    "spawn_child",
     "unregister_child",
     "wait_exit",
     "write_owner_file",
@@ -42,6 +44,7 @@ _LOWEST_PORT = 10_000
 _random = random.SystemRandom()
 _children: dict[int, subprocess.Popen[bytes]] = {}
 _children_lock = threading.Lock()
+_forker_pool: concurrent.futures.ThreadPoolExecutor | None = None
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -108,20 +111,55 @@ def pdeathsig_preexec(sig: int) -> Callable[[], None] | None:
     """Return a `preexec_fn` making the child get `sig` when its parent dies (Linux, main thread).
 
     The kernel delivers the signal when the *thread* that forked exits, so this is only
-    used when spawning from the main thread; other callers rely on the atexit cleanup.
+    used when spawning from the main thread; elsewhere, use `spawn_child`.
     """
-    if not hasattr(os, "fork") or threading.current_thread() is not threading.main_thread():
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return _death_signal_preexec(sig)
+
+
+def _death_signal_preexec(sig: int) -> Callable[[], None] | None:
+    """A `preexec_fn` arming the parent-death signal (None where there is no prctl)."""
+    if not hasattr(os, "fork"):
         return None
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         prctl = libc.prctl
     except (OSError, AttributeError):
         return None
+    parent = os.getpid()
 
     def _preexec() -> None:
         prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before the signal was armed
+            os._exit(1)
 
     return _preexec
+
+
+def spawn_child(args: list[str], *, death_signal: int, **popen: Any) -> subprocess.Popen[bytes]:
+    """`subprocess.Popen(args, **popen)` for a server child that gets `death_signal` when this
+    process dies, however it dies (SIGKILL included; Linux).
+
+    The kernel sends the parent-death signal when the *thread* that forked the child exits.
+    Servers are started from worker threads (`asyncio.to_thread`), so the child is forked by
+    one thread that lives as long as the process: a retiring pool thread must not kill it,
+    and a thread that can't arm the signal must not leave it behind as an orphan.
+    """
+    preexec = _death_signal_preexec(death_signal)
+    if preexec is None:
+        return subprocess.Popen(args, **popen)  # no prctl: the atexit cleanup only
+    started = _forker().submit(lambda: subprocess.Popen(args, preexec_fn=preexec, **popen))
+    return started.result()
+
+
+def _forker() -> concurrent.futures.ThreadPoolExecutor:
+    """The one thread that forks server children (made on first use)."""
+    global _forker_pool
+    with _children_lock:
+        if _forker_pool is None:
+            _forker_pool = concurrent.futures.ThreadPoolExecutor(1, "chatd-forker")
+        return _forker_pool
 
 
 def register_child(proc: subprocess.Popen[bytes]) -> None:

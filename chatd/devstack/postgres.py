@@ -21,9 +21,9 @@ from chatd.devstack.ports import (
     free_port,
     kill_process_group,
     log_tail,
-    pdeathsig_preexec,
     port_accepts,
     register_child,
+    spawn_child,
     unregister_child,
     wait_exit,
     write_owner_file,
@@ -315,14 +315,14 @@ class PostgresProcess:
         with self.log_path.open("ab") as log:
             log.write(f"\n--- chatd: starting postgres on port {self.port} ---\n".encode())
             log.flush()
-            self._proc = subprocess.Popen(
+            self._proc = spawn_child(
                 args,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,
                 user=self._run_as(),
                 start_new_session=True,
-                preexec_fn=pdeathsig_preexec(signal.SIGINT),
+                death_signal=signal.SIGINT,
             )
         register_child(self._proc)
         write_owner_file(self.owner_path, self._proc.pid)

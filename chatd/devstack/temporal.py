@@ -22,9 +22,9 @@ from chatd.devstack.ports import (
     free_port,
     kill_process_group,
     log_tail,
-    pdeathsig_preexec,
     register_child,
     run_coro_in_thread,
+    spawn_child,
     unregister_child,
     wait_exit,
     write_owner_file,
@@ -241,13 +241,13 @@ class TemporalDevServer:
         with self.log_path.open("ab") as log:
             log.write(f"\n--- chatd: {' '.join(cmd)} ---\n".encode())
             log.flush()
-            self._proc = subprocess.Popen(
+            self._proc = spawn_child(
                 cmd,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,
                 start_new_session=True,
-                preexec_fn=pdeathsig_preexec(signal.SIGTERM),
+                death_signal=signal.SIGTERM,
             )
         register_child(self._proc)
         if self.owner_path is not None:

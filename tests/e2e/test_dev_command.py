@@ -242,3 +242,26 @@ async def test_a_revoked_dev_key_is_not_revived(dev_database: str, tmp_path: Pat
     finally:
         await conn.close()
     assert [r["owner"] for r in owners] == ["dev"], "only the fresh key is active"
+
+
+@contextmanager
+def _started(root: Path, env: dict[str, str]) -> Iterator[tuple[subprocess.Popen[str], str, int]]:
+    """`chatd dev` up to its banner: the process, its key and its API port."""
+    args, api_port = _dev_args(root)
+    seen: list[str] = []
+    with _chatd(*args, env=env) as dev:
+        key = _read_until(dev, r"api key\s+(\S+)", seen).group(1)
+        _read_until(dev, r"Ctrl-C stops everything", seen)
+        yield dev, key, api_port
+
+
+def test_children_die_with_a_sigkilled_chatd_dev(tmp_path: Path) -> None:
+    env = {"ANTHROPIC_API_KEY": "", "OPENAI_API_KEY": ""}
+    with _started(tmp_path / "data", env) as (dev, _, _):
+        children = _children(dev)
+        names = {child.name() for child in children}
+        assert {"postgres", "temporal"} <= names, names
+        dev.kill()
+        dev.wait(10)
+        _, alive = psutil.wait_procs(children, timeout=15)
+        assert alive == [], f"children outlived chatd dev: {alive}"

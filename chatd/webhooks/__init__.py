@@ -1,0 +1,1 @@
+"""Outbound webhooks: endpoints, Standard Webhooks signing, delivery and its address guard."""
