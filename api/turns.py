@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
+from typing import Any
 
 from temporalio.client import (
     Client,
@@ -17,7 +18,9 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from api.errors import ApiError
 from api.quotas import too_many_sends
+from chatd.parts import ToolResultPart
 from chatd.store.chats import ChatRecord
+from chatd.store.client_results import ClientResultStaging
 from chatd.store.transcript import TranscriptStore
 from chatd.store.turns import TurnStore
 from chatd.telemetry import METRICS
@@ -142,14 +145,45 @@ async def interrupt_turn(client: Client, turns: TurnStore, chat: ChatRecord) -> 
 
 
 async def submit_tool_results(
-    client: Client, chat_id: str, results: list[SubmittedToolResult]
+    client: Client,
+    staging: ClientResultStaging,
+    chat: ChatRecord,
+    results: list[SubmittedToolResult],
 ) -> None:
-    """Hand the client's results to the waiting turn; raise `ApiError` 409/400 if refused."""
-    handle = client.get_workflow_handle(workflow_id(chat_id))
+    """Stage the client's results in Postgres, then tell the waiting turn their call ids;
+    raise `ApiError` 409/400 if refused.
+
+    Only a submission that answers exactly the pending client calls is staged: staging is
+    first write wins, so a refused one must not stand in for the next. Of submissions that
+    race, the first staged is the one the turn reads, whichever update it accepts.
+    """
+    names = {c["id"]: c["name"] for c in _client_calls(chat)}
+    ids = [r.tool_call_id for r in results]
+    if chat.turn_id is None or sorted(ids) != sorted(names):
+        expected = list(names)
+        raise ApiError(
+            400,
+            "invalid_tool_results",
+            "tool results must answer each pending call exactly once: "
+            f"expected {expected}, received {ids}",
+            {"expected": expected, "received": ids},
+        )
+    parts = [
+        ToolResultPart(
+            tool_call_id=r.tool_call_id,
+            name=names[r.tool_call_id],
+            output=r.output,
+            is_error=r.is_error,
+        )
+        for r in results
+    ]
+    if not await staging.stage(chat.id, chat.turn_id, parts):
+        raise ApiError(409, "not_awaiting_tool_results", "no turn is waiting for tool results")
+    handle = client.get_workflow_handle(workflow_id(str(chat.id)))
     try:
         # The SDK types an async handler's result as a coroutine; the value is unused.
         _accepted = await handle.execute_update(
-            ChatTurn.submit_tool_results, SubmitToolResultsInput(results=results)
+            ChatTurn.submit_tool_results, SubmitToolResultsInput(tool_call_ids=ids)
         )
     except WorkflowUpdateFailedError as err:
         raise _refusal(err.cause) from err
@@ -176,6 +210,11 @@ async def submit_tool_approvals(
                 409, "not_awaiting_tool_approvals", "no turn is waiting for tool approvals"
             ) from err
         raise
+
+
+def _client_calls(chat: ChatRecord) -> list[dict[str, Any]]:
+    """The pending calls the client answers (the rest wait for a person's approval)."""
+    return [c for c in chat.pending_tool_calls or [] if c.get("action") == "client_tool"]
 
 
 _REFUSALS = {

@@ -24,7 +24,12 @@ with workflow.unsafe.imports_passed_through():
     from activities.turn import TurnActivities
     from chatd.models import ModelError
     from workflows.constants import CHAT_MODEL, LOCAL_TIMEOUT, workflow_id
-    from workflows.controls import INVALID_TOOL_APPROVALS, TurnControls
+    from workflows.controls import (
+        INVALID_TOOL_APPROVALS,
+        INVALID_TOOL_RESULTS,
+        NOT_AWAITING_TOOL_RESULTS,
+        TurnControls,
+    )
     from workflows.decide import (
         STEPS_PER_RUN,
         Compact,
@@ -117,26 +122,33 @@ class ChatTurn:
 
     @workflow.update(name="submit_tool_results")
     async def submit_tool_results(self, input: SubmitToolResultsInput) -> SubmitToolResultsResult:
-        """Accept the client's results for the pending dynamic calls (the first submission wins)."""
+        """Accept the client's answer to the pending dynamic calls (the first submission wins).
+
+        The gateway stages the results in Postgres and sends their ids only; results sent
+        straight to Temporal are staged here.
+        """
         answers = self._controls.client
         answers.accepted = True
-        await workflow.execute_local_activity_method(
-            ToolActivities.stage_tool_results,
-            StageToolResultsInput(
-                chat_id=self._chat_id,
-                turn_id=self._turn_id or "",
-                step=self._step,
-                results=input.results,
-                calls=answers.calls,
-            ),
-            start_to_close_timeout=LOCAL_TIMEOUT,
-        )
+        if input.results:
+            await workflow.execute_local_activity_method(
+                ToolActivities.stage_tool_results,
+                StageToolResultsInput(
+                    chat_id=self._chat_id,
+                    turn_id=self._turn_id or "",
+                    step=self._step,
+                    results=input.results,
+                    calls=answers.calls,
+                ),
+                start_to_close_timeout=LOCAL_TIMEOUT,
+            )
         answers.staged = True
         return SubmitToolResultsResult()
 
     @submit_tool_results.validator
     def _validate_tool_results(self, input: SubmitToolResultsInput) -> None:
-        self._controls.validate_results(input)
+        self._controls.client.check(
+            input.call_ids, NOT_AWAITING_TOOL_RESULTS, INVALID_TOOL_RESULTS, "tool results"
+        )
 
     @workflow.update(name="submit_tool_approvals")
     async def submit_tool_approvals(

@@ -232,9 +232,19 @@ class SubmittedToolResult(_Payload):
 
 
 class SubmitToolResultsInput(_Payload):
-    """The client's results for every pending dynamic tool call."""
+    """The client's answer to every pending dynamic tool call."""
 
-    results: list[SubmittedToolResult]
+    tool_call_ids: list[str] = []
+    """The calls answered, whose results the gateway staged in Postgres before sending: the
+    results themselves never enter the history."""
+    results: list[SubmittedToolResult] = []
+    """The results, from a sender that reaches Temporal directly (the `temporal` CLI); the
+    workflow stages them."""
+
+    @property
+    def call_ids(self) -> list[str]:
+        """The ids of the calls this submission answers, in whichever form it came."""
+        return self.tool_call_ids or [r.tool_call_id for r in self.results]
 
 
 class SubmitToolResultsResult(_Payload):

@@ -12,12 +12,13 @@ from api.errors import ApiError
 from api.schemas import Accepted, ToolResults
 from api.state import state_of
 from api.turns import interrupt_turn, submit_tool_results
+from chatd.store.client_results import ClientResultStaging
 
 __all__ = ["router"]
 
 router = APIRouter(prefix="/chats/{chat_id}", tags=["turns"])
 MAX_TOOL_RESULTS_BYTES = 512 * 1024
-"""Client tool results travel in the update payload; keep them well under Temporal's limits."""
+"""The most a submission of client tool results may hold (they are staged in Postgres)."""
 
 
 @router.post("/interrupt", status_code=202, response_model=Accepted)
@@ -49,8 +50,11 @@ async def post_tool_results(chat: OwnedChat, body: ToolResults, request: Request
     size = len(json.dumps([r.model_dump(mode="json") for r in body.results]))
     if size > MAX_TOOL_RESULTS_BYTES:
         raise ApiError(400, "too_large", f"tool results exceed {MAX_TOOL_RESULTS_BYTES} bytes")
+    state = state_of(request)
     try:
-        await submit_tool_results(state_of(request).temporal, str(chat.id), body.results)
+        await submit_tool_results(
+            state.temporal, ClientResultStaging(state.pool), chat, body.results
+        )
     except ApiError as err:
         if err.status == 409:
             current = await load_chat(request, chat.id, chat.owner)
