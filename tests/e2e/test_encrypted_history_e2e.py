@@ -188,3 +188,38 @@ async def test_the_codec_server_refuses_a_caller_without_the_token(codec_server:
         )
     assert (missing.status_code, wrong.status_code) == (401, 401)
     assert wrong.json()["error"]["code"] == "unauthorized"
+
+
+async def test_a_rotated_key_decrypts_the_old_history_while_the_new_key_encrypts(
+    make_stack: StackFactory, temporal_server: TemporalDevServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    old, new = f"k-old:{new_key()}", f"k-new:{new_key()}"
+    monkeypatch.setenv("CHATD_CODEC_KEYS", old)
+    async with make_stack() as first:
+        model = first.scripted_model(
+            FakeResponse(parts=[FakeToolCall(name="ask_user", arguments={"question": "?"})]),
+            FakeResponse(parts=[FakeText(text=ASSISTANT_TEXT)]),
+        )
+        chat = await first.create_chat(model=model, dynamic_tools=[ASK_USER])
+        await first.send(chat["id"], USER_TEXT)
+        await first.wait_status(chat["id"], "requires_action")
+    before = await _raw_history(temporal_server.address, chat["id"])
+    # Rotation: the new key first, the old one kept. A new worker replays the waiting turn
+    # from its history (old payloads), and what it adds is under the new key.
+    monkeypatch.setenv("CHATD_CODEC_KEYS", f"{new},{old}")
+    async with make_stack(task_queue=first.task_queue) as second:
+        second.http.headers["Authorization"] = f"Bearer {first.key}"
+        waiting = (await second.http.get(f"/chats/{chat['id']}")).json()
+        call_id = waiting["pending_tool_calls"][0]["id"]
+        answered = await second.http.post(
+            f"/chats/{chat['id']}/tool-results",
+            json={"results": [{"tool_call_id": call_id, "output": TOOL_RESULT}]},
+        )
+        assert answered.status_code == 202, answered.text
+        await second.wait_status(chat["id"], "waiting")
+        messages = await second.messages(chat["id"])
+    assert messages[-1]["parts"][0]["text"] == ASSISTANT_TEXT
+    after = await _raw_history(temporal_server.address, chat["id"])
+    assert b"k-old" in before and b"k-new" not in before
+    assert b"k-new" in after[len(before) :]
+    assert _found(after, *CANARIES) == set()
