@@ -14,7 +14,7 @@ from api.auth import install_key_gate
 from api.errors import ERROR_RESPONSES, install_error_handlers
 from api.limits import BodySizeLimit
 from api.openapi import openapi_document
-from api.routes import approvals, chats, children, health, messages, stream, turn_control
+from api.routes import approvals, chats, children, health, messages, stream, turn_control, webhooks
 from api.state import GatewayState
 from chatd.mcp.config import CONFIG_ENV, load_mcp_server_names
 from chatd.settings import TemporalSettings
@@ -79,7 +79,7 @@ def create_app(config: GatewayConfig) -> FastAPI:
     app.add_middleware(BodySizeLimit)
     install_key_gate(app, API_PREFIX)  # after instrumenting: refusals by key cost no span
     app.include_router(health.router)
-    for module in (chats, children, approvals, messages, stream, turn_control):
+    for module in (chats, children, approvals, messages, stream, turn_control, webhooks):
         app.include_router(module.router, prefix=API_PREFIX, responses=ERROR_RESPONSES)
     app.openapi = lambda: openapi_document(app, config.mcp_servers)  # type: ignore[method-assign]
     return app

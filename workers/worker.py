@@ -30,6 +30,7 @@ from activities.compaction import CompactionActivities
 from activities.model_step import ModelStepActivities, StreamTimeouts
 from activities.tools import ToolActivities
 from activities.turn import TurnActivities, TurnEdges
+from activities.webhooks import WebhookActivities
 from chatd.mcp.client import McpClients
 from chatd.mcp.config import McpConfig, mcp_config_from_env
 from chatd.reconciler import Reconciler
@@ -42,7 +43,9 @@ from chatd.tool_policy import PolicyDecision, operator_policy_from_env
 from chatd.tools.agents import agent_tools
 from chatd.tools.base import ToolRegistry
 from chatd.tools.catalog import ToolCatalog
+from chatd.webhooks.delivery import WebhookSettings
 from workflows.chat_turn import ChatTurn
+from workflows.webhook_delivery import WebhookFanout, WebhookReplay
 
 __all__ = ["WorkerConfig", "build_worker", "run_until_signalled"]
 
@@ -69,6 +72,8 @@ class WorkerConfig:
     tool_policy: dict[str, PolicyDecision] = field(default_factory=operator_policy_from_env)
     """The operator's default approval policy (`CHATD_TOOL_POLICY`)."""
     subagents: SubagentSettings = field(default_factory=SubagentSettings.from_env)
+    webhooks: WebhookSettings = field(default_factory=WebhookSettings.from_env)
+    """How webhooks are delivered (`CHATD_WEBHOOK_*`)."""
 
 
 def build_worker(
@@ -111,10 +116,11 @@ def build_worker(
     compaction = CompactionActivities(
         pool, config.providers, generate_titles=config.generate_titles
     )
+    webhooks = WebhookActivities(pool, config.webhooks)
     return Worker(
         client,
         task_queue=config.task_queue,
-        workflows=[ChatTurn],
+        workflows=[ChatTurn, WebhookFanout, WebhookReplay],
         activities=[
             model.stream_model_step,
             tools.execute_tool_call,
@@ -129,6 +135,8 @@ def build_worker(
             turn.publish_retry,
             compaction.compact_context,
             compaction.generate_title,
+            webhooks.record_webhook_deliveries,
+            webhooks.deliver_webhook,
         ],
         # Cancellation (interrupts) reaches an activity with its next heartbeat.
         max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
