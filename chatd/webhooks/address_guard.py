@@ -44,7 +44,12 @@ def is_public(address: IpAddress) -> bool:
 
 def check_url(url: str) -> tuple[str, str, int]:
     """The URL's scheme, host and port, if it is an absolute http(s) URL."""
-    parts = urlsplit(url)
+    if any(ord(c) < 0x21 or ord(c) == 0x7F for c in url):
+        raise AddressRefused("the URL must not contain spaces or control characters")
+    try:
+        parts = urlsplit(url)
+    except ValueError as err:
+        raise AddressRefused(f"bad URL: {err}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise AddressRefused("the URL must be absolute, http or https, with a host")
     if parts.username or parts.password:
@@ -64,7 +69,7 @@ async def _resolve(host: str, port: int) -> list[IpAddress]:
     loop = asyncio.get_running_loop()
     try:
         infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except socket.gaierror as err:
+    except (socket.gaierror, UnicodeError, ValueError) as err:
         raise AddressRefused(f"host {host!r} does not resolve: {err}") from None
     # An IPv6 scope ("fe80::1%eth0") is dropped: the address decides.
     return [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos]

@@ -46,16 +46,26 @@ async def test_a_public_name_is_pinned_to_its_checked_address() -> None:
 
 @pytest.mark.parametrize(
     "url",
-    ["ftp://example.com/", "/relative", "http:///nohost", "http://u:p@example.com/"],
+    [
+        "ftp://example.com/",
+        "/relative",
+        "http:///nohost",
+        "http://u:p@example.com/",
+        "http://[::1/",
+        "http://exa mple.com/",
+        "http://example.com/\x00",
+        "http://example.com:99999/",
+    ],
 )
 async def test_bad_urls_are_refused(url: str) -> None:
     with pytest.raises(AddressRefused):
         await resolve_target(url, allow_private=True)
 
 
-async def test_a_name_that_does_not_resolve_is_refused() -> None:
+@pytest.mark.parametrize("host", ["no-such-host.invalid", "a" * 70 + ".example.com"])
+async def test_a_name_that_does_not_resolve_is_refused(host: str) -> None:
     with pytest.raises(AddressRefused, match="does not resolve"):
-        await resolve_target("http://no-such-host.invalid/", allow_private=True)
+        await resolve_target(f"http://{host}/", allow_private=True)
 
 
 def test_mapped_addresses_are_judged_as_what_they_map() -> None:
