@@ -1,4 +1,5 @@
-# chatd worker/API image. Build: docker build -t chatd . ; run `chatd worker` or `chatd api`.
+# chatd worker/API image. Build: docker build -t chatd . ; run `chatd worker`, `chatd api` or
+# `chatd codec-server` (8089). All read CHATD_CODEC_KEYS from the environment, never the image.
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -25,6 +26,6 @@ RUN pip install . \
     && useradd --create-home --uid 10001 --user-group chatd
 
 USER chatd
-EXPOSE 8080
+EXPOSE 8080 8089
 
 CMD ["chatd", "api", "--host", "0.0.0.0", "--port", "8080"]

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 from google.protobuf import json_format
 from hypothesis import given
 from hypothesis import strategies as st
@@ -217,3 +219,14 @@ def test_the_codec_server_reads_its_origins() -> None:
     config = CodecServerConfig.from_env(env)
     assert config.cors_origins == ("http://localhost:8233", "https://temporal.example")
     assert config.token == TOKEN
+
+
+def test_the_compose_deployment_encrypts_with_one_key_set_everywhere() -> None:
+    """Worker and API must agree on the codec, and the codec server must hold their keys."""
+    compose = Path(__file__).resolve().parents[2] / "docker-compose.yml"
+    services = yaml.safe_load(compose.read_text())["services"]
+    keys = {services[name]["environment"]["CHATD_CODEC_KEYS"] for name in ("worker", "api")}
+    keys.add(services["codec-server"]["environment"]["CHATD_CODEC_KEYS"])
+    assert len(keys) == 1 and keys.pop().startswith("${CHATD_CODEC_KEYS:?")
+    assert services["codec-server"]["command"][:2] == ["chatd", "codec-server"]
+    assert services["codec-server"]["ports"] == ["127.0.0.1:${CHATD_CODEC_SERVER_PORT:-8089}:8089"]
