@@ -147,14 +147,15 @@ async def _workflow_show(
 
 
 async def test_client_tool_results_never_enter_the_history_even_unencrypted(
-    stack: Stack, temporal_server: TemporalDevServer, monkeypatch: pytest.MonkeyPatch
+    make_stack: StackFactory, temporal_server: TemporalDevServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("CHATD_CODEC_KEYS", raising=False)
-    chat_id = await _turn_that_asks_then_fails(stack)
+    async with make_stack() as stack:
+        chat_id = await _turn_that_asks_then_fails(stack)
+        transcript = await stack.messages(chat_id)
     history = await _raw_history(temporal_server.address, chat_id)
     # The control: without the codec, the provider's message is in the history in clear.
     assert _found(history, *CANARIES) == {PROVIDER_ERROR}
-    transcript = await stack.messages(chat_id)
     assert transcript[2]["parts"][0]["output"] == TOOL_RESULT, "staged by the gateway"
 
 
