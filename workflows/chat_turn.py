@@ -26,8 +26,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows.constants import CHAT_MODEL, LOCAL_TIMEOUT, workflow_id
     from workflows.controls import (
         INVALID_TOOL_APPROVALS,
-        INVALID_TOOL_RESULTS,
-        NOT_AWAITING_TOOL_RESULTS,
         TurnControls,
     )
     from workflows.decide import (
@@ -146,9 +144,7 @@ class ChatTurn:
 
     @submit_tool_results.validator
     def _validate_tool_results(self, input: SubmitToolResultsInput) -> None:
-        self._controls.client.check(
-            input.call_ids, NOT_AWAITING_TOOL_RESULTS, INVALID_TOOL_RESULTS, "tool results"
-        )
+        self._controls.validate_results(input)
 
     @workflow.update(name="submit_tool_approvals")
     async def submit_tool_approvals(

@@ -133,7 +133,7 @@ class TurnControls:
 
     def validate_results(self, submission: SubmitToolResultsInput) -> None:
         """Reject client results unless they answer exactly the pending client calls, first."""
-        ids = [r.tool_call_id for r in submission.results]
+        ids = submission.call_ids
         self.client.check(ids, NOT_AWAITING_TOOL_RESULTS, INVALID_TOOL_RESULTS, "tool results")
 
     def validate_approvals(self, submission: SubmitToolApprovalsInput) -> None:
