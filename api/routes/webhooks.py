@@ -25,15 +25,21 @@ MAX_ENDPOINTS = 20
 """Endpoints per owner: each turn event is sent to every subscribed one."""
 
 
+_PORT = "(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[0-9]{1,4})"
+URL_PATTERN = rf"^https?://[A-Za-z0-9._~%!$&'()*+,;=-]+(:{_PORT})?([/?#][^\x00-\x20\x7f]*)?$"
+"""An absolute http(s) URL with a host name or IPv4 address (no credentials, no IPv6
+literal), in the document so clients learn the rule from it."""
+
+
 class WebhookCreate(BaseModel):
     """Body of `POST /webhooks`."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    url: str = Field(max_length=2048)
+    url: str = Field(max_length=2048, pattern=URL_PATTERN)
     """An absolute http(s) URL. Workers refuse internal addresses unless their operator
     allows them (`CHATD_WEBHOOK_ALLOW_PRIVATE`): such a delivery fails, and its log says why."""
-    events: list[WebhookEvent] = Field(min_length=1)
+    events: list[WebhookEvent] = Field(min_length=1, json_schema_extra={"uniqueItems": True})
     """The event types to send: `turn.completed`, `turn.requires_action`, `turn.failed`."""
 
     @field_validator("url")

@@ -101,6 +101,8 @@ async def send_attempt(
             timeout=settings.timeout_s,
             extensions={"sni_hostname": target.server_name},
         )
+    except httpx.InvalidURL as err:
+        return AttemptResult(None, f"refused: {err}"[:_MAX_ERROR_CHARS], refused=True)
     except httpx.HTTPError as err:
         return AttemptResult(None, f"{type(err).__name__}: {err}"[:_MAX_ERROR_CHARS])
     if 200 <= response.status_code < 300:

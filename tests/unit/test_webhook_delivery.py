@@ -177,3 +177,21 @@ async def test_a_removed_endpoint_ends_its_deliveries(
     )
     assert result.status == "gone"
     assert receiver.received == []
+
+
+async def test_a_url_the_http_client_cannot_send_fails_at_once(
+    pool: asyncpg.Pool, receiver: WebhookReceiver
+) -> None:
+    store, endpoint_id, delivery_id = await _event(pool, receiver)
+    await pool.execute(
+        "UPDATE webhook_endpoints SET url = $1 WHERE id = $2",
+        receiver.url + "x" * 70_000,
+        endpoint_id,
+    )
+    result = await _env().run(
+        WebhookActivities(pool, ALLOWED).deliver_webhook,
+        DeliverWebhookInput(delivery_id=delivery_id),
+    )
+    assert result.status == "failed"
+    [attempt] = (await _log(store, endpoint_id)).attempts
+    assert attempt.error is not None and attempt.error.startswith("refused")
