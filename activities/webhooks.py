@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import asyncpg
 import httpx
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from chatd.webhooks.delivery import AttemptResult, WebhookSettings, retry_delay, send_attempt
 from chatd.webhooks.events import EVENT_STATUS, EventData
@@ -99,6 +99,11 @@ class WebhookActivities:
             replay=False,
         )
         log.info("webhook delivery %s failed (%s); retry in %s", target.id, result.error, delay)
+        # Benign: a receiver that fails is expected, and logged above in one line; the SDK
+        # then keeps its traceback at DEBUG.
         raise ApplicationError(
-            result.error or "delivery failed", type=ATTEMPT_FAILED, next_retry_delay=delay
+            result.error or "delivery failed",
+            type=ATTEMPT_FAILED,
+            next_retry_delay=delay,
+            category=ApplicationErrorCategory.BENIGN,
         )
