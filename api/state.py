@@ -3,13 +3,14 @@ the quota gates."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import asyncpg
 from fastapi import Request
 from temporalio.client import Client
 
 from api.quotas import ChatSends, KeyGate, LimitsCache, MessageGate, StreamSlots
+from api.shutdown import GatewayShutdown
 from api.stream_reads import SharedReads
 from chatd.store.chats import ChatStore
 from chatd.store.events import EventLog
@@ -34,6 +35,8 @@ class GatewayState:
     generate_titles: bool = True
     mcp_servers: frozenset[str] = frozenset()
     """Names of the operator's MCP servers, which a chat may select."""
+    shutdown: GatewayShutdown = field(default_factory=GatewayShutdown)
+    """Started when the server stops: streams end then (`api.shutdown`)."""
 
     def __post_init__(self) -> None:
         self.chats = ChatStore(self.pool)

@@ -15,6 +15,7 @@ import uvicorn
 
 from chatd.heap import freeze_startup_objects
 from chatd.providers import import_sdks
+from chatd.serving import Server
 from chatd.settings import ProviderSettings, TemporalSettings, titles_enabled
 from chatd.store.db import connect_pool, migrate
 from chatd.store.keys import KeyStore
@@ -76,6 +77,7 @@ async def run_worker(database_url: str, providers: ProviderSettings | None = Non
 async def run_api(database_url: str, host: str, port: int) -> None:
     """Serve the gateway until SIGINT/SIGTERM."""
     from api.app import GatewayConfig, create_app
+    from api.shutdown import end_streams
 
     setup_telemetry("chatd-api")
     config = GatewayConfig(
@@ -84,7 +86,7 @@ async def run_api(database_url: str, host: str, port: int) -> None:
         generate_titles=titles_enabled(),
     )
     app = create_app(config)
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
+    server = Server(app, host, port, on_shutdown=lambda: end_streams(app))
     log.info("gateway listening on http://%s:%d", host, port)
     freeze_startup_objects()
     await server.serve()

@@ -167,6 +167,7 @@ async def _serve(
     key: str,
 ) -> None:
     from api.app import GatewayConfig, create_app
+    from api.shutdown import end_streams
     from workers.client import connect_temporal
     from workers.worker import WorkerConfig, build_worker, listen_for_interrupts
 
@@ -176,7 +177,9 @@ async def _serve(
     stop = asyncio.Event()
     _on_signals(stop.set)
     app = create_app(GatewayConfig(database_url=postgres.dsn, temporal=temporal_settings))
-    server = EmbeddedServer(app, "127.0.0.1", options.api_port)
+    server = EmbeddedServer(
+        app, "127.0.0.1", options.api_port, on_shutdown=lambda: end_streams(app)
+    )
     async with contextlib.AsyncExitStack() as stack:
         pool = await connect_pool(postgres.dsn)
         stack.push_async_callback(pool.close)
@@ -204,6 +207,7 @@ async def _serve(
         await server.start()
         _print_banner(options, postgres, temporal, demo, key)
         await stop.wait()
+        _say("stopping: streams end now, their clients resume with Last-Event-ID")
         await server.stop()
 
 

@@ -1,22 +1,65 @@
-"""Serving an ASGI app inside an already-running event loop (dev stack, tests, benchmarks)."""
+"""Serving an ASGI app with uvicorn: the gateway's own server (`chatd api`) and one run
+inside an already-running event loop (dev stack, tests, benchmarks)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator
+import socket
+from collections.abc import Callable, Iterator
 
 import uvicorn
 from starlette.types import ASGIApp
 
-__all__ = ["EmbeddedServer"]
+__all__ = ["GRACEFUL_SHUTDOWN_S", "EmbeddedServer", "Server"]
+
+GRACEFUL_SHUTDOWN_S = 10
+"""How long a stopping server lets open requests finish before it cancels them. A backstop:
+streams end at once (`on_shutdown`), and other requests are bounded well below this."""
 
 
-class EmbeddedServer(uvicorn.Server):
-    """A uvicorn server that leaves signal handling to its host process."""
+class Server(uvicorn.Server):
+    """A uvicorn server that calls `on_shutdown` as its shutdown begins.
 
-    def __init__(self, app: ASGIApp, host: str, port: int) -> None:
-        super().__init__(uvicorn.Config(app, host=host, port=port, log_level="warning"))
+    uvicorn waits for every open response before it stops, and a response that never ends
+    (an SSE stream) would hold it forever: `on_shutdown` is where the app ends those.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        host: str,
+        port: int,
+        on_shutdown: Callable[[], None] | None = None,
+    ) -> None:
+        config = uvicorn.Config(
+            app,
+            host=host,
+            port=port,
+            log_level="warning",
+            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+        )
+        super().__init__(config)
+        self._on_shutdown = on_shutdown
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        """End what would never end by itself, then shut down as uvicorn does."""
+        if self._on_shutdown is not None:
+            self._on_shutdown()
+        await super().shutdown(sockets)
+
+
+class EmbeddedServer(Server):
+    """A server that leaves signal handling to its host process."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        host: str,
+        port: int,
+        on_shutdown: Callable[[], None] | None = None,
+    ) -> None:
+        super().__init__(app, host, port, on_shutdown)
         self._task: asyncio.Task[None] | None = None
 
     @contextlib.contextmanager
@@ -35,7 +78,8 @@ class EmbeddedServer(uvicorn.Server):
             await asyncio.sleep(0.02)
 
     async def stop(self) -> None:
-        """Stop accepting, finish open requests, and wait for the task."""
+        """Stop accepting, end what `on_shutdown` ends, finish open requests, and wait for
+        the task."""
         self.should_exit = True
         if self._task is not None:
             await self._task

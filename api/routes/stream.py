@@ -1,7 +1,7 @@
 """Server-Sent Events: a chat's events from a cursor, with no gap and no duplicate.
 
 Each stream holds one of its key's stream slots while it is open, and ends when the key is
-revoked."""
+revoked or the gateway stops."""
 
 from __future__ import annotations
 
@@ -36,9 +36,9 @@ async def _events(
     state: GatewayState, chat_id: uuid.UUID, cursor: int, slot: StreamSlot
 ) -> AsyncIterator[str]:
     yield f"retry: {RETRY_MS}\n\n"
-    with state.hub.subscribe(chat_id) as wake:
+    with state.hub.subscribe(chat_id) as wake, state.shutdown.watch(wake):
         slot.wake_with(wake)
-        while not slot.ended:
+        while not (slot.ended or state.shutdown.started):
             since = state.stream_reads.mark()
             wake.clear()  # before reading, so a notify during the read is not missed
             try:

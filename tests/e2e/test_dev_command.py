@@ -255,6 +255,24 @@ def _started(root: Path, env: dict[str, str]) -> Iterator[tuple[subprocess.Popen
         yield dev, key, api_port
 
 
+def test_ctrl_c_with_an_open_stream_stops_promptly(tmp_path: Path) -> None:
+    env = {"ANTHROPIC_API_KEY": "", "OPENAI_API_KEY": ""}
+    with _started(tmp_path / "data", env) as (dev, key, api_port):
+        base = f"http://127.0.0.1:{api_port}/api/v1"
+        chat_id, _ = _chat_turn(base, key, "hello")
+        headers = {"Authorization": f"Bearer {key}"}
+        with (
+            httpx.Client(base_url=base, headers=headers, timeout=30) as http,
+            http.stream("GET", f"/chats/{chat_id}/stream", params={"after": 0}) as stream,
+        ):
+            lines = stream.iter_lines()
+            while not next(lines).startswith("id: "):
+                pass  # the stream is open and serving events
+            dev.send_signal(signal.SIGINT)
+            assert dev.wait(10) == 0, "chatd dev stops despite the open stream"
+            list(lines)  # the stream ended cleanly: its client resumes on another gateway
+
+
 def test_children_die_with_a_sigkilled_chatd_dev(tmp_path: Path) -> None:
     env = {"ANTHROPIC_API_KEY": "", "OPENAI_API_KEY": ""}
     with _started(tmp_path / "data", env) as (dev, _, _):
