@@ -22,7 +22,7 @@ from contextlib import asynccontextmanager
 
 import asyncpg
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from chatd.models import ModelError
 from workflows.constants import MODEL_ERROR_TYPE
@@ -53,12 +53,21 @@ def model_failure(error: ModelError, *, non_retryable: bool = True) -> Applicati
 
     Non-retryable by default (the workflow retries model steps on its own timers); an
     activity whose retries Temporal runs passes `non_retryable=not error.retryable`.
+
+    A classified error is expected (a 529, a 429, a timeout), not a bug: it is BENIGN, so
+    the worker logs it at DEBUG instead of a WARNING with a traceback per attempt; the
+    workflow logs one line for it (`workflows.generation`). An `internal` error is a bug,
+    whose traceback was logged where it was caught.
     """
+    expected = error.kind != "internal"
     return ApplicationError(
         error.message,
         error.model_dump(mode="json"),
         type=MODEL_ERROR_TYPE,
         non_retryable=non_retryable,
+        category=ApplicationErrorCategory.BENIGN
+        if expected
+        else ApplicationErrorCategory.UNSPECIFIED,
     )
 
 

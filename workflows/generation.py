@@ -116,6 +116,8 @@ class Generation:
             following = fallback_model(error, down, self.model_index, plan)
             if following is not None:
                 self.model_index = following  # for the rest of the turn
+                then = f"moving to {model_label(plan, following)} in {_seconds(FALLBACK_DELAY)}"
+                _log_failure(step, attempt, error, then)
                 await self._back_off(attempt, error, FALLBACK_DELAY, plan)
                 failing_since, on_model, down = None, 1, 0
                 attempt += 1
@@ -125,8 +127,11 @@ class Generation:
             deadline = self._deadline
             if not should_retry(error, on_model, DEFAULT_MAX_MODEL_ATTEMPTS, failing_for, deadline):
                 self.retry = None
-                return Failed(gave_up(error, on_model, failing_for, deadline))
+                final = gave_up(error, on_model, failing_for, deadline)
+                _log_failure(step, attempt, error, f"not retried: the turn ends with {final.kind}")
+                return Failed(final)
             delay = backoff_delay(on_model, error.retry_after_ms)
+            _log_failure(step, attempt, error, f"retrying in {_seconds(delay)}")
             await self._back_off(attempt, error, delay, plan)
             attempt, on_model = attempt + 1, on_model + 1
         self.retry = None
@@ -191,3 +196,22 @@ class Generation:
         except TimeoutError:
             pass
         self.retry = None
+
+
+def _log_failure(step: int, attempt: int, error: ModelError, then: str) -> None:
+    """One line for a classified model error: its kind and what happens next. No traceback:
+    an expected error is not a bug (the activity raised it as BENIGN)."""
+    status = f" (status {error.status_code})" if error.status_code is not None else ""
+    workflow.logger.warning(
+        "model step %d failed: %s%s, %s, attempt %d: %s",
+        step,
+        error.kind,
+        status,
+        then,
+        attempt,
+        error.message[:200],
+    )
+
+
+def _seconds(delay: timedelta) -> str:
+    return f"{delay.total_seconds():.1f}s"
