@@ -9,12 +9,23 @@ from typing import Any
 
 from chatd.fake_provider.script import FakeRequest, FakeResponse, FakeText, FakeToolCall, FakeUsage
 
-__all__ = ["CURRENT_TIME_TOOL", "DEMO_MODEL", "DemoTurn", "demo_responder", "latest_turn"]
+__all__ = [
+    "CURRENT_TIME_TOOL",
+    "DEMO_MODEL",
+    "TITLE_REQUEST",
+    "DemoTurn",
+    "demo_responder",
+    "demo_title",
+    "latest_turn",
+]
 
 DEMO_MODEL = "demo"
 CURRENT_TIME_TOOL = "current_time"
 _TOOL_WORDS = re.compile(r"\b(time|clock|date|tools?)\b", re.IGNORECASE)
 _DELTA_DELAY_S = 0.015
+TITLE_REQUEST = "Write a short title"
+"""How chatd's title activity begins its instructions (`activities.compaction`)."""
+_TITLE_WORDS = 6
 
 
 @dataclass(frozen=True)
@@ -29,6 +40,8 @@ class DemoTurn:
 def demo_responder(request: FakeRequest) -> FakeResponse:
     """Answer a request as the demo model (any of the three wire formats)."""
     turn = latest_turn(request)
+    if _system_text(request).startswith(TITLE_REQUEST):
+        return _reply(demo_title(turn.user_text), request)
     if turn.tool_result is not None:
         text = f"[demo model] The {CURRENT_TIME_TOOL} tool says: {turn.tool_result}"
         return _reply(text, request)
@@ -44,6 +57,28 @@ def demo_responder(request: FakeRequest) -> FakeResponse:
         "set an API key to talk to a real one. Ask me for the time to see a tool call."
     )
     return _reply(text, request)
+
+
+def demo_title(message: str) -> str:
+    """A chat's first words as its title (a scripted answer would name every demo chat
+    "[demo model] Hello! ...")."""
+    words = message.split()[:_TITLE_WORDS]
+    if not words:
+        return "New chat"
+    title = " ".join(words).rstrip(".,;:!?")
+    return title[:1].upper() + title[1:]
+
+
+def _system_text(request: FakeRequest) -> str:
+    """The request's instructions, in any of the three wire formats."""
+    body = request.body
+    if request.api == "anthropic":
+        return _text_of(body.get("system"))
+    if request.api == "openai_chat":
+        messages: list[dict[str, Any]] = body.get("messages") or []
+        system = [m for m in messages if m.get("role") in ("system", "developer")]
+        return _text_of(system[0].get("content")) if system else ""
+    return _text_of(body.get("instructions"))
 
 
 def _reply(text: str, request: FakeRequest) -> FakeResponse:
