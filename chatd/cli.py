@@ -43,6 +43,12 @@ def _add_dev(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="default: temporal port + 10",
     )
     dev.add_argument(
+        "--demo-port",
+        type=int,
+        default=int(_env("CHATD_DEMO_PORT", "0") or 0),
+        help="the demo model's port (default: any free port; env CHATD_DEMO_PORT)",
+    )
+    dev.add_argument(
         "--api-key",
         default=_env("CHATD_API_KEY"),
         help="use this API key instead of a generated one (env CHATD_API_KEY)",

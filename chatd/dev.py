@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from chatd.devstack.named_ports import NamedPort, check_ports, port_errors
 from chatd.devstack.postgres import PostgresProcess
 from chatd.devstack.temporal import TemporalDevServer
 from chatd.fake_provider.server import FakeProviderServer
@@ -56,6 +57,8 @@ class DevOptions:
     postgres_port: int
     api_key: str | None
     worker: bool
+    demo_port: int = 0
+    """0: any free port."""
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> DevOptions:
@@ -68,7 +71,23 @@ class DevOptions:
             postgres_port=args.postgres_port or args.temporal_port + 10,
             api_key=args.api_key,
             worker=not args.no_worker,
+            demo_port=args.demo_port,
         )
+
+    def ports(self) -> dict[str, NamedPort]:
+        """Every port `chatd dev` listens on, by server, with the option that sets it."""
+        # The child servers' ports are checked as they start: an orphan may hold them then.
+        return {
+            "postgres": NamedPort("PostgreSQL", self.postgres_port, "--postgres-port", False),
+            "temporal": NamedPort(
+                "the Temporal dev server", self.temporal_port, "--temporal-port", False
+            ),
+            "temporal_ui": NamedPort(
+                "the Temporal UI", self.temporal_ui_port, "--temporal-ui-port", False
+            ),
+            "api": NamedPort("the gateway", self.api_port, "--api-port"),
+            "demo": NamedPort("the demo model", self.demo_port, "--demo-port"),
+        }
 
 
 def _say(message: str) -> None:
@@ -130,22 +149,24 @@ async def _set_limits(database_url: str) -> None:
 
 async def run_dev(options: DevOptions) -> None:
     """Start everything, print where it is, run until Ctrl-C, then stop every child."""
+    ports = options.ports()
+    check_ports(list(ports.values()))
     options.data_dir.mkdir(parents=True, exist_ok=True)
     setup_telemetry("chatd-dev")
     postgres = PostgresProcess(options.data_dir / "postgres", port=options.postgres_port)
     temporal = TemporalDevServer(
         options.data_dir / "temporal", port=options.temporal_port, ui_port=options.temporal_ui_port
     )
-    demo = FakeProviderServer(port=options.api_port + 1)
+    demo = FakeProviderServer(port=options.demo_port)
     try:
-        with _step("PostgreSQL"):
+        with _step("PostgreSQL"), port_errors(ports["postgres"]):
             await asyncio.to_thread(postgres.start)
-        with _step("Temporal dev server"):
+        with _step("Temporal dev server"), port_errors(ports["temporal"], ports["temporal_ui"]):
             await asyncio.to_thread(temporal.start)
         with _step("schema migrations"):
             await migrate(postgres.dsn)
         await _set_limits(postgres.dsn)
-        with _step("demo model (fake provider, Anthropic wire format)"):
+        with _step("demo model (fake provider, Anthropic wire format)"), port_errors(ports["demo"]):
             demo.start()
         key = await _api_key(postgres.dsn, options)
         _write_private(database_url_file(options.data_dir), postgres.dsn + "\n")
@@ -204,7 +225,8 @@ async def _serve(
             )
             await stack.enter_async_context(worker)
             _say(f"worker polling task queue {DEFAULT_TASK_QUEUE!r}")
-        await server.start()
+        with port_errors(options.ports()["api"]):
+            await server.start()
         _print_banner(options, postgres, temporal, demo, key)
         await stop.wait()
         _say("stopping: streams end now, their clients resume with Last-Event-ID")
@@ -230,6 +252,7 @@ def _print_banner(
         "",
         f"  gateway      http://127.0.0.1:{options.api_port}/api/v1   (docs: /docs)",
         f"  temporal ui  {temporal.ui_url}",
+        f"  demo model   {demo.base_url}   (--demo-port)",
         f"  api key      {key}",
         f"  models       demo model 'demo/demo' (scripted, not a real LLM); {models}",
         "",

@@ -323,7 +323,9 @@ class FakeProviderServer:
         deadline = time.monotonic() + timeout_s
         while not server.started:
             if not thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("fake provider server failed to start")
+                raise RuntimeError(
+                    f"fake provider server failed to start on {self.host}:{self.port}"
+                )
             time.sleep(0.01)
         self.port = server.servers[0].sockets[0].getsockname()[1]
         self._server, self._thread = server, thread

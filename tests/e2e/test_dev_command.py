@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -173,7 +174,7 @@ def test_chatd_dev_runs_a_demo_chat_stops_cleanly_and_resumes(tmp_path: Path) ->
 def _dev_args(root: Path) -> tuple[list[str], int]:
     api_port = _port()
     args = ["dev", "--data-dir", str(root), "--api-port", str(api_port)]
-    for option in ("--temporal-port", "--temporal-ui-port", "--postgres-port"):
+    for option in ("--temporal-port", "--temporal-ui-port", "--postgres-port", "--demo-port"):
         args += [option, str(_port())]
     return args, api_port
 
@@ -283,3 +284,68 @@ def test_children_die_with_a_sigkilled_chatd_dev(tmp_path: Path) -> None:
         dev.wait(10)
         _, alive = psutil.wait_procs(children, timeout=15)
         assert alive == [], f"children outlived chatd dev: {alive}"
+
+
+@contextmanager
+def _listening() -> Iterator[int]:
+    """A port another program listens on."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        taken.bind(("127.0.0.1", _port()))
+        taken.listen()
+        yield taken.getsockname()[1]
+
+
+@pytest.mark.parametrize(
+    "option",
+    ["--api-port", "--demo-port", "--postgres-port", "--temporal-port", "--temporal-ui-port"],
+)
+def test_a_port_in_use_is_named_with_the_option_that_sets_it(tmp_path: Path, option: str) -> None:
+    args, _ = _dev_args(tmp_path / "data")
+    env = {**os.environ, "ANTHROPIC_API_KEY": "", "OPENAI_API_KEY": ""}
+    with _listening() as port:
+        args[args.index(option) + 1] = str(port)
+        done = subprocess.run(
+            [sys.executable, "-m", "chatd.cli", *args],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            env=env,
+        )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"chatd dev: port {port} for {_WHAT[option]} is in use: choose another with {option}"
+    )
+
+
+_WHAT = {
+    "--api-port": "the gateway",
+    "--demo-port": "the demo model",
+    "--postgres-port": "PostgreSQL",
+    "--temporal-port": "the Temporal dev server",
+    "--temporal-ui-port": "the Temporal UI",
+}
+
+
+def test_two_options_naming_one_port_are_refused(tmp_path: Path) -> None:
+    args, api_port = _dev_args(tmp_path / "data")
+    args[args.index("--demo-port") + 1] = str(api_port)
+    done = subprocess.run(
+        [sys.executable, "-m", "chatd.cli", *args], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 1
+    assert f"--api-port and --demo-port both name port {api_port}" in done.stderr
+
+
+def test_the_demo_model_has_a_port_of_its_own(tmp_path: Path) -> None:
+    args, api_port = _dev_args(tmp_path / "data")
+    del args[args.index("--demo-port") : args.index("--demo-port") + 2]
+    seen: list[str] = []
+    env = {"ANTHROPIC_API_KEY": "", "OPENAI_API_KEY": ""}
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as next_port:
+        next_port.bind(("127.0.0.1", api_port + 1))  # where the demo model used to go, silently
+        next_port.listen()
+        with _chatd(*args, env=env) as dev:
+            demo = _read_until(dev, r"demo model\s+http://127.0.0.1:(\d+)\s+\(--demo-port\)", seen)
+            _read_until(dev, r"Ctrl-C stops everything", seen)
+    assert int(demo.group(1)) != api_port + 1
