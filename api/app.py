@@ -14,7 +14,17 @@ from api.auth import install_key_gate
 from api.errors import ERROR_RESPONSES, install_error_handlers
 from api.limits import BodySizeLimit
 from api.openapi import openapi_document
-from api.routes import approvals, chats, children, health, messages, stream, turn_control, webhooks
+from api.routes import (
+    approvals,
+    chats,
+    children,
+    health,
+    messages,
+    stream,
+    turn_control,
+    watch,
+    webhooks,
+)
 from api.state import GatewayState
 from chatd.mcp.config import CONFIG_ENV, load_mcp_server_names
 from chatd.settings import TemporalSettings
@@ -60,7 +70,8 @@ def create_app(config: GatewayConfig) -> FastAPI:
             mcp_servers=frozenset(config.mcp_servers),
         )
         try:
-            yield
+            async with watch.listening(app, config.database_url):
+                yield
         finally:
             await hub.stop()
             await pool.close()
@@ -79,7 +90,7 @@ def create_app(config: GatewayConfig) -> FastAPI:
     app.add_middleware(BodySizeLimit)
     install_key_gate(app, API_PREFIX)  # after instrumenting: refusals by key cost no span
     app.include_router(health.router)
-    for module in (chats, children, approvals, messages, stream, turn_control, webhooks):
+    for module in (chats, children, approvals, messages, stream, turn_control, watch, webhooks):
         app.include_router(module.router, prefix=API_PREFIX, responses=ERROR_RESPONSES)
     app.openapi = lambda: openapi_document(app, config.mcp_servers)  # type: ignore[method-assign]
     return app
