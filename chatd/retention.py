@@ -7,7 +7,8 @@ one round by hand, or with `--dry-run` counts what one would delete.
 
 Stream events are pruned per chat as a prefix of its sequence, in batches, and the highest
 pruned number is recorded with each batch: a cursor below it gets 410 `cursor_expired`, a
-cursor at or above it has lost nothing (`EventLog.cursor_expired`).
+cursor at or above it has lost nothing (`EventLog.cursor_expired`). The owners' watch-stream
+events (`owner_events`) are pruned alike, per owner, as long as chat events are kept.
 """
 
 from __future__ import annotations
@@ -170,6 +171,7 @@ class Retention:
         settings = self._settings
         if settings.events is not None:
             done(await self._prune_events(settings.events, dry_run))
+            done(await self._prune_owner_events(settings.events, dry_run))
         for rows, retention in (
             (QUEUED_MESSAGES, settings.queued_messages),
             (CHAT_CREATIONS, settings.queued_messages),
@@ -210,6 +212,27 @@ class Retention:
                 break
             count, after = count + deleted, through
         return count
+
+    async def _prune_owner_events(self, retention: timedelta, dry_run: bool) -> Pruned:
+        """Each owner's watch-stream events older than the retention, a batch at a time."""
+        cutoff: datetime = await self._pool.fetchval("SELECT now() - $1::interval", retention)
+        step = self._store.owner_events_through if dry_run else self._store.prune_owner_events
+        batch, count = self._settings.batch, 0
+        after: str | None = ""
+        while after is not None:
+            candidates, after = await self._store.owner_event_candidates(
+                after=after, cutoff=cutoff, limit=CHAT_PAGE
+            )
+            for owner in candidates:
+                pruned = owner.through_seq
+                while True:
+                    through = await step(owner.owner, pruned, cutoff, batch)
+                    # An owner's numbers have no gap: (pruned, through] holds that many.
+                    count += through - pruned
+                    if through - pruned < batch:
+                        break
+                    pruned = through
+        return Pruned("owner_events", count)
 
     async def _delete_finished(
         self, rows: FinishedRows, retention: timedelta, dry_run: bool

@@ -1,6 +1,6 @@
-"""What retention deletes, in SQL: stream events per chat by sequence number, and the rows
-of finished turns, each in bounded batches; read under an advisory lock so one process
-prunes at a time.
+"""What retention deletes, in SQL: stream events per chat and per owner (the watch stream's)
+by sequence number, and the rows of finished turns, each in bounded batches; read under an
+advisory lock so one process prunes at a time.
 
 Rows that a turn may still read are never candidates: a queued message is deleted only once
 promoted and its chat out of any turn (a waiting one is never), a staged tool result, start
@@ -25,6 +25,7 @@ __all__ = [
     "TOOL_RESULTS",
     "TURN_MCP_TOOLS",
     "FinishedRows",
+    "OwnerPruneCandidate",
     "PruneCandidate",
     "RetentionStore",
 ]
@@ -137,6 +138,61 @@ SELECT count(*) FROM gone
 """
 
 
+@dataclass(frozen=True)
+class OwnerPruneCandidate:
+    """An owner whose oldest kept watch-stream event is older than the cutoff."""
+
+    owner: str
+    through_seq: int
+    """Its events up to here are pruned already."""
+
+
+# As `_CANDIDATES`, a page of owners (those that ever had an event) in owner order.
+_OWNER_CANDIDATES = """
+SELECT s.owner, coalesce(p.through_seq, 0) AS through_seq,
+       s.last_seq > coalesce(p.through_seq, 0) AND coalesce((
+           SELECT e.created_at < $2 FROM owner_events e
+           WHERE e.owner = s.owner AND e.seq > coalesce(p.through_seq, 0)
+           ORDER BY e.seq LIMIT 1
+       ), false) AS prunable
+FROM owner_event_seqs s LEFT JOIN owner_events_pruned p ON p.owner = s.owner
+WHERE s.owner > $1
+ORDER BY s.owner
+LIMIT $3
+"""
+
+# An owner's event times grow with their numbers (both are taken under the owner's lock at
+# commit, migration 017), so the events older than the cutoff are the ones before the first
+# that is not: a prefix, up to $4 of them, deleted and recorded in one statement. A clock
+# stepped back can only make it stop early.
+_PRUNE_OWNER = """
+WITH page AS (
+    SELECT seq, created_at FROM owner_events WHERE owner = $1 AND seq > $2 ORDER BY seq LIMIT $4
+), bound AS (
+    SELECT max(seq) AS through FROM page
+    WHERE seq < coalesce((SELECT min(seq) FROM page WHERE created_at >= $3), $2 + $4 + 1)
+), gone AS (
+    DELETE FROM owner_events e USING bound
+    WHERE e.owner = $1 AND e.seq > $2 AND e.seq <= bound.through
+), moved AS (
+    INSERT INTO owner_events_pruned (owner, through_seq)
+    SELECT $1, through FROM bound WHERE through IS NOT NULL
+    ON CONFLICT (owner) DO UPDATE
+    SET through_seq = greatest(owner_events_pruned.through_seq, excluded.through_seq)
+)
+SELECT through FROM bound
+"""
+
+# The prefix `_PRUNE_OWNER` would delete, deleting nothing (a dry run).
+_OWNER_PREFIX_END = """
+WITH page AS (
+    SELECT seq, created_at FROM owner_events WHERE owner = $1 AND seq > $2 ORDER BY seq LIMIT $4
+)
+SELECT max(seq) FROM page
+WHERE seq < coalesce((SELECT min(seq) FROM page WHERE created_at >= $3), $2 + $4 + 1)
+"""
+
+
 class RetentionStore:
     """Finds and deletes what retention forgets."""
 
@@ -201,6 +257,30 @@ class RetentionStore:
                 through,
             )
         )
+
+    async def owner_event_candidates(
+        self, *, after: str, cutoff: datetime, limit: int
+    ) -> tuple[list[OwnerPruneCandidate], str | None]:
+        """The owners after `after` (a page of `limit`) with watch-stream events older than
+        `cutoff`, and where the next page starts (None after the last)."""
+        rows = await self._pool.fetch(_OWNER_CANDIDATES, after, cutoff, limit)
+        candidates = [
+            OwnerPruneCandidate(r["owner"], int(r["through_seq"])) for r in rows if r["prunable"]
+        ]
+        return candidates, (rows[-1]["owner"] if len(rows) == limit else None)
+
+    async def prune_owner_events(self, owner: str, after: int, cutoff: datetime, limit: int) -> int:
+        """Delete up to `limit` of the owner's events after `after` that are older than
+        `cutoff` (a prefix) and record them pruned; the last one's number (`after`: none)."""
+        through = await self._pool.fetchval(_PRUNE_OWNER, owner, after, cutoff, limit)
+        return int(through or after)
+
+    async def owner_events_through(
+        self, owner: str, after: int, cutoff: datetime, limit: int
+    ) -> int:
+        """Where `prune_owner_events` with these arguments would stop, deleting nothing."""
+        through = await self._pool.fetchval(_OWNER_PREFIX_END, owner, after, cutoff, limit)
+        return int(through or after)
 
     async def delete_finished(self, rows: FinishedRows, retention: timedelta, limit: int) -> int:
         """Delete up to `limit` of the rows; how many went."""

@@ -11,6 +11,7 @@ import asyncpg
 import pytest
 
 from chatd.models import ModelConfig
+from chatd.retention import Retention, RetentionSettings
 from chatd.store.chats import ChatStore
 from chatd.store.events import Conn, EventLog, append_events
 from chatd.store.owner_events import (
@@ -144,6 +145,43 @@ async def test_a_cursor_below_the_pruned_mark_expires(pool: asyncpg.Pool) -> Non
         await OwnerEventLog(pool).read_after("o", 1)
     assert [e.seq for e in await OwnerEventLog(pool).read_after("o", 2)] == [3]
     assert await OwnerEventLog(pool).position("o") == (3, 2)
+
+
+async def _age(pool: asyncpg.Pool, owner: str, seqs: list[int]) -> None:
+    await pool.execute(
+        "UPDATE owner_events SET created_at = now() - interval '2 days'"
+        " WHERE owner = $1 AND seq = ANY($2)",
+        owner,
+        seqs,
+    )
+
+
+async def test_retention_prunes_each_owners_old_events_as_a_prefix(pool: asyncpg.Pool) -> None:
+    mine, theirs = await _chat(pool), await _chat(pool, "p")
+    for n in range(5):
+        await EventLog(pool).publish(mine, [("status", {"n": n})])
+    for n in range(2):
+        await EventLog(pool).publish(theirs, [("status", {"n": n})])
+    # 5 is as old as 1..3 (a clock stepped back), but 4 is newer: 5 stays with it.
+    await _age(pool, "o", [1, 2, 3, 5])
+    await _age(pool, "p", [1])
+    retention = Retention(pool, RetentionSettings(batch=2), None)
+
+    dry = await retention.run_round(dry_run=True)
+    assert [p.count for p in dry.pruned if p.what == "owner_events"] == [4]
+    assert await pool.fetchval("SELECT count(*) FROM owner_events") == 7
+    done = await retention.run_round()
+    assert [p.count for p in done.pruned if p.what == "owner_events"] == [4]
+
+    log = OwnerEventLog(pool)
+    assert await log.position("o") == (5, 3)
+    assert await log.position("p") == (2, 1)
+    with pytest.raises(OwnerCursorExpired):
+        await log.read_after("o", 2)
+    assert [e.seq for e in await log.read_after("o", 3)] == [4, 5]
+    assert [e.seq for e in await log.read_after("p", 1)] == [2]
+    again = await retention.run_round()
+    assert [p.count for p in again.pruned if p.what == "owner_events"] == [0]
 
 
 async def _waits_for_a_lock(pool: asyncpg.Pool, task: asyncio.Task[object]) -> bool:
