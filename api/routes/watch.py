@@ -88,7 +88,11 @@ async def watch(
     owner: Owner,
     request: Request,
     key: BearerKey,
-    last_event_id: Annotated[str | None, Header(max_length=40)] = None,
+    last_event_id: Annotated[
+        str | None,
+        # Documented, and checked by `_cursor` (a 400 `invalid_cursor`, as a chat's stream).
+        Header(max_length=40, json_schema_extra={"pattern": "^[0-9]{1,19}$"}),
+    ] = None,
     after: Annotated[
         int | None, Query(ge=0, le=MAX_EVENT_ID, description="Start after this event id")
     ] = None,
