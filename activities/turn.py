@@ -26,6 +26,7 @@ from chatd.store.step_keys import StepKey
 from chatd.store.transcript import NewMessage, StoredMessage, TranscriptStore
 from chatd.store.turns import TurnStore
 from chatd.telemetry import METRICS
+from chatd.webhooks.store import WebhookStore
 from workflows.payloads import (
     BeginTurnInput,
     BeginTurnResult,
@@ -50,6 +51,7 @@ class TurnEdges:
         self._providers = providers
         self._chats = ChatStore(pool)
         self._turns = TurnStore(pool)
+        self._webhooks = WebhookStore(pool)
 
     async def begin(
         self, chat_id: uuid.UUID, turn_id: str
@@ -67,8 +69,9 @@ class TurnEdges:
             )
         if began:  # not again when a retried attempt (or the gateway) began it before
             METRICS.active_turns.add(1)
-        limit, *fallback_limits = await asyncio.gather(
-            *(self._context_limit(m) for m in [chat.model, *chat.fallback_models])
+        webhook_events, (limit, *fallback_limits) = await asyncio.gather(
+            self._webhooks.subscribed_events(chat.owner),
+            asyncio.gather(*(self._context_limit(m) for m in [chat.model, *chat.fallback_models])),
         )
         plan = TurnPlan(
             turn_id=turn_id,
@@ -81,6 +84,7 @@ class TurnEdges:
                 PlannedModel(label=model.label, context_limit=window)
                 for model, window in zip(chat.fallback_models, fallback_limits, strict=True)
             ],
+            webhook_events=webhook_events,
         )
         return chat, BeginTurnResult(started=True, plan=plan)
 

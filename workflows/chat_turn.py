@@ -23,6 +23,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.tools import ToolActivities
     from activities.turn import TurnActivities
     from chatd.models import ModelError
+    from chatd.webhooks.events import WebhookEvent
     from workflows.constants import CHAT_MODEL, LOCAL_TIMEOUT, workflow_id
     from workflows.controls import (
         INVALID_TOOL_APPROVALS,
@@ -68,6 +69,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.retries import activity_error, retries_within, retry_policy
     from workflows.tool_step import ToolStep
+    from workflows.webhook_delivery import start_deliveries
 
 __all__ = ["ChatTurn"]
 
@@ -222,6 +224,7 @@ class ChatTurn:
         finish = await self._turn(self._turn_id, input.resume)
         await self._finish(self._turn_id, finish)
         await self._tell_family(finish)
+        await self._announce(self._turn_id, finish)
         # Rule 6: a message accepted while we were finishing must not be lost.
         await workflow.wait_condition(workflow.all_handlers_finished)
         if self._queue:
@@ -386,6 +389,14 @@ class ChatTurn:
                 return Interrupted()
             return Failed(activity_error(err, "compaction"))
         return Compacted(move, result.estimated_tokens)
+
+    async def _announce(self, turn_id: str, finish: Finish | None) -> None:
+        """The turn's end, to the owner's webhooks that take it (started, never awaited)."""
+        if finish is None or self._plan is None:
+            return
+        event: WebhookEvent = "turn.failed" if finish.error else "turn.completed"
+        if event in self._plan.webhook_events:
+            await start_deliveries(self._chat_id, turn_id, event, last_error=finish.error)
 
     async def _tell_family(self, finish: Finish | None) -> None:
         """After the turn: an interrupted one interrupts its subagents too, and a subagent's

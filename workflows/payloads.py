@@ -78,6 +78,9 @@ class TurnPlan(_Payload):
     """The chat model's context window (0: not known)."""
     fallbacks: list[PlannedModel] = []
     """The chat's fallback models, in order: model index i is `fallbacks[i - 1]`."""
+    webhook_events: list[str] = []
+    """The events the owner's webhook endpoints take, as they stood when the turn began:
+    the turn announces only those."""
 
 
 class TurnResume(_Payload):

@@ -39,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
         TurnPlan,
     )
     from workflows.retries import activity_error, retry_policy
+    from workflows.webhook_delivery import start_deliveries
 
 __all__ = ["ToolStep"]
 
@@ -73,6 +74,7 @@ class ToolStep:
         self._controls = controls
         self._action_timeout = timedelta(seconds=plan.action_timeout_s)
         self._deadline = deadline
+        self._announce_waits = "turn.requires_action" in plan.webhook_events
 
     async def run(self, calls: list[ToolCallRef]) -> ToolsOutcome:
         """The calls the policy lets run (persisted), then the wait for a person and the
@@ -168,6 +170,10 @@ class ToolStep:
         expires_at = workflow.now() + self._action_timeout
         controls.await_answers(plan.asked, plan.client, expires_at)
         await self._set_status("requires_action", plan.waiting, expires_at)
+        if self._announce_waits:
+            await start_deliveries(
+                self._chat_id, self._turn_id, "turn.requires_action", occurrence=self._step
+            )
         try:
             await workflow.wait_condition(
                 lambda: controls.answered or controls.interrupted, timeout=self._action_timeout

@@ -123,6 +123,15 @@ class WebhookStore:
         )
         return count
 
+    async def subscribed_events(self, owner: str) -> list[str]:
+        """The events any of the owner's endpoints takes (what a turn must announce)."""
+        events: list[str] = await self._pool.fetchval(
+            "SELECT coalesce(array_agg(DISTINCT e ORDER BY e), '{}')"
+            " FROM webhook_endpoints, unnest(events) AS e WHERE owner = $1",
+            owner,
+        )
+        return events
+
     async def endpoints(self, owner: str) -> list[Endpoint]:
         """The owner's endpoints, oldest first."""
         rows = await self._pool.fetch(

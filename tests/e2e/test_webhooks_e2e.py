@@ -17,6 +17,7 @@ import pytest
 from harness import Stack, StackFactory
 from support.webhook_receiver import WebhookReceiver, webhook_receiver
 
+from chatd.fake_provider.script import FakeResponse, FakeText, FakeToolCall
 from chatd.models import ModelError
 from workflows.webhook_delivery import WebhookFanout, fanout_workflow_id
 from workflows.webhook_payloads import WebhookFanoutInput
@@ -177,3 +178,37 @@ async def test_endpoints_are_the_owners_own_and_checked(
     assert (await stack.http.delete(webhook)).status_code == 204
     assert (await stack.http.delete(webhook)).status_code == 404
     assert (await stack.http.get("/webhooks")).json() == {"data": []}
+
+
+async def test_real_turns_announce_their_end_and_their_waits(
+    make_stack: StackFactory, receiver: WebhookReceiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The turn workflow starts the fanouts itself: a completed turn, and a wait for the
+    client's tool results; an owner without endpoints costs its turns nothing."""
+    monkeypatch.setenv("CHATD_WEBHOOK_ALLOW_PRIVATE", "1")
+    ask = {"name": "ask_user", "input_schema": {"type": "object"}}
+    async with make_stack() as stack:
+        await _register(stack, receiver, "turn.completed", "turn.requires_action")
+        model = stack.scripted_model(
+            FakeResponse(parts=[FakeToolCall(name="ask_user", arguments={})]),
+            FakeResponse(parts=[FakeText(text="thanks")]),
+        )
+        chat = await stack.create_chat(model=model, dynamic_tools=[ask])
+        await stack.send(chat["id"], "ask me")
+        await stack.wait_status(chat["id"], "requires_action")
+        [pending] = (await stack.http.get(f"/chats/{chat['id']}")).json()["pending_tool_calls"]
+        answered = await stack.http.post(
+            f"/chats/{chat['id']}/tool-results",
+            json={"results": [{"tool_call_id": pending["id"], "output": "yes"}]},
+        )
+        assert answered.status_code == 202, answered.text
+        await stack.wait_status(chat["id"], "waiting")
+
+        def both_arrived() -> bool:
+            with receiver.arrived:
+                return receiver.arrived.wait_for(lambda: len(receiver.received) >= 2, 30)
+
+        assert await asyncio.to_thread(both_arrived)
+    kinds = sorted(r.verified["type"] for r in receiver.received if r.verified)
+    assert kinds == ["turn.completed", "turn.requires_action"]
+    assert {r.verified["data"]["chat_id"] for r in receiver.received if r.verified} == {chat["id"]}
