@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Query, Request
+from fastapi import APIRouter, Header, Path, Query, Request
 
 from api.access import OwnedChat
 from api.edits import BUSY, cut_and_queue
@@ -110,7 +110,7 @@ async def list_messages(
 )
 async def edit_message(
     chat: OwnedChat,
-    message_id: int,
+    message_id: Annotated[int, Path(ge=1, le=2**63 - 1)],
     body: EditMessage,
     request: Request,
     idempotency_key: Annotated[str | None, Header(max_length=200)] = None,

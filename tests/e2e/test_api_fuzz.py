@@ -22,11 +22,14 @@ from schemathesis.config._auth import OpenAPIAuthConfig
 from schemathesis.engine import events
 from schemathesis.specs.openapi.schemas import OpenApiSchema
 
+from chatd.store.quotas import LimitOverrides, QuotaStore
+
 MAX_EXAMPLES = 10
 """Random cases per operation and kind (valid or invalid data)."""
 SCENARIOS = 40
 STEPS_PER_SCENARIO = 8
 STREAM = "/api/v1/chats/{chat_id}/stream"
+WATCH = "/api/v1/stream"
 _SETTINGS: dict[str, Any] = {
     "deadline": None,
     "database": None,
@@ -72,7 +75,7 @@ def _each_operation(root: str, key: str) -> tuple[set[str], list[str]]:
     failure found."""
     # Phases after the first reuse the ids earlier answers held, and a request for an
     # existing chat's event stream would wait for the request timeout: the stream runs alone.
-    schema = _schema(root, key).exclude(path=STREAM)
+    schema = _schema(root, key).exclude(path=[STREAM, WATCH])
     schema.config.phases.stateful.enabled = False  # the state machine below runs it
     # No crash cache on disk: a run replays only its own derandomized cases.
     schema.config.cache.enabled = False
@@ -118,9 +121,41 @@ def _stream(root: str, key: str) -> list[str]:
     return failures
 
 
+def _watch(root: str, key: str) -> list[str]:
+    """The watch stream with the key's stream limit at 0 (a valid request is a 429, not a
+    stream that never ends); a cursor past the owner's last event is a 400 however valid."""
+    schema = _schema(root, key)
+    checks = schema.config.checks
+    checks.positive_data_acceptance.expected_statuses = [
+        *checks.positive_data_acceptance.expected_statuses,
+        "400",
+    ]
+    operation = schema[WATCH]["GET"]
+    failures: list[str] = []
+    for mode in GenerationMode:
+
+        @settings(max_examples=MAX_EXAMPLES, phases=[Phase.generate], **_SETTINGS)
+        @given(case=operation.as_strategy(generation_mode=mode))
+        def check(case: schemathesis.Case) -> None:
+            case.call_and_validate()
+
+        try:
+            check()
+        except (Exception, BaseExceptionGroup) as err:
+            failures.append(f"{mode.value}: {err}")
+    return failures
+
+
+async def test_the_watch_stream_keeps_its_documented_contract(stack: Stack) -> None:
+    await QuotaStore(stack.pool).set_limits("alice", LimitOverrides(streams=0))
+    root = stack.base_url.removesuffix("/api/v1")
+    failures = await asyncio.to_thread(_watch, root, stack.key)
+    assert not failures, "\n\n".join(failures)
+
+
 def _linked_sequences(root: str, key: str) -> None:
     # An event stream never ends, so a linked call to it would hang the scenario.
-    machine = _schema(root, key).exclude(path=STREAM).as_state_machine()
+    machine = _schema(root, key).exclude(path=[STREAM, WATCH]).as_state_machine()
     machine.run(
         settings=settings(
             max_examples=SCENARIOS,

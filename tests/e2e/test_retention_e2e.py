@@ -171,6 +171,7 @@ async def test_rows_of_finished_turns_go_and_what_a_turn_may_read_stays(
         "tool_results": 1,
         "tool_call_starts": 1,
         "turn_mcp_tools": 1,
+        "owner_events": 0,
         "workspaces": 2,
     }
     kept = await stack.pool.fetch("SELECT id, chat_id FROM queued_messages ORDER BY chat_id")
