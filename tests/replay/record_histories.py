@@ -223,6 +223,18 @@ async def subagent_wait(stack: Stack) -> Run:
     )
 
 
+async def webhook_turn(stack: Stack) -> Run:
+    """A turn of an owner with a webhook endpoint: its end starts the event's fanout."""
+    registered = await stack.http.post(
+        "/webhooks", json={"url": "https://192.0.2.1/hook", "events": ["turn.completed"]}
+    )
+    assert registered.status_code == 201, registered.text
+    try:
+        return await _one_turn(stack, [FakeResponse(parts=[FakeText(text="Done.")])], "hi")
+    finally:
+        await stack.http.delete(f"/webhooks/{registered.json()['id']}")
+
+
 async def interrupted_turn(stack: Stack) -> Run:
     """An interrupt mid-stream: the activity is cancelled and returns its partial step."""
     chat_id, _ = await _chat(
@@ -346,6 +358,7 @@ SCENARIOS: dict[str, Scenario] = {
     "approval_turn": approval_turn,
     "fallback_turn": fallback_turn,
     "subagent_wait": subagent_wait,
+    "webhook_turn": webhook_turn,
     "retry_turn": retry_turn,
     "interrupted_turn": interrupted_turn,
     "queued_turn": queued_turn,

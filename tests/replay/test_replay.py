@@ -37,6 +37,7 @@ SCENARIOS = {
     "approval_turn",
     "fallback_turn",
     "subagent_wait",
+    "webhook_turn",
     "retry_turn",
     "interrupted_turn",
     "queued_turn",
