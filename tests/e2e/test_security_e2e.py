@@ -7,6 +7,7 @@ target: few enough to stay under any per-key rate limit.
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from dataclasses import dataclass
@@ -104,10 +105,17 @@ async def _answer(
     base_url: str, key: str | None, operation: Operation, url: str
 ) -> tuple[int, dict[str, Any]]:
     headers = {"Authorization": f"Bearer {key}"} if key is not None else {}
-    async with httpx.AsyncClient(base_url=base_url, headers=headers, timeout=10) as http:
-        response = await http.request(operation.method, url, json=operation.body())
-    json_body = response.headers.get("content-type", "").startswith("application/json")
-    return response.status_code, response.json() if json_body else {"text": response.text}
+    async with (
+        httpx.AsyncClient(base_url=base_url, headers=headers, timeout=10) as http,
+        http.stream(operation.method, url, json=operation.body()) as response,
+    ):
+        kind = response.headers.get("content-type", "")
+        if kind.startswith("text/event-stream"):  # a stream of one's own: it never ends
+            return response.status_code, {"text": "<an event stream>"}
+        body = await response.aread()
+    if kind.startswith("application/json"):
+        return response.status_code, json.loads(body)
+    return response.status_code, {"text": body.decode()}
 
 
 def _masked(body: dict[str, Any], *ids: str) -> str:

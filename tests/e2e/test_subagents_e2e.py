@@ -119,6 +119,8 @@ async def test_interrupting_the_parent_interrupts_its_running_children(stack: St
             break
         await asyncio.sleep(0.1)
     (child,) = children
+    # Once the child has streamed something, an interrupt has a partial step to keep.
+    await stack.events_until(child["id"], lambda e: e.event == "message_part")
     interrupted = await stack.http.post(f"/chats/{chat['id']}/interrupt")
     assert interrupted.status_code == 202, interrupted.text
     await stack.wait_status(chat["id"], "waiting", within_s=WITHIN_S)

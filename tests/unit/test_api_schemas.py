@@ -263,7 +263,8 @@ def test_strict_inputs_keep_the_types_the_store_and_workflows_take() -> None:
     results = ToolResults.model_validate({"results": [{"tool_call_id": "t", "is_error": True}]})
     payload = SubmitToolResultsInput(results=results.results)
     assert payload.model_dump() == {
-        "results": [{"tool_call_id": "t", "output": None, "is_error": True}]
+        "tool_call_ids": [],
+        "results": [{"tool_call_id": "t", "output": None, "is_error": True}],
     }
     with pytest.raises(ValidationError):
         ToolResults.model_validate({"results": [{"tool_call_id": "t", "extra": 1}]})
