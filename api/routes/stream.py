@@ -55,7 +55,7 @@ async def _events(
                 yield ": ping\n\n"
 
 
-class _SlotStream(StreamingResponse):
+class SlotStream(StreamingResponse):
     """A stream that frees its slot however it ends (finished, disconnected, cancelled, or
     never started)."""
 
@@ -93,26 +93,38 @@ async def stream(
     the chat's last event is a 400; so is one more stream than the key's limit (429)."""
     chat_id = chat.id
     state = state_of(request)
-    cursor = _cursor(last_event_id, after)
     last = await state.events.last_seq(chat_id)
+    cursor = starting_cursor(last_event_id, after, last, "chat")
+    if await state.events.cursor_expired(chat_id, cursor):
+        raise expired_cursor(last, "reload the transcript")
+    slot = await state.stream_slots.take(hash_key(key), chat.owner, chat_id)
+    return SlotStream(state, slot, _events(state, chat_id, cursor, slot))
+
+
+def starting_cursor(last_event_id: str | None, after: int | None, last: int, of: str) -> int:
+    """Where a stream starts: after `Last-Event-ID` (or `after`), or from now on (`last`);
+    a cursor that is not an event id, or is past the `of`'s last event, is a 400."""
+    cursor = _cursor(last_event_id, after)
     if cursor is None:
-        cursor = last
-    elif cursor > last:
+        return last
+    if cursor > last:
         raise ApiError(
             400,
             "invalid_cursor",
-            f"event {cursor} does not exist: the chat's last event is {last}",
+            f"event {cursor} does not exist: the {of}'s last event is {last}",
             {"last_event_id": last},
         )
-    if await state.events.cursor_expired(chat_id, cursor):
-        raise ApiError(
-            410,
-            "cursor_expired",
-            "events after this cursor are no longer kept: reload the transcript, then stream",
-            {"last_event_id": last},
-        )
-    slot = await state.stream_slots.take(hash_key(key), chat.owner, chat_id)
-    return _SlotStream(state, slot, _events(state, chat_id, cursor, slot))
+    return cursor
+
+
+def expired_cursor(last: int, reload: str) -> ApiError:
+    """The 410 for a cursor whose following events were pruned: `reload`, then stream."""
+    return ApiError(
+        410,
+        "cursor_expired",
+        f"events after this cursor are no longer kept: {reload}, then stream",
+        {"last_event_id": last},
+    )
 
 
 def _cursor(last_event_id: str | None, after: int | None) -> int | None:

@@ -19,9 +19,15 @@ from fastapi.responses import StreamingResponse
 
 from api.access import Owner
 from api.auth import BearerKey
-from api.errors import ApiError
 from api.quotas import StreamSlot
-from api.routes.stream import MAX_EVENT_ID, PING_INTERVAL_S, RETRY_MS, _cursor, _SlotStream
+from api.routes.stream import (
+    MAX_EVENT_ID,
+    PING_INTERVAL_S,
+    RETRY_MS,
+    SlotStream,
+    expired_cursor,
+    starting_cursor,
+)
 from api.state import GatewayState, state_of
 from chatd.store.hub import NotifyHub
 from chatd.store.keys import hash_key
@@ -90,7 +96,7 @@ async def watch(
     key: BearerKey,
     last_event_id: Annotated[
         str | None,
-        # Documented, and checked by `_cursor` (a 400 `invalid_cursor`, as a chat's stream).
+        # Documented, and checked by `starting_cursor` (a 400 `invalid_cursor`, as a chat's).
         Header(max_length=40, json_schema_extra={"pattern": "^[0-9]{1,19}$"}),
     ] = None,
     after: Annotated[
@@ -102,25 +108,11 @@ async def watch(
     from now on. A cursor past the owner's last event is a 400, one whose events were pruned
     a 410; one more stream than the key's limit a 429."""
     state = state_of(request)
-    cursor = _cursor(last_event_id, after)
     last, pruned = await OwnerEventLog(state.pool).position(owner)
-    if cursor is None:
-        cursor = last
-    elif cursor > last:
-        raise ApiError(
-            400,
-            "invalid_cursor",
-            f"event {cursor} does not exist: the owner's last event is {last}",
-            {"last_event_id": last},
-        )
+    cursor = starting_cursor(last_event_id, after, last, "owner")
     if cursor < pruned:
-        raise ApiError(
-            410,
-            "cursor_expired",
-            "events after this cursor are no longer kept: reload the chats, then stream",
-            {"last_event_id": last},
-        )
+        raise expired_cursor(last, "reload the chats")
     hub: NotifyHub = request.app.state.owner_hub
     # The owner's watch streams share one slot key: a per-chat limit counts them together.
     slot = await state.stream_slots.take(hash_key(key), owner, owner_key(owner))
-    return _SlotStream(state, slot, _events(state, hub, owner, cursor, slot))
+    return SlotStream(state, slot, _events(state, hub, owner, cursor, slot))
