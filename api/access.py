@@ -17,7 +17,15 @@ from chatd.store.chats import ChatRecord, ChatSummary
 from chatd.store.keys import hash_key
 from chatd.store.pages import Page, page_bytes
 
-__all__ = ["OwnedChat", "OwnedChatView", "Owner", "chat_out", "load_chat", "owned_chats"]
+__all__ = [
+    "OwnedChat",
+    "OwnedChatView",
+    "Owner",
+    "add_current_status",
+    "chat_out",
+    "load_chat",
+    "owned_chats",
+]
 
 Owner = Annotated[str, Depends(current_owner)]
 """The authenticated owner of the request."""
@@ -84,6 +92,14 @@ async def load_chat(request: Request, chat_id: uuid.UUID, owner: str) -> ChatRec
     if chat is None:
         raise _not_found(chat_id)
     return chat
+
+
+async def add_current_status(request: Request, chat: ChatRecord, err: ApiError) -> None:
+    """Put the chat's status now into a 409's `detail` (read again: the turn's refusal may
+    come from a state the request didn't see)."""
+    if err.status == 409:
+        current = await load_chat(request, chat.id, chat.owner)
+        err.detail.setdefault("status", current.status)
 
 
 async def chat_out(request: Request, chat: ChatRecord) -> ChatOut:

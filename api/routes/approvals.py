@@ -7,7 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 
-from api.access import OwnedChat, chat_out, load_chat
+from api.access import OwnedChat, add_current_status, chat_out
 from api.auth import BearerKey
 from api.errors import ApiError
 from api.schemas import Accepted, ChatOut, ChatSettings, ToolApprovals, ToolDecisionList
@@ -61,9 +61,7 @@ async def post_tool_approvals(
     try:
         await submit_tool_approvals(state.temporal, str(chat.id), approvals)
     except ApiError as err:
-        if err.status == 409:
-            current = await load_chat(request, chat.id, chat.owner)
-            err.detail.setdefault("status", current.status)
+        await add_current_status(request, chat, err)
         raise
     return Accepted()
 

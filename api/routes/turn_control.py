@@ -7,7 +7,7 @@ import uuid
 
 from fastapi import APIRouter, Request, Response
 
-from api.access import OwnedChat, load_chat
+from api.access import OwnedChat, add_current_status
 from api.errors import ApiError
 from api.schemas import Accepted, ToolResults
 from api.state import state_of
@@ -56,9 +56,7 @@ async def post_tool_results(chat: OwnedChat, body: ToolResults, request: Request
             state.temporal, ClientResultStaging(state.pool), chat, body.results
         )
     except ApiError as err:
-        if err.status == 409:
-            current = await load_chat(request, chat.id, chat.owner)
-            err.detail.setdefault("status", current.status)
+        await add_current_status(request, chat, err)
         raise
     return Accepted()
 
