@@ -93,22 +93,26 @@ FROM (
 `subagent` event) the parent, and a batch must take them in the same order."""
 
 
-# The chat's pruned-through mark and, if the cursor is not below it, the events after the
-# cursor: up to $3 of them, while their JSON adds up to at most $4 bytes (the first always).
-# One statement, one snapshot: a prune commits wholly before it or after it.
-_READ_AFTER = """
-SELECT mark.pruned_through, batch.seq, batch.event, batch.data, batch.created_at
+def read_after_sql(events: str, key: str, columns: tuple[str, ...]) -> str:
+    """The read of one log's events after a cursor (a chat's, `key` `chat_id`; an owner's,
+    `owner`): its pruned-through mark and, if the cursor ($2) is not below it, the events
+    after it, up to $3 of them, while their JSON adds up to at most $4 bytes (the first
+    always). One statement, one snapshot: a prune commits wholly before it or after it.
+    `events` names the table (its marks are in `<events>_pruned`); all are our constants."""
+    listed = ", ".join(columns)
+    return f"""
+SELECT mark.pruned_through, {", ".join(f"batch.{c}" for c in columns)}
 FROM (
     SELECT coalesce(max(through_seq), 0) AS pruned_through
-    FROM chat_events_pruned WHERE chat_id = $1
+    FROM {events}_pruned WHERE {key} = $1
 ) AS mark
 LEFT JOIN LATERAL (
-    SELECT seq, event, data, created_at
+    SELECT {listed}
     FROM (
         SELECT page.*, row_number() OVER w AS n, sum(octet_length(page.data::text)) OVER w AS bytes
         FROM (
-            SELECT seq, event, data, created_at FROM chat_events
-            WHERE chat_id = $1 AND seq > $2 ORDER BY seq LIMIT $3
+            SELECT {listed} FROM {events}
+            WHERE {key} = $1 AND seq > $2 ORDER BY seq LIMIT $3
         ) AS page
         WINDOW w AS (ORDER BY seq)
     ) AS sized
@@ -116,6 +120,9 @@ LEFT JOIN LATERAL (
 ) AS batch ON mark.pruned_through <= $2
 ORDER BY batch.seq
 """
+
+
+_READ_AFTER = read_after_sql("chat_events", "chat_id", ("seq", "event", "data", "created_at"))
 
 
 class EventLog:

@@ -16,7 +16,7 @@ from typing import Any
 import asyncpg
 from pydantic import BaseModel
 
-from chatd.store.events import READ_BATCH_BYTES, READ_BATCH_EVENTS
+from chatd.store.events import READ_BATCH_BYTES, READ_BATCH_EVENTS, read_after_sql
 
 __all__ = [
     "NOTIFY_CHANNEL",
@@ -59,28 +59,9 @@ class OwnerEvent(BaseModel):
     created_at: datetime
 
 
-# As `events._READ_AFTER` for a chat: the pruned-through mark and, if the cursor is not below
-# it, a size-bounded page of the events after the cursor, in one snapshot.
-_READ_AFTER = """
-SELECT mark.pruned_through, batch.seq, batch.chat_id, batch.event, batch.data, batch.created_at
-FROM (
-    SELECT coalesce(max(through_seq), 0) AS pruned_through
-    FROM owner_events_pruned WHERE owner = $1
-) AS mark
-LEFT JOIN LATERAL (
-    SELECT seq, chat_id, event, data, created_at
-    FROM (
-        SELECT page.*, row_number() OVER w AS n, sum(octet_length(page.data::text)) OVER w AS bytes
-        FROM (
-            SELECT seq, chat_id, event, data, created_at FROM owner_events
-            WHERE owner = $1 AND seq > $2 ORDER BY seq LIMIT $3
-        ) AS page
-        WINDOW w AS (ORDER BY seq)
-    ) AS sized
-    WHERE n = 1 OR bytes <= $4
-) AS batch ON mark.pruned_through <= $2
-ORDER BY batch.seq
-"""
+_READ_AFTER = read_after_sql(
+    "owner_events", "owner", ("seq", "chat_id", "event", "data", "created_at")
+)
 
 
 class OwnerEventLog:
