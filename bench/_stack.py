@@ -1,7 +1,8 @@
 """Shared plumbing for benchmarks: a throwaway chatd stack, an SSE listener, and statistics.
 
 `services()` starts PostgreSQL (data dir in a temp dir, fsync off), the Temporal dev server
-(headless, in-memory, chatd's dynamic config) and the fake provider; `running_stack()` adds
+(headless, in-memory, chatd's dynamic config) and the fake provider (`durable=True`: both
+servers persisted as `chatd dev` runs them, in the temp dir); `running_stack()` adds
 a migrated database, a worker built by `workers.worker.build_worker`, the gateway and an
 authenticated HTTP client, all in this process: the tests' stack (tests/support/stack.py).
 Everything is torn down, and the temp dir removed, when the context managers exit.
@@ -119,23 +120,35 @@ class Services:
 
 @contextlib.asynccontextmanager
 async def services(
-    *, dynamic_config: Mapping[str, object] | None = None
+    *,
+    dynamic_config: Mapping[str, object] | None = None,
+    durable: bool = False,
+    sqlite_pragmas: Mapping[str, str] | None = None,
 ) -> AsyncIterator[Services]:
     """PostgreSQL in a temp dir, a headless in-memory Temporal dev server and the fake provider.
 
-    `dynamic_config` entries are merged over chatd's `DEFAULT_DYNAMIC_CONFIG`.
+    `dynamic_config` entries are merged over chatd's `DEFAULT_DYNAMIC_CONFIG`. `durable`
+    runs both servers as `chatd dev` does: Temporal persisted to a file in the temp dir (its
+    SQLite settings included, unless `sqlite_pragmas` replaces them), PostgreSQL with its
+    default durability (fsync on).
     """
     compile_workflow_modules()
     root = Path(tempfile.mkdtemp(prefix="chatd-bench-"))
-    postgres = PostgresProcess(root / "postgres", settings=THROWAWAY_PG_SETTINGS)
+    postgres = PostgresProcess(
+        root / "postgres", settings=None if durable else THROWAWAY_PG_SETTINGS
+    )
     temporal = TemporalDevServer(
-        headless=True, dynamic_config={**DEFAULT_DYNAMIC_CONFIG, **(dynamic_config or {})}
+        root / "temporal" if durable else None,
+        headless=True,
+        dynamic_config={**DEFAULT_DYNAMIC_CONFIG, **(dynamic_config or {})},
+        sqlite_pragmas=sqlite_pragmas,
     )
     fake = FakeProviderServer(demo_model=None)
     try:
-        say(f"starting PostgreSQL (data dir {root / 'postgres'})")
+        say(f"starting PostgreSQL (data dir {root / 'postgres'}, "
+            f"{'fsync on' if durable else 'fsync off'})")  # fmt: skip
         await asyncio.to_thread(postgres.start)
-        say("starting Temporal dev server")
+        say(f"starting Temporal dev server ({temporal.db_path or 'in memory'})")
         await asyncio.to_thread(temporal.start)
         fake.start()
         database_url = await asyncio.to_thread(postgres.create_database, "bench")

@@ -33,6 +33,7 @@ from chatd.devstack.ports import (
 __all__ = [
     "CHAT_SEARCH_ATTRIBUTES",
     "DEFAULT_DYNAMIC_CONFIG",
+    "DURABLE_SQLITE_PRAGMAS",
     "TemporalDevServer",
     "TemporalDevServerError",
     "temporal_binary",
@@ -59,6 +60,17 @@ DEFAULT_DYNAMIC_CONFIG: dict[str, object] = {
 }
 """Dynamic config passed to the dev server (explicit even where it is the default)."""
 
+DURABLE_SQLITE_PRAGMAS: dict[str, str] = {
+    # The CLI opens the file in SQLite's default rollback-journal mode: every commit writes
+    # and syncs a journal, then the database, then deletes the journal (4 fsyncs here). A
+    # write-ahead log syncs once per commit, and with synchronous=FULL every commit is still
+    # on disk when the call returns: a power loss keeps it. (NORMAL would sync only at
+    # checkpoints and could lose the last commits on power loss: not for chat state.)
+    "journal_mode": "wal",
+    "synchronous": "full",
+}
+"""SQLite pragmas of a dev server persisted to a file (the CLI accepts these two)."""
+
 
 class TemporalDevServerError(RuntimeError):
     """The Temporal dev server could not be found, started or reached."""
@@ -83,6 +95,7 @@ class TemporalDevServer:
 
     With `data_dir`, state is kept in `data_dir/temporal.db` (survives restarts) and the log
     goes to `data_dir/temporal.log`; without it the server is in-memory with a temp log file.
+    `sqlite_pragmas` apply to that file (default `DURABLE_SQLITE_PRAGMAS`).
     """
 
     def __init__(
@@ -95,6 +108,7 @@ class TemporalDevServer:
         namespace: str = "default",
         search_attributes: Mapping[str, str] | None = None,
         dynamic_config: Mapping[str, object] | None = None,
+        sqlite_pragmas: Mapping[str, str] | None = None,
         log_level: str = "warn",
         ip: str = "127.0.0.1",
         startup_timeout: float = 60.0,
@@ -114,6 +128,9 @@ class TemporalDevServer:
         )
         self.dynamic_config = dict(
             DEFAULT_DYNAMIC_CONFIG if dynamic_config is None else dynamic_config
+        )
+        self.sqlite_pragmas = dict(
+            DURABLE_SQLITE_PRAGMAS if sqlite_pragmas is None else sqlite_pragmas
         )
         self.log_level = log_level
         self.ip = ip
@@ -162,6 +179,8 @@ class TemporalDevServer:
             cmd += ["--ui-port", str(self.ui_port), "--ui-disable-news-fetch"]
         if self.db_path is not None:
             cmd += ["--db-filename", str(self.db_path)]
+            for pragma, setting in self.sqlite_pragmas.items():
+                cmd += ["--sqlite-pragma", f"{pragma}={setting}"]
         if self.namespace != "default":
             cmd += ["--namespace", self.namespace]
         for name, kind in self.search_attributes.items():

@@ -135,6 +135,9 @@ async def test_temporal_persists_workflows_across_restart_and_crash(scratch_dir:
     finally:
         server.stop()
     assert not server.running
+    # The file is in write-ahead-log mode (bytes 18-19 of SQLite's header: 2 = WAL), the
+    # journal DURABLE_SQLITE_PRAGMAS asks for; the rollback journal would be 1.
+    assert server.db_path.read_bytes()[18:20] == b"\x02\x02"
 
 
 ORPHAN_SCRIPT = """
