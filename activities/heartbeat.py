@@ -12,28 +12,35 @@ from collections.abc import AsyncIterator
 
 from temporalio import activity
 
-__all__ = ["FIRST_BEAT_S", "HEARTBEAT_EVERY_S", "heartbeating"]
+__all__ = ["FIRST_BEAT_S", "HEARTBEAT_EVERY_S", "LIVENESS_EVERY_S", "heartbeating"]
 
 HEARTBEAT_EVERY_S = 0.5
+"""For activities whose cancellation only a heartbeat's answer brings (tools, compaction)."""
+LIVENESS_EVERY_S = 1.0
+"""For the streaming step, whose interrupts the gateway announces: its beats only say it is
+alive. A third of its heartbeat timeout (`workflows.generation`), so two beats in a row can
+be late before the server gives the attempt up."""
 FIRST_BEAT_S = 0.1
 
 
 @contextlib.asynccontextmanager
-async def heartbeating() -> AsyncIterator[None]:
-    """Heartbeat in the background for the duration of the block.
+async def heartbeating(every: float = HEARTBEAT_EVERY_S) -> AsyncIterator[None]:
+    """Heartbeat in the background, every `every` seconds, for the duration of the block.
 
     The first beat comes after `FIRST_BEAT_S`, not at once: an activity over sooner (a fast
     model's one-step turn) sends none, an RPC the server would serve at the turn's busiest
     moment (~1.4 ms per one-step turn in bench/turn_overhead.py). Soon enough that an attempt
     the server no longer knows (it answers a beat with not-found, seen under overload) stops
     before a real model's first token, instead of streaming deltas that are then reset.
+    Beats are sent as they come when `every` is at least the worker's throttle
+    (`workers.worker.HEARTBEAT_THROTTLE`); faster ones would only be merged by the SDK.
     """
 
     async def beat() -> None:
         await asyncio.sleep(FIRST_BEAT_S)
         while True:
             activity.heartbeat()
-            await asyncio.sleep(HEARTBEAT_EVERY_S)
+            await asyncio.sleep(every)
 
     beater = asyncio.create_task(beat())
     try:

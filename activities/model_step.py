@@ -21,7 +21,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.failures import classified_failures, model_failure
-from activities.heartbeat import heartbeating
+from activities.heartbeat import LIVENESS_EVERY_S, heartbeating
 from activities.publishing import DeltaPublisher, EventBatcher
 from activities.tools import error_result
 from activities.turn import TurnEdges
@@ -118,7 +118,7 @@ class ModelStepActivities:
         # Heartbeats from the start (a wait for a pooled connection under load must not look
         # like a dead worker) until the stream ends; their responses carry interrupts, and so
         # do the gateway's announcements, heard from the start too.
-        async with heartbeating():
+        async with heartbeating(LIVENESS_EVERY_S):
             with self._interrupt_requests(input.turn_id) as interrupt_requested:
                 step_key = StepKey.assistant(input.step)
                 # Read together: the chat (beginning the turn first, if asked), whether a lost

@@ -52,6 +52,15 @@ _MODEL_RETRY = retry_policy(non_retryable=[MODEL_ERROR_TYPE])
 _LEAST_TIME = timedelta(seconds=1)
 """An attempt's least time, however little of the deadline is left (the step decides)."""
 """Classified provider errors are the workflow's to retry, with its timers."""
+_STREAM_HEARTBEAT_TIMEOUT = timedelta(seconds=3)
+"""How long a streaming step's worker may be silent before its attempt moves elsewhere.
+
+The step beats every `activities.heartbeat.LIVENESS_EVERY_S` (a third of this), so a dead
+worker is noticed 2-3 s after it died, and the retry starts `_MODEL_RETRY`'s first interval
+later: after the attempt a late worker still runs has heard not-found on its next beat and
+stopped, so two attempts don't stream at once. Interrupts don't wait for a beat (the gateway
+announces them), so the beats are for liveness only.
+"""
 
 
 class Generation:
@@ -160,7 +169,7 @@ class Generation:
             input,
             start_to_close_timeout=timedelta(minutes=15),
             schedule_to_close_timeout=max(time_left, _LEAST_TIME),
-            heartbeat_timeout=timedelta(seconds=5),
+            heartbeat_timeout=_STREAM_HEARTBEAT_TIMEOUT,
             retry_policy=_MODEL_RETRY,
             cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             summary=f"{label} step {input.step}",
