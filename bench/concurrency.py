@@ -18,6 +18,11 @@ streams `--deltas` text deltas
 `time.time_ns()` by the fake provider when written and by the SSE client when received;
 latency = receive - emit, matched by text.
 
+Resets: `reset` events in the level's chat logs (a streaming step whose attempt was given up
+and retried: clients drop what they were shown and see it again), per 1,000 turns, and why
+each retried attempt's predecessor was given up (its `last_failure` in the run's history:
+a heartbeat timeout, an error). Nothing is killed here, so every reset is a false alarm.
+
 A level passes when every turn ends `waiting` and the p99 delta latency is under 250 ms.
 The ladder stops at the first level that fails (unless `--keep-going`). Exit status 1 when
 the largest passing K is below `--target-k` (500).
@@ -39,6 +44,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +55,8 @@ import asyncpg
 import httpx
 import psutil  # type: ignore[import-untyped]
 from _stack import ChildProcess, ProcessMeter, RawSseClient, WorkerProcess, percentile, say
+from temporalio.api.enums.v1 import EventType, TimeoutType
+from temporalio.client import Client
 
 from chatd.devstack.ports import free_port
 from chatd.fake_provider.script import FakeRequest, FakeResponse, FakeText
@@ -113,6 +121,10 @@ class Level:
     wall_s: float = 0.0
     send_retries: int = 0
     """Sends answered 503 (no worker took the message within 15 s) and retried."""
+    resets: int = 0
+    """`reset` events in the level's chats: retried streaming attempts clients saw."""
+    retried: Counter[str] = field(default_factory=Counter)
+    """Retried model-step attempts by why the one before was given up (from the histories)."""
     cpu: dict[str, float] = field(default_factory=dict)
     rss: dict[str, float] = field(default_factory=dict)
     system_cpu: float = 0.0
@@ -145,6 +157,7 @@ class Harness:
     """Processes to sample with py-spy during each level (name -> pid)."""
     py_spy: str | None = None
     database_url: str = ""
+    temporal_address: str = ""
     send_retries: int = 0
     """Sends answered 503 and retried, over the whole run (`_send`)."""
     logs: Path = Path(".")
@@ -248,7 +261,51 @@ async def run_level(h: Harness, k: int, timeout_s: float, spread_s: float = 0.0)
         rows = (await fake.get(f"{h.fake_url}/bench/deltas")).json()
     _analyse(level, clients, sent_at, rows)
     level.stored = await _stored_latencies(h.database_url, rows)
+    level.resets = await _resets(h.database_url, chat_ids)
+    level.retried = await _retried_steps(h.temporal_address, chat_ids)
     return level
+
+
+async def _resets(database_url: str, chat_ids: list[str]) -> int:
+    """`reset` events in these chats' logs."""
+    conn = await asyncpg.connect(database_url)
+    try:
+        count = await conn.fetchval(
+            "SELECT count(*) FROM chat_events WHERE event = 'reset' AND chat_id = ANY($1::uuid[])",
+            chat_ids,
+        )
+    finally:
+        await conn.close()
+    return int(count)
+
+
+async def _retried_steps(temporal_address: str, chat_ids: list[str]) -> Counter[str]:
+    """Model-step attempts after the first in these chats' turns, by the previous attempt's
+    failure (`heartbeat timeout`, or the error's message)."""
+    client = await Client.connect(temporal_address)
+
+    async def one(chat_id: str) -> Counter[str]:
+        found: Counter[str] = Counter()
+        history = await client.get_workflow_handle(f"chat-{chat_id}").fetch_history()
+        model_steps: set[int] = set()
+        for event in history.events:
+            if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+                attrs = event.activity_task_scheduled_event_attributes
+                if attrs.activity_type.name == "stream_model_step":
+                    model_steps.add(event.event_id)
+            elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+                started = event.activity_task_started_event_attributes
+                if started.attempt > 1 and started.scheduled_event_id in model_steps:
+                    failure = started.last_failure
+                    if failure.HasField("timeout_failure_info"):
+                        kind = TimeoutType.Name(failure.timeout_failure_info.timeout_type)
+                        found[f"{kind[13:].lower()} timeout"] += started.attempt - 1
+                    else:
+                        found[failure.message[:60] or "?"] += started.attempt - 1
+        return found
+
+    counts = await _bounded(20, [one(c) for c in chat_ids])
+    return sum(counts, Counter[str]())
 
 
 async def _stored_latencies(database_url: str, rows: list[list[Any]]) -> list[float]:
@@ -334,6 +391,11 @@ def report(levels: list[Level], names: list[str], args: argparse.Namespace) -> i
             f"{_fmt(percentile(lv.gaps, 99) if lv.gaps else NAN, 7, 1)} "
             f"{lv.wall_s:7.1f}  {'PASS' if lv.passed else 'FAIL'}{extra}"
         )
+    print("\nresets (a streaming step's attempt given up and retried; no worker was killed)")
+    for lv in levels:
+        per_1000 = 1000 * lv.resets / lv.k if lv.k else NAN
+        why = ", ".join(f"{n} {kind}" for kind, n in lv.retried.most_common()) or "none"
+        print(f"{lv.k:5d}  {lv.resets} resets = {per_1000:.1f} per 1,000 turns; retried: {why}")
     print("\nwhere the delay is: emit -> stored by the worker | stored -> SSE client (the rest)")
     for lv in levels:
         stored_p50 = statistics.median(lv.stored) if lv.stored else NAN
@@ -393,6 +455,7 @@ async def run(args: argparse.Namespace) -> int | None:
                 h = Harness(base_url, "127.0.0.1", api_port, api_key, http, fake_url, meter)
                 h.py_spy, h.logs, h.quiet_below = args.py_spy, logs, args.quiet_below
                 h.database_url = svc.database_url
+                h.temporal_address = svc.temporal.address
                 if args.py_spy:
                     h.profiles = {
                         "worker": procs.worker.pid or 0,
@@ -406,7 +469,8 @@ async def run(args: argparse.Namespace) -> int | None:
                     say(
                         f"K={k}: {level.finished}/{k} finished, p50 {level.p50:.1f} ms, "
                         f"p99 {level.p99:.1f} ms, wall {level.wall_s:.1f}s, "
-                        f"{level.send_retries} sends retried after a 503 -> "
+                        f"{level.send_retries} sends retried after a 503, "
+                        f"{level.resets} resets -> "
                         f"{'PASS' if level.passed else 'FAIL'}"
                     )
                     if not level.passed and not args.keep_going:
