@@ -3,6 +3,11 @@
 Every path is relative to the workspace; `resolve_in_workspace` refuses anything that would
 land outside it (absolute paths, `..` escapes, symlinks pointing out). Blocking file I/O runs
 in a thread so the worker's event loop never stalls.
+
+A chat's tool calls run on any worker, so the workspace root is a volume all workers share
+and every call reads the files afresh (nothing about them is kept in a process). Writes
+replace a file by renaming a complete temporary copy over it, so another worker's read never
+sees half a file and a worker killed mid-write leaves the previous content.
 """
 
 from __future__ import annotations
@@ -11,6 +16,8 @@ import asyncio
 import base64
 import codecs
 import os
+import stat
+import tempfile
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -217,6 +224,24 @@ class WriteFileArgs(BaseModel):
     content: str = Field(description="The complete new content of the file (UTF-8 text).")
 
 
+def _replace_file(target: Path, data: bytes) -> None:
+    """Write `data` to `target` atomically: a temporary file beside it, renamed over it (the
+    mode of the file it replaces is kept; a new file is 0644)."""
+    try:
+        mode = stat.S_IMODE(target.stat().st_mode)
+    except FileNotFoundError:
+        mode = 0o644
+    fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as file:
+            file.write(data)
+        os.chmod(temporary, mode)
+        os.replace(temporary, target)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
 def _write_file_sync(workspace: Path, args: WriteFileArgs) -> str:
     target = resolve_in_workspace(workspace, args.path)
     existed = target.exists()
@@ -226,7 +251,7 @@ def _write_file_sync(workspace: Path, args: WriteFileArgs) -> str:
         raise ValueError(f"not a regular file: {args.path}")
     target.parent.mkdir(parents=True, exist_ok=True)
     data = args.content.encode("utf-8")
-    target.write_bytes(data)
+    _replace_file(target, data)
     return f"{'Overwrote' if existed else 'Created'} {args.path} ({len(data)} bytes)"
 
 
@@ -281,7 +306,7 @@ def _edit_file_sync(workspace: Path, args: EditFileArgs) -> str:
             f"old_string occurs {found} times in {args.path}; add surrounding context to make it "
             "unique, or set replace_all to replace every occurrence"
         )
-    target.write_bytes(text.replace(args.old_string, args.new_string).encode("utf-8"))
+    _replace_file(target, text.replace(args.old_string, args.new_string).encode("utf-8"))
     return f"Replaced {found} occurrence{'s' if found > 1 else ''} in {args.path}"
 
 
