@@ -190,7 +190,7 @@ class ModelStepActivities:
     ) -> tuple[ChatRecord | None, BeginTurnResult | None]:
         """The chat; with `input.begin`, beginning the turn first."""
         if input.begin:
-            return await self._edges.begin(chat_id, input.turn_id)
+            return await self._edges.begin(chat_id, input.turn_id, input.run_id)
         return await self._chats.get(chat_id), None
 
     async def _close(

@@ -54,14 +54,15 @@ class TurnEdges:
         self._webhooks = WebhookStore(pool)
 
     async def begin(
-        self, chat_id: uuid.UUID, turn_id: str
+        self, chat_id: uuid.UUID, turn_id: str, run_id: str | None
     ) -> tuple[ChatRecord | None, BeginTurnResult]:
-        """Move the turn's queued message into the transcript and mark the chat running.
+        """Move the turn's queued message into the transcript and mark the chat running,
+        unless another workflow run took it (`TurnStore.begin`).
 
         Returns the chat too (read alongside: the plan is made from it).
         """
         chat, began = await asyncio.gather(
-            self._chats.get(chat_id), self._turns.begin(chat_id, turn_id)
+            self._chats.get(chat_id), self._turns.begin(chat_id, turn_id, run_id)
         )
         if chat is None or began is None:
             return chat, BeginTurnResult(
@@ -129,7 +130,9 @@ class TurnActivities:
     async def begin_turn(self, input: BeginTurnInput) -> BeginTurnResult:
         """Begin a turn whose first step did not (an interrupt came first, or it failed)."""
         async with classified_failures("beginning the turn"):
-            _, began = await self._edges.begin(uuid.UUID(input.chat_id), input.turn_id)
+            _, began = await self._edges.begin(
+                uuid.UUID(input.chat_id), input.turn_id, input.run_id
+            )
         return began
 
     @activity.defn(name="finish_turn")

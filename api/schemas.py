@@ -321,7 +321,8 @@ class SendMessageResult(BaseModel):
     queued: bool
     message_id: uuid.UUID
     """The queued message's id (also the id of the turn it starts)."""
-    turn_id: str
+    turn_id: str | None
+    """The turn it starts or waits for; null while no worker has taken it yet (`queued`)."""
 
 
 class MessageList(BaseModel):

@@ -17,14 +17,13 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from api.errors import ApiError
-from api.quotas import too_many_sends
 from chatd.parts import ToolResultPart
 from chatd.store.chats import ChatRecord
 from chatd.store.client_results import ClientResultStaging
 from chatd.store.transcript import TranscriptStore
 from chatd.store.turns import TurnStore
 from chatd.telemetry import METRICS
-from workers.turns import hand_over_message
+from workers.turns import hand_over_message, queue_message
 from workflows.chat_turn import ChatTurn
 from workflows.constants import (
     workflow_id,
@@ -52,8 +51,8 @@ __all__ = [
 
 log = logging.getLogger("chatd.api.turns")
 
-SUBMIT_TIMEOUT_S = 15.0
-"""How long a send waits for a worker to take the message before answering 503."""
+HAND_OVER_WAIT_S = 3.0
+"""How long a send waits for a worker to take the message before queueing it durably."""
 BEGIN_WAIT_S = 1.0
 """How long a send that started a turn waits for its first step to begin it."""
 
@@ -66,30 +65,28 @@ async def submit_message(
     update_id: str,
     *,
     name_chat: bool,
-) -> SubmitMessageResult:
-    """Update-with-start: start a turn for this message, or queue it in the running one.
+) -> SubmitMessageResult | None:
+    """Start a turn for this message or queue it in the running one; None if no worker took
+    it in time, so it was queued with a signal-with-start instead (durable: it starts or
+    joins the chat's turns as soon as a worker runs the workflow).
 
     `update_id` makes a retried call the same update (Temporal deduplicates it); with
-    `name_chat`, a turn the message starts also names the chat.
+    `name_chat`, a turn the message starts also names the chat. A burst of sends then
+    answers at once instead of failing: the message is stored, and its delivery durable.
     """
     try:
-        result: SubmitMessageResult = await asyncio.wait_for(
+        return await asyncio.wait_for(
             hand_over_message(client, task_queue, chat, queued_id, update_id, name_chat=name_chat),
-            SUBMIT_TIMEOUT_S,
+            HAND_OVER_WAIT_S,
         )
     except RPCError as err:
-        if err.status == RPCStatusCode.RESOURCE_EXHAUSTED:  # the workflow's in-flight updates
-            raise too_many_sends() from err
-        raise
-    except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError) as err:
-        # Our deadline, or the server's (cancelling the call surfaces as the SDK's error).
-        # The message is stored; a retry with the same Idempotency-Key resends this update.
-        raise ApiError(
-            503,
-            "worker_unavailable",
-            "no worker picked up the message in time; retry with the same Idempotency-Key",
-        ) from err
-    return result
+        if err.status != RPCStatusCode.RESOURCE_EXHAUSTED:  # the workflow's in-flight updates
+            raise
+    except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):
+        pass  # our deadline, or the server's (cancelling the call surfaces as the SDK's error)
+    METRICS.sends_queued.add(1)
+    await queue_message(client, task_queue, chat, queued_id, name_chat=name_chat)
+    return None
 
 
 async def until_begun(

@@ -33,6 +33,7 @@ class Metrics:
     compactions: Counter
     active_turns: UpDownCounter
     stuck_turns: Counter
+    sends_queued: Counter
 
     @classmethod
     def create(cls) -> Metrics:
@@ -62,6 +63,13 @@ class Metrics:
                 description=(
                     "turns the reconciler ended because no workflow ran them, by the "
                     "workflow's status (a bug to investigate: a turn should always end itself)"
+                ),
+            ),
+            sends_queued=meter.create_counter(
+                "chatd.sends_queued",
+                description=(
+                    "sends no worker took in time, queued with a signal-with-start instead "
+                    "(a steady rate means too few workers)"
                 ),
             ),
         )

@@ -3,8 +3,17 @@ used by the gateway (a client's message) and by the subagent tools (a parent's).
 
 from __future__ import annotations
 
-from temporalio.client import Client, WithStartWorkflowOperation
+import contextlib
+from datetime import timedelta
+from typing import Any
+
+from temporalio.client import (
+    Client,
+    WithStartWorkflowOperation,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+)
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
+from temporalio.service import RPCError
 
 from chatd.settings import retry_deadline_s
 from chatd.store.chats import ChatRecord
@@ -20,7 +29,10 @@ from workflows.constants import (
 )
 from workflows.payloads import ChatTurnInput, SubmitMessageInput, SubmitMessageResult
 
-__all__ = ["hand_over_message"]
+__all__ = ["QUEUE_RPC_TIMEOUT", "hand_over_message", "queue_message"]
+
+QUEUE_RPC_TIMEOUT = timedelta(seconds=10)
+"""How long the server may take to accept a signal-with-start (a send then answers 503)."""
 
 
 async def hand_over_message(
@@ -35,18 +47,66 @@ async def hand_over_message(
     """Update-with-start: start a turn for this message, or queue it in the running one.
 
     `update_id` makes a retried call the same update (Temporal deduplicates it); with
-    `name_chat`, a turn the message starts also names the chat.
+    `name_chat`, a turn the message starts also names the chat. It waits for a worker to
+    run the update; `queue_message` does not.
     """
-    chat_id = str(chat.id)
-    parent = str(chat.parent_chat_id) if chat.parent_chat_id else None
     start = WithStartWorkflowOperation(
         ChatTurn.run,
-        ChatTurnInput(chat_id=chat_id, retry_deadline_s=retry_deadline_s(), parent_chat_id=parent),
-        id=workflow_id(chat_id),
-        task_queue=task_queue,
+        _turn_input(chat),
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-        task_timeout=WORKFLOW_TASK_TIMEOUT,
-        search_attributes=TypedSearchAttributes(
+        **_start_options(chat, task_queue),
+    )
+    try:
+        result: SubmitMessageResult = await client.execute_update_with_start_workflow(
+            ChatTurn.submit_message,
+            SubmitMessageInput(queued_id=queued_id, untitled=name_chat),
+            start_workflow_operation=start,
+            id=update_id,
+        )
+    except (RPCError, WorkflowUpdateRPCTimeoutOrCancelledError):
+        # The SDK settled the start's handle too (with this error, if it had not started):
+        # read it, or asyncio logs an exception never retrieved.
+        with contextlib.suppress(BaseException):
+            await start.workflow_handle()
+        raise
+    return result
+
+
+async def queue_message(
+    client: Client, task_queue: str, chat: ChatRecord, queued_id: str, *, name_chat: bool
+) -> None:
+    """Signal-with-start: the same start-or-queue as `hand_over_message`, durable once the
+    server has it, without waiting for a worker (for a burst no worker keeps up with).
+
+    If the update it stands in for lands too, the workflow takes the message once: a run
+    knows its turn and queue, and a later run leaves a message another run began.
+    """
+    await client.start_workflow(
+        ChatTurn.run,
+        _turn_input(chat),
+        start_signal="queue_message",
+        start_signal_args=[SubmitMessageInput(queued_id=queued_id, untitled=name_chat)],
+        rpc_timeout=QUEUE_RPC_TIMEOUT,
+        **_start_options(chat, task_queue),
+    )
+
+
+def _turn_input(chat: ChatRecord) -> ChatTurnInput:
+    parent = str(chat.parent_chat_id) if chat.parent_chat_id else None
+    return ChatTurnInput(
+        chat_id=str(chat.id), retry_deadline_s=retry_deadline_s(), parent_chat_id=parent
+    )
+
+
+def _start_options(chat: ChatRecord, task_queue: str) -> dict[str, Any]:
+    """How a chat's turn workflow starts, whichever way the message comes."""
+    chat_id = str(chat.id)
+    parent = str(chat.parent_chat_id) if chat.parent_chat_id else None
+    return {
+        "id": workflow_id(chat_id),
+        "task_queue": task_queue,
+        "task_timeout": WORKFLOW_TASK_TIMEOUT,
+        "search_attributes": TypedSearchAttributes(
             [
                 SearchAttributePair(CHAT_ID, chat_id),
                 SearchAttributePair(CHAT_OWNER, chat.owner),
@@ -55,13 +115,6 @@ async def hand_over_message(
                 *([SearchAttributePair(CHAT_PARENT, parent)] if parent else []),
             ]
         ),
-        static_summary=f"chat {chat_id} ({chat.model.label})"
+        "static_summary": f"chat {chat_id} ({chat.model.label})"
         + (f", subagent of {parent}" if parent else ""),
-    )
-    result: SubmitMessageResult = await client.execute_update_with_start_workflow(
-        ChatTurn.submit_message,
-        SubmitMessageInput(queued_id=queued_id, untitled=name_chat),
-        start_workflow_operation=start,
-        id=update_id,
-    )
-    return result
+    }

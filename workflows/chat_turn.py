@@ -110,6 +110,16 @@ class ChatTurn:
     @workflow.update(name="submit_message")
     def submit_message(self, input: SubmitMessageInput) -> SubmitMessageResult:
         """Start the turn with this message, or queue it behind the running one."""
+        return self._take(input)
+
+    @workflow.signal(name="queue_message")
+    def queue_message(self, input: SubmitMessageInput) -> None:
+        """`submit_message` sent as a signal-with-start, when no worker took the update in
+        time: the same start-or-queue, durable without a worker, with no answer."""
+        self._take(input)
+
+    def _take(self, input: SubmitMessageInput) -> SubmitMessageResult:
+        """A message sent twice (the update and its signal) is taken once."""
         if input.queued_id == self._turn_id:
             return SubmitMessageResult(queued=False, turn_id=input.queued_id)
         if self._turn_id is None:

@@ -106,6 +106,7 @@ class Generation:
                         step=step,
                         attempt=attempt,
                         begin=plan is None,
+                        run_id=workflow.info().run_id if plan is None else None,
                         compact_at_tokens=plan.compact_at_tokens if plan is not None else 0,
                         model_index=self.model_index,
                     ),
@@ -150,7 +151,7 @@ class Generation:
         """Begin the turn (idempotent): for a first step that failed or never ran."""
         began = await workflow.execute_local_activity_method(
             TurnActivities.begin_turn,
-            BeginTurnInput(chat_id=self._chat_id, turn_id=turn_id),
+            BeginTurnInput(chat_id=self._chat_id, turn_id=turn_id, run_id=workflow.info().run_id),
             start_to_close_timeout=LOCAL_TIMEOUT,
         )
         self.began = began

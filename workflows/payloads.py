@@ -128,6 +128,8 @@ class BeginTurnInput(_Payload):
 
     chat_id: str
     turn_id: str
+    run_id: str | None = None
+    """The workflow run beginning it: a message handed over twice starts one turn only."""
 
 
 class BeginTurnResult(_Payload):
@@ -150,6 +152,8 @@ class StreamStepInput(_Payload):
     """Workflow-level attempt (model retries); >1 means clients must drop the shown partial."""
     begin: bool = False
     """The turn's first step begins the turn too (see `StreamStepResult.began`)."""
+    run_id: str | None = None
+    """With `begin`: the workflow run beginning it (as `BeginTurnInput.run_id`)."""
     may_finish: bool = True
     """The workflow's instruction: finish the turn too if the step ends it
     (`decide.ends_turn`), sparing a local activity."""

@@ -68,6 +68,8 @@ async def _hand_over(
             update_id=f"msg-{queued.id}",
             name_chat=state.generate_titles and chat.title is None,
         )
+        if result is None:  # no worker took it in time: queued durably, its turn to come
+            return SendMessageResult(queued=True, message_id=queued.id, turn_id=None)
         if not result.queued:
             await until_begun(state.transcript, state.turns, chat.id, queued.id, notified)
     return SendMessageResult(queued=result.queued, message_id=queued.id, turn_id=result.turn_id)

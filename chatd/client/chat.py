@@ -175,9 +175,11 @@ class ChatSession:
     async def _turn(self, text: str) -> None:
         async with self._stream() as stream:
             sent = await self._client.send_message(self._chat_id, text)
-            if sent.queued:
+            if sent.turn_id is None:
+                self._out.note("queued: no worker has taken it yet")
+            elif sent.queued:
                 self._out.note("queued behind the running turn")
-            await self._follow_stream(stream, _Turn(sent.turn_id))
+            await self._follow_stream(stream, _Turn(sent.turn_id or sent.message_id))
 
     async def _attach(self) -> None:
         """Follow a turn that was already running when the chat was opened."""

@@ -96,7 +96,8 @@ class SendResult(_View):
 
     queued: bool
     message_id: str
-    turn_id: str
+    turn_id: str | None
+    """Null while no worker has taken the message (then its turn's id is `message_id`)."""
 
 
 @dataclass(frozen=True)

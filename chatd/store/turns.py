@@ -69,7 +69,7 @@ own (as of the statement's start)."""
 # a concurrent begin waits on the queued row's lock, then finds it promoted and does nothing.
 _BEGIN = f"""
 WITH queued AS (
-    UPDATE queued_messages SET promoted_at = now()
+    UPDATE queued_messages SET promoted_at = now(), promoted_by = $5
     WHERE id = $2 AND chat_id = $1 AND promoted_at IS NULL RETURNING parts
 ), m AS (
     INSERT INTO messages (chat_id, turn_id, step_key, role, parts)
@@ -88,6 +88,18 @@ SELECT chatd_append_events(
                  jsonb_build_object('status', 'running', 'turn_id', $3::text)]
        ) IS NOT NULL AS promoted
 FROM m, c
+"""
+
+# A promoted message's run: claimed by `$3` if a gateway began it; NULL if not promoted yet.
+_CLAIM = """
+WITH claim AS (
+    UPDATE queued_messages SET promoted_by = $3
+    WHERE id = $1 AND chat_id = $2 AND promoted_at IS NOT NULL AND promoted_by IS NULL
+      AND $3::text IS NOT NULL
+    RETURNING promoted_by
+)
+SELECT COALESCE((SELECT promoted_by FROM claim), q.promoted_by) AS promoted_by
+FROM queued_messages q WHERE q.id = $1 AND q.chat_id = $2 AND q.promoted_at IS NOT NULL
 """
 
 
@@ -139,25 +151,27 @@ class TurnStore:
     def __init__(self, pool: asyncpg.Pool) -> None:
         self._pool = pool
 
-    async def begin(self, chat_id: uuid.UUID, turn_id: str) -> bool | None:
+    async def begin(
+        self, chat_id: uuid.UUID, turn_id: str, run_id: str | None = None
+    ) -> bool | None:
         """Promote the turn's queued message and mark the chat running, in one statement.
 
         Idempotent and safe to race (the gateway that started the turn and the turn's first
         step both call it): only the call that promotes the message writes the status. True
-        if this call began the turn, False if it had begun, None if its message was deleted.
+        if this call began the turn, False if it had begun (in workflow run `run_id`, or by
+        a gateway), None if there is no turn for this call: its message was deleted, or
+        another workflow run took it (a message handed over twice, see 019_promoted_by).
         """
         queued_id = uuid.UUID(turn_id)
         begun = await self._pool.fetchval(
-            _BEGIN, chat_id, queued_id, str(queued_id), user_message_key(str(queued_id))
+            _BEGIN, chat_id, queued_id, str(queued_id), user_message_key(str(queued_id)), run_id
         )
         if begun:
             return True
-        promoted_before = await self._pool.fetchval(
-            "SELECT promoted_at IS NOT NULL FROM queued_messages WHERE id = $1 AND chat_id = $2",
-            queued_id,
-            chat_id,
-        )
-        return False if promoted_before else None
+        taken_by = await self._pool.fetchrow(_CLAIM, queued_id, chat_id, run_id)
+        if taken_by is None:
+            return None  # deleted
+        return False if run_id is None or taken_by["promoted_by"] in (None, run_id) else None
 
     async def finish(
         self,

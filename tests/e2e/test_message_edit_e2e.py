@@ -78,38 +78,40 @@ async def test_a_turn_that_begins_while_an_edit_checks_the_chat_loses_no_message
     assert (await stack.http.get(f"/chats/{chat_id}")).json()["queued_messages"] == []
 
 
-async def test_an_edit_retried_after_a_503_is_answered_once(
+async def test_an_edit_no_worker_takes_is_queued_durably_and_answered_once(
     make_stack: StackFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The first call cut the transcript and queued the new text, then no worker took it in
-    time (503). The retry, with the same Idempotency-Key, hands that message over again: it
-    used to be a 404 (the message it edits was gone), with the chat left truncated."""
+    """No worker takes the edit's message: it is queued (202, `turn_id` null) and its turn
+    runs once a worker comes. A retry with the same Idempotency-Key is answered as the
+    first was while the message waits, and with the turn it started after. (It used to be
+    a 503, then a 404 on retry, with the chat left truncated.)"""
     async with make_stack() as stack:
         chat_id, name, user_id = await _first_turn(stack, "first answer")
-    monkeypatch.setattr(api.turns, "SUBMIT_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(api.turns, "HAND_OVER_WAIT_S", 0.5)
     async with make_stack(with_worker=False, task_queue=stack.task_queue) as stack:
         path = f"/chats/{chat_id}/messages/{user_id}"
         edit = {"json": {"content": "uno"}, "headers": {"Idempotency-Key": "edit-1"}}
         first = await stack.http.patch(path, **edit)
-        assert first.status_code == 503, first.text
-        assert first.json()["error"]["code"] == "worker_unavailable"
+        assert first.status_code == 202, first.text
+        assert first.json()["queued"] is True and first.json()["turn_id"] is None
         assert await stack.messages(chat_id) == [], "cut; the new text waits in the queue"
+        retried = await stack.http.patch(path, **edit)
+        assert retried.status_code == 202, retried.text
+        assert retried.json() == first.json()
         stack.fake.script(name, [FakeResponse(parts=[FakeText(text="second answer")])])
-        monkeypatch.undo()  # the retry waits as long as any send: a new worker's first task
         async with stack.late_worker(tmp_path):
-            before = await _last_event(stack, chat_id)
-            retried = await stack.http.patch(path, **edit)
-            assert retried.status_code == 202, retried.text
-            await stack.wait_status(chat_id, "waiting", after=before)
+            await stack.wait_status(chat_id, "waiting", after=await _last_event(stack, chat_id))
             again = await stack.http.patch(path, **edit)
         assert again.status_code == 202, again.text
-        assert again.json() == {**retried.json(), "queued": False}
+        message_id = first.json()["message_id"]
+        assert again.json() == {"queued": False, "message_id": message_id, "turn_id": message_id}
         messages = await stack.messages(chat_id)
         assert [(m["role"], _texts(m)) for m in messages] == [
             ("user", "uno"),
             ("assistant", "second answer"),
         ]
-        assert str(retried.json()["message_id"]) == messages[0]["turn_id"]
+        assert message_id == messages[0]["turn_id"]
+        assert len(stack.fake.requests(name)) == 2, "one model call per turn"
         other = await stack.http.patch(path, json={"content": "x"})
         assert other.status_code == 404, "without the key, the edited message is gone"
 

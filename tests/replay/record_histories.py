@@ -44,6 +44,10 @@ from chatd.fake_provider.script import (
     FakeUsage,
 )
 from chatd.fake_provider.server import FakeProviderServer
+from chatd.parts import TextPart
+from chatd.store.chats import ChatStore
+from chatd.store.transcript import TranscriptStore
+from workers.turns import queue_message
 from workflows.decide import STEPS_PER_RUN
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -351,6 +355,39 @@ async def failed_first_step(stack: Stack) -> Run:
     )
 
 
+async def _signalled(stack: Stack, chat_id: str, text: str) -> str:
+    """A message stored as a gateway stores a send, handed over with a signal-with-start
+    (`workers.turns.queue_message`, a send no worker took in time); its id."""
+    queued, _ = await TranscriptStore(stack.pool).enqueue(
+        uuid.UUID(chat_id), [TextPart(text=text)], None
+    )
+    chat = await ChatStore(stack.pool).get(uuid.UUID(chat_id))
+    assert chat is not None
+    await queue_message(stack.temporal, stack.task_queue, chat, str(queued.id), name_chat=False)
+    return str(queued.id)
+
+
+async def signalled_turn(stack: Stack) -> Run:
+    """A turn whose message came by signal (`queue_message`), not by the update."""
+    chat_id, _ = await _chat(stack, [FakeResponse(parts=[FakeText(text="Hello there.")])])
+    await _signalled(stack, chat_id, "hi")
+    await stack.wait_status(chat_id, "waiting", within_s=WITHIN_S)
+    return await _run(stack, chat_id)
+
+
+async def signalled_after_its_turn(stack: Stack) -> Run:
+    """A run started by the signal of a message whose turn an earlier run had taken and
+    ended: it finds the message taken and ends without a turn."""
+    chat_id, _ = await _chat(stack, [FakeResponse(parts=[FakeText(text="Hello there.")])])
+    queued_id = await _signalled(stack, chat_id, "hi")
+    await stack.wait_status(chat_id, "waiting", within_s=WITHIN_S)
+    await _run(stack, chat_id)
+    record = await ChatStore(stack.pool).get(uuid.UUID(chat_id))
+    assert record is not None
+    await queue_message(stack.temporal, stack.task_queue, record, queued_id, name_chat=False)
+    return await _run(stack, chat_id)
+
+
 SCENARIOS: dict[str, Scenario] = {
     "text_turn": text_turn,
     "tool_turn": tool_turn,
@@ -368,6 +405,8 @@ SCENARIOS: dict[str, Scenario] = {
     "failed_compaction": failed_compaction,
     "long_turn_continued": long_turn_continued,
     "titled_turn": titled_turn,
+    "signalled_turn": signalled_turn,
+    "signalled_after_its_turn": signalled_after_its_turn,
 }
 TITLED = {"titled_turn"}
 """Scenarios recorded on a stack that names untitled chats."""

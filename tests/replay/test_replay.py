@@ -47,6 +47,8 @@ SCENARIOS = {
     "failed_compaction",
     "long_turn_continued",
     "titled_turn",
+    "signalled_turn",
+    "signalled_after_its_turn",
 }
 MAX_HISTORY_BYTES = 32 * 1024
 """Rule 1: a turn's history holds ids and summaries, never the transcript."""

@@ -42,9 +42,10 @@ async def test_a_first_step_that_fails_leaves_both_edges_to_local_activities(tur
     await turn.run("turn-1")
     # The failed step brought no plan: begin_turn (idempotent) tells it, finish_turn records
     # the error.
-    assert turn.fakes.of("begin_turn", BeginTurnInput) == [
-        BeginTurnInput(chat_id=turn.chat_id, turn_id="turn-1")
-    ]
+    (begin,) = turn.fakes.of("begin_turn", BeginTurnInput)
+    (step,) = turn.fakes.of("stream_model_step", StreamStepInput)
+    assert begin == BeginTurnInput(chat_id=turn.chat_id, turn_id="turn-1", run_id=step.run_id)
+    assert begin.run_id, "the same run that the step would have begun it in"
     (finish,) = turn.fakes.of("finish_turn", FinishTurnInput)
     assert finish.status == "error" and finish.error is not None and finish.error.kind == "auth"
     assert (await turn.handle().query(ChatTurn.state)).status == "error"

@@ -1,0 +1,140 @@
+"""A send no worker takes in time is queued durably (a signal-with-start), and every message
+starts exactly one turn however many ways it was handed over."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from harness import Stack, StackFactory
+
+import api.turns
+from chatd.fake_provider.script import FakeResponse, FakeText
+from chatd.parts import TextPart
+from chatd.store.chats import ChatRecord, ChatStore
+from chatd.store.transcript import TranscriptStore
+from workers.turns import hand_over_message, queue_message
+from workflows.constants import workflow_id
+
+
+def _reply(text: str) -> FakeResponse:
+    return FakeResponse(parts=[FakeText(text=text)])
+
+
+def _texts(messages: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    return [
+        (m["role"], "".join(p["text"] for p in m["parts"] if p["type"] == "text")) for m in messages
+    ]
+
+
+async def _event_seq(stack: Stack, chat_id: str) -> int:
+    seq = await stack.pool.fetchval(
+        "SELECT last_event_seq FROM chats WHERE id = $1", uuid.UUID(chat_id)
+    )
+    return int(seq)
+
+
+async def _stored(stack: Stack, chat_id: str, text: str) -> tuple[ChatRecord, str]:
+    """The chat and a message stored in its queue, as a gateway stores a send."""
+    queued, _ = await TranscriptStore(stack.pool).enqueue(
+        uuid.UUID(chat_id), [TextPart(text=text)], None
+    )
+    chat = await ChatStore(stack.pool).get(uuid.UUID(chat_id))
+    assert chat is not None
+    return chat, str(queued.id)
+
+
+async def _until_transcript(stack: Stack, chat_id: str, count: int) -> list[dict[str, Any]]:
+    for _ in range(600):
+        messages = await stack.messages(chat_id)
+        chat = (await stack.http.get(f"/chats/{chat_id}")).json()
+        if len(messages) >= count and chat["status"] == "waiting":
+            return messages
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the chat never had {count} messages: {_texts(messages)}")
+
+
+async def test_sends_no_worker_takes_are_queued_and_each_runs_once_in_order(
+    make_stack: StackFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(api.turns, "HAND_OVER_WAIT_S", 0.5)
+    async with make_stack(with_worker=False) as stack:
+        model = stack.scripted_model(_reply("a1"), _reply("a2"), _reply("a3"))
+        chat = await stack.create_chat(model=model)
+        sent = [await stack.send(chat["id"], text) for text in ("m1", "m2", "m3")]
+        for answer in sent:
+            assert answer["queued"] is True and answer["turn_id"] is None, answer
+        waiting = (await stack.http.get(f"/chats/{chat['id']}")).json()
+        assert waiting["status"] == "waiting", "nothing began: no worker ran the workflow"
+        assert [q["id"] for q in waiting["queued_messages"]] == [a["message_id"] for a in sent]
+        async with stack.late_worker(tmp_path):
+            messages = await _until_transcript(stack, chat["id"], 6)
+        assert _texts(messages) == [
+            ("user", "m1"),
+            ("assistant", "a1"),
+            ("user", "m2"),
+            ("assistant", "a2"),
+            ("user", "m3"),
+            ("assistant", "a3"),
+        ]
+        assert [m["turn_id"] for m in messages[::2]] == [a["message_id"] for a in sent]
+        assert len(stack.fake.requests(model["name"])) == 3
+
+
+async def test_a_message_handed_over_both_ways_in_the_same_run_turns_once(stack: Stack) -> None:
+    """The update and its signal fallback both land while one run is open."""
+    model = stack.scripted_model(_reply("a1"), _reply("a2"))
+    created = await stack.create_chat(model=model)
+    chat, first = await _stored(stack, created["id"], "m1")
+    _, second = await _stored(stack, created["id"], "m2")
+    queue = stack.task_queue
+    for queued_id in (first, second):
+        await asyncio.gather(
+            hand_over_message(
+                stack.temporal, queue, chat, queued_id, f"msg-{queued_id}", name_chat=False
+            ),
+            queue_message(stack.temporal, queue, chat, queued_id, name_chat=False),
+        )
+    messages = await _until_transcript(stack, created["id"], 4)
+    assert _texts(messages) == [
+        ("user", "m1"),
+        ("assistant", "a1"),
+        ("user", "m2"),
+        ("assistant", "a2"),
+    ]
+    assert len(stack.fake.requests(model["name"])) == 2
+
+
+async def test_a_message_signalled_after_its_turn_ended_starts_no_second_turn(
+    stack: Stack,
+) -> None:
+    """The update took the message and its turn ran to the end; the signal sent for the same
+    message (the send had given up waiting) lands after, starting a new run: that run finds
+    the message begun by another and ends without a turn, writing nothing."""
+    model = stack.scripted_model(_reply("a1"))
+    created = await stack.create_chat(model=model)
+    chat, queued_id = await _stored(stack, created["id"], "m1")
+    queue = stack.task_queue
+    await hand_over_message(
+        stack.temporal, queue, chat, queued_id, f"msg-{queued_id}", name_chat=False
+    )
+    handle = stack.temporal.get_workflow_handle(workflow_id(created["id"]))
+    await asyncio.wait_for(handle.result(), 30)
+    first_run = (await handle.describe()).run_id
+    seq = await _event_seq(stack, created["id"])
+
+    await queue_message(stack.temporal, queue, chat, queued_id, name_chat=False)
+    await asyncio.wait_for(handle.result(), 30)
+    assert (await handle.describe()).run_id != first_run, "the signal started a run of its own"
+
+    assert _texts(await stack.messages(created["id"])) == [("user", "m1"), ("assistant", "a1")]
+    assert len(stack.fake.requests(model["name"])) == 1
+    assert await _event_seq(stack, created["id"]) == seq, "the second run published nothing"
+    taken_by = await stack.pool.fetchval(
+        "SELECT promoted_by FROM queued_messages WHERE id = $1", uuid.UUID(queued_id)
+    )
+    assert taken_by == first_run
+    assert (await stack.http.get(f"/chats/{created['id']}")).json()["status"] == "waiting"
