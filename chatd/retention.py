@@ -33,6 +33,7 @@ from chatd.store.retention import (
     TOOL_CALL_STARTS,
     TOOL_RESULTS,
     TURN_MCP_TOOLS,
+    WEBHOOK_DELIVERIES,
     FinishedRows,
     PruneCandidate,
     RetentionStore,
@@ -62,6 +63,8 @@ class RetentionSettings(BaseModel):
     """Staged tool results and start markers, after their turn ended."""
     workspaces: timedelta | None = timedelta(days=30)
     """A chat's tool workspace on a worker's disk, after the chat was last active."""
+    webhook_deliveries: timedelta | None = timedelta(days=30)
+    """A webhook delivery's log, after its last attempt settled it (succeeded or failed)."""
     batch: int = Field(default=1000, gt=0)
     """Rows deleted per statement (each its own transaction)."""
 
@@ -78,6 +81,9 @@ class RetentionSettings(BaseModel):
             ),
             tool_calls=_hours("CHATD_TOOL_CALL_RETENTION_HOURS", defaults.tool_calls),
             workspaces=_hours("CHATD_WORKSPACE_RETENTION_HOURS", defaults.workspaces),
+            webhook_deliveries=_hours(
+                "CHATD_WEBHOOK_DELIVERY_RETENTION_HOURS", defaults.webhook_deliveries
+            ),
         )
 
 
@@ -178,6 +184,7 @@ class Retention:
             (TOOL_RESULTS, settings.tool_calls),
             (TOOL_CALL_STARTS, settings.tool_calls),
             (TURN_MCP_TOOLS, settings.tool_calls),
+            (WEBHOOK_DELIVERIES, settings.webhook_deliveries),
         ):
             if retention is not None:
                 done(await self._delete_finished(rows, retention, dry_run))

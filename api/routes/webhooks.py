@@ -66,9 +66,12 @@ class WebhookList(BaseModel):
 
 
 class DeliveryList(BaseModel):
-    """An endpoint's deliveries, newest first, each with its attempts."""
+    """An endpoint's deliveries, newest first, each with its attempts; pass `next_before`
+    as `before` for the next page."""
 
     data: list[Delivery]
+    has_more: bool
+    next_before: uuid.UUID | None
 
 
 class ReplayAccepted(BaseModel):
@@ -122,11 +125,19 @@ async def list_deliveries(
     owner: Owner,
     request: Request,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    before: uuid.UUID | None = None,
 ) -> DeliveryList:
     """The endpoint's latest deliveries with every attempt: status code or error, and when
-    the next retry is due."""
+    the next retry is due; `before` (a delivery id) pages back."""
     await _owned(request, owner, webhook_id)
-    return DeliveryList(data=await _store(request).deliveries(webhook_id, limit=limit))
+    store = _store(request)
+    if before is not None and not await store.deliveries(webhook_id, limit=1, delivery_id=before):
+        raise ApiError(400, "invalid_cursor", f"before: {before} is not a delivery of this webhook")
+    rows = await store.deliveries(webhook_id, limit=limit + 1, before=before)
+    more = len(rows) > limit
+    return DeliveryList(
+        data=rows[:limit], has_more=more, next_before=rows[limit - 1].id if more else None
+    )
 
 
 @router.post(

@@ -24,6 +24,7 @@ __all__ = [
     "TOOL_CALL_STARTS",
     "TOOL_RESULTS",
     "TURN_MCP_TOOLS",
+    "WEBHOOK_DELIVERIES",
     "FinishedRows",
     "OwnerPruneCandidate",
     "PruneCandidate",
@@ -86,6 +87,16 @@ TURN_MCP_TOOLS = FinishedRows(
               AND NOT ({_IN_TURN} AND (c.turn_id IS NULL OR c.turn_id = t.turn_id))""",
 )
 """MCP tool lists of turns the chat is no longer in."""
+
+
+WEBHOOK_DELIVERIES = FinishedRows(
+    "webhook_deliveries",
+    "(id)",
+    """SELECT id FROM webhook_deliveries
+            WHERE status <> 'pending' AND updated_at < now() - $1::interval""",
+)
+"""Deliveries that succeeded or failed for good, this long after their last attempt (their
+attempts go with them)."""
 
 
 CHAT_CREATIONS = FinishedRows(

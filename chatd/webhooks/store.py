@@ -94,6 +94,8 @@ SELECT d.id, d.event, d.chat_id, d.turn_id, d.status, d.next_retry_at, d.created
         '[]') AS tries
 FROM webhook_deliveries d LEFT JOIN webhook_attempts a ON a.delivery_id = d.id
 WHERE d.endpoint_id = $1 AND ($3::uuid IS NULL OR d.id = $3)
+  AND ($4::uuid IS NULL OR (d.created_at, d.id) < (
+      SELECT b.created_at, b.id FROM webhook_deliveries b WHERE b.id = $4 AND b.endpoint_id = $1))
 GROUP BY d.id ORDER BY d.created_at DESC, d.id DESC LIMIT $2
 """
 
@@ -202,10 +204,16 @@ class WebhookStore:
         )
 
     async def deliveries(
-        self, endpoint_id: uuid.UUID, *, limit: int, delivery_id: uuid.UUID | None = None
+        self,
+        endpoint_id: uuid.UUID,
+        *,
+        limit: int,
+        delivery_id: uuid.UUID | None = None,
+        before: uuid.UUID | None = None,
     ) -> list[Delivery]:
-        """The endpoint's deliveries, newest first (or the one named), with their attempts."""
-        rows = await self._pool.fetch(_DELIVERIES, endpoint_id, limit, delivery_id)
+        """The endpoint's deliveries, newest first (or the one named; or those older than
+        delivery `before`, none if it is not the endpoint's), with their attempts."""
+        rows = await self._pool.fetch(_DELIVERIES, endpoint_id, limit, delivery_id, before)
         return [_delivery(r) for r in rows]
 
 

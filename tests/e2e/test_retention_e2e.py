@@ -171,6 +171,7 @@ async def test_rows_of_finished_turns_go_and_what_a_turn_may_read_stays(
         "tool_results": 1,
         "tool_call_starts": 1,
         "turn_mcp_tools": 1,
+        "webhook_deliveries": 0,
         "owner_events": 0,
         "workspaces": 2,
     }

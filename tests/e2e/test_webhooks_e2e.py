@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,6 +20,7 @@ from support.webhook_receiver import WebhookReceiver, webhook_receiver
 
 from chatd.fake_provider.script import FakeResponse, FakeText, FakeToolCall
 from chatd.models import ModelError
+from chatd.retention import Pruned, Retention, RetentionSettings
 from workflows.webhook_delivery import WebhookFanout, fanout_workflow_id
 from workflows.webhook_payloads import WebhookFanoutInput
 
@@ -212,3 +214,43 @@ async def test_real_turns_announce_their_end_and_their_waits(
     kinds = sorted(r.verified["type"] for r in receiver.received if r.verified)
     assert kinds == ["turn.completed", "turn.requires_action"]
     assert {r.verified["data"]["chat_id"] for r in receiver.received if r.verified} == {chat["id"]}
+
+
+async def test_deliveries_page_back_and_settled_ones_are_forgotten(
+    stack: Stack, receiver: WebhookReceiver
+) -> None:
+    endpoint = await _register(stack, receiver, "turn.completed")
+    chat_id = await _chat(stack)
+    for turn in range(3):
+        input = WebhookFanoutInput(chat_id=chat_id, turn_id=f"turn-{turn}", event="turn.completed")
+        await stack.temporal.execute_workflow(
+            WebhookFanout.run, input, id=fanout_workflow_id(input), task_queue=stack.task_queue
+        )
+    path = f"/webhooks/{endpoint['id']}/deliveries"
+    first = (await stack.http.get(path, params={"limit": 2})).json()
+    assert len(first["data"]) == 2 and first["has_more"] is True
+    assert first["next_before"] == first["data"][1]["id"]
+    rest = (await stack.http.get(path, params={"limit": 2, "before": first["next_before"]})).json()
+    assert len(rest["data"]) == 1 and rest["has_more"] is False and rest["next_before"] is None
+    newest_first = [d["turn_id"] for d in first["data"] + rest["data"]]
+    assert newest_first == ["turn-2", "turn-1", "turn-0"]
+    stranger = await stack.http.get(path, params={"before": endpoint["id"]})
+    assert stranger.status_code == 400, stranger.text
+    assert stranger.json()["error"]["code"] == "invalid_cursor"
+
+    old, pending, recent = (uuid.UUID(d["id"]) for d in first["data"] + rest["data"])
+    await stack.pool.execute(
+        "UPDATE webhook_deliveries SET updated_at = now() - interval '31 days'"
+        " WHERE id = ANY($1::uuid[])",
+        [old, pending],
+    )
+    await stack.pool.execute(
+        "UPDATE webhook_deliveries SET status = 'pending' WHERE id = $1", pending
+    )
+    report = await Retention(stack.pool, RetentionSettings(), None).run_round()
+    assert Pruned("webhook_deliveries", 1) in report.pruned
+    kept = {d["id"] for d in (await stack.http.get(path)).json()["data"]}
+    assert kept == {str(pending), str(recent)}, "the settled old one went; pending stays"
+    assert not await stack.pool.fetchval(
+        "SELECT count(*) FROM webhook_attempts WHERE delivery_id = $1", old
+    )
