@@ -48,7 +48,9 @@ with workflow.unsafe.imports_passed_through():
 __all__ = ["Generation"]
 
 
-_MODEL_RETRY = retry_policy(non_retryable=[MODEL_ERROR_TYPE])
+_MODEL_RETRY = retry_policy(
+    non_retryable=[MODEL_ERROR_TYPE], first_interval=timedelta(milliseconds=500)
+)
 _LEAST_TIME = timedelta(seconds=1)
 """An attempt's least time, however little of the deadline is left (the step decides)."""
 """Classified provider errors are the workflow's to retry, with its timers."""
@@ -57,9 +59,9 @@ _STREAM_HEARTBEAT_TIMEOUT = timedelta(seconds=3)
 
 The step beats every `activities.heartbeat.LIVENESS_EVERY_S` (a third of this), so a dead
 worker is noticed 2-3 s after it died, and the retry starts `_MODEL_RETRY`'s first interval
-later: after the attempt a late worker still runs has heard not-found on its next beat and
-stopped, so two attempts don't stream at once. Interrupts don't wait for a beat (the gateway
-announces them), so the beats are for liveness only.
+later. A worker that was only stalled that long stops its attempt once it runs again:
+its overdue beat goes out at once and is answered not-found. Interrupts don't wait for a beat
+(the gateway announces them), so the beats are for liveness only.
 """
 
 

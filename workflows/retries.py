@@ -17,12 +17,15 @@ from workflows.constants import MODEL_ERROR_TYPE
 __all__ = ["activity_error", "retries_within", "retry_policy"]
 
 
-def retry_policy(*, non_retryable: list[str] | None = None) -> RetryPolicy:
+def retry_policy(
+    *, non_retryable: list[str] | None = None, first_interval: timedelta = timedelta(seconds=1)
+) -> RetryPolicy:
     """Activity retries for what the activity could not classify: a dead worker, a database
     blip. Unbounded in count; bounded in time by the turn's deadline (schedule-to-close),
-    and activities give up on their own bugs after a few attempts (`activities.failures`)."""
+    and activities give up on their own bugs after a few attempts (`activities.failures`).
+    The wait doubles from `first_interval` up to 10 s."""
     return RetryPolicy(
-        initial_interval=timedelta(seconds=1),
+        initial_interval=first_interval,
         maximum_interval=timedelta(seconds=10),
         non_retryable_error_types=non_retryable or [],
     )

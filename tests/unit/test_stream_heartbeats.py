@@ -1,5 +1,5 @@
-"""How the streaming step's heartbeat timeout, its beats, the worker's throttle and the retry's
-first interval fit together (the numbers are free to change; these relations are not)."""
+"""How the streaming step's heartbeat timeout, its beats and the worker's throttle fit
+together (the numbers are free to change; these relations are not)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from datetime import timedelta
 
 from activities.heartbeat import LIVENESS_EVERY_S
 from workers.worker import HEARTBEAT_THROTTLE
-from workflows.generation import _MODEL_RETRY, _STREAM_HEARTBEAT_TIMEOUT
+from workflows.generation import _STREAM_HEARTBEAT_TIMEOUT
 
 BEAT = timedelta(seconds=LIVENESS_EVERY_S)
 
@@ -20,9 +20,3 @@ def test_each_beat_is_sent_as_it_comes_not_merged_by_the_sdk() -> None:
     """The SDK sends at most one beat per throttle interval (min of ours and 0.8 x the
     timeout); a slower cadence than that is the cadence on the wire."""
     assert min(HEARTBEAT_THROTTLE, _STREAM_HEARTBEAT_TIMEOUT * 0.8) <= BEAT
-
-
-def test_a_late_workers_attempt_hears_it_was_given_up_before_the_retry_starts() -> None:
-    """Its next beat (within one cadence) is answered not-found and it stops: the retry,
-    one first interval after the timeout, doesn't stream beside it."""
-    assert _MODEL_RETRY.initial_interval >= BEAT
