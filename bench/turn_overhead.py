@@ -1,8 +1,8 @@
 """How much does a chat turn cost on top of Temporal and the model? Run from the repo root:
 
-    python bench/turn_overhead.py [--turns 50] [--warmup 5]
+    python bench/turn_overhead.py [--turns 50] [--warmup 5] [--durable | --both] [--runs 1]
         [--dynamic-config KEY=JSON ...] [--worker-option KEY=JSON ...] [--gc-freeze]
-        [--one-chat]
+        [--one-chat] [--untitled] [--sqlite-pragma KEY=VALUE ...]
 
 N sequential one-step turns go through the gateway (POST /chats/{id}/messages) while an SSE
 client, connected beforehand, timestamps what arrives; the fake provider answers a short text
@@ -17,6 +17,13 @@ settings. Then Temporal history bytes per model step, for chats of 10 and 200 me
 `history.transferProcessorMaxPollRPS=20` restores the server default), `--worker-option`
 overrides a Worker constructor option (e.g. `max_concurrent_workflow_task_polls=10`),
 `--gc-freeze` calls `gc.freeze()` after the warm-up (the p99 is otherwise a gen-2 GC pause).
+
+`--durable` runs the servers as `chatd dev` does: Temporal persisted to a SQLite file (with
+chatd dev's pragmas, or `--sqlite-pragma`'s), PostgreSQL with fsync on; `--both` alternates
+in-memory and durable runs; `--runs N` repeats, each run on a fresh stack, and ends with the
+median ratio per mode. `--untitled` leaves the chats untitled, so each turn also names its
+chat (what a chat's first message does). Per turn the report also counts history events
+(and the floor's) and Postgres write transactions (each one a WAL flush when durable).
 """
 
 from __future__ import annotations
@@ -34,25 +41,26 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import _stack
+from _history_size import history_per_step
 from _stack import BenchStack, SseEvent, say, summary
 from noop_floor import NoopFloor, floor_worker
 from temporalio.api.enums.v1 import EventType
-from temporalio.api.history.v1 import History, HistoryEvent
+from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import WorkflowHistory
 
 from chatd.fake_provider.script import FakeResponse
 from chatd.models import ModelConfig
-from chatd.parts import Message, PartDelta, Role, TextPart
+from chatd.parts import Message, PartDelta, TextPart
 from chatd.providers import make_provider
 from chatd.providers.base import ModelRequest
-from chatd.store.transcript import TranscriptStore
 from workflows.constants import workflow_id
 
 REPLY = "Sure. Durable turns are cheap."
 """The fake model's answer: a few short deltas."""
-FILLER = "Seeded transcript text, long enough to notice if it ever lands in history. " * 6
 TARGET_RATIO = 1.5
 HISTORY_SIZES = (10, 200)
+TITLE_ASK = "Write a short title"
+"""How chatd's title request begins (the fake answers it like any other)."""
 
 
 @dataclass
@@ -112,7 +120,8 @@ async def one_turn(
     await handle.result()  # the run is closed before the next POST (not timed)
     pg_writes = await next_xid(stack) - xid_before
     emitted = fake.deltas(model)[deltas_before:]
-    requested = fake.requests(model)[-1]
+    # The step's request (with --untitled, a title request comes alongside).
+    requested = next(r for r in reversed(fake.requests(model)) if TITLE_ASK not in str(r.body))
     return {
         "t0_ns": t0_ns,
         "handle": handle,
@@ -199,57 +208,6 @@ def wft_waits(history: WorkflowHistory) -> list[float]:
     return waits
 
 
-# --- history size per step -------------------------------------------------------------------
-
-
-async def seed_transcript(stack: BenchStack, chat_id: str, messages: int) -> None:
-    """Write `messages` alternating user/assistant rows straight into Postgres."""
-    transcript = TranscriptStore(stack.pool)
-    for i in range(messages):
-        role: Role = "user" if i % 2 == 0 else "assistant"
-        await transcript.save(
-            uuid.UUID(chat_id),
-            turn_id=f"seed-{i // 2}",
-            step_key=role,
-            role=role,
-            parts=[TextPart(text=f"{i}: {FILLER}")],
-        )
-
-
-def model_steps(history: WorkflowHistory) -> int:
-    """How many model-step activities the run scheduled."""
-    return sum(
-        1
-        for e in history.events
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-        and e.activity_task_scheduled_event_attributes.activity_type.name == "stream_model_step"
-    )
-
-
-async def history_per_step(stack: BenchStack, model: str, messages: int) -> dict[str, float]:
-    """Seed a chat with `messages` messages, run one more turn, size that run's history.
-
-    The chat has a title: a title activity would end before or after the run closes, and
-    its events would be in one history and not the other.
-    """
-    chat_id = await stack.create_chat(model={"provider": "anthropic", "name": model}, title="bench")
-    await seed_transcript(stack, chat_id, messages)
-    async with stack.listen(chat_id) as sse:
-        await stack.send(chat_id, "And one more question.")
-        await sse.until(_is_waiting)
-    handle = stack.temporal.get_workflow_handle(workflow_id(chat_id))
-    await handle.result()
-    history = await handle.fetch_history()
-    steps = max(1, model_steps(history))
-    proto = History(events=history.events).ByteSize()
-    return {
-        "events": len(history.events),
-        "steps": steps,
-        "proto_per_step": proto / steps,
-        "json_per_step": len(history.to_json()) / steps,
-    }
-
-
 # --- the run ---------------------------------------------------------------------------------
 
 
@@ -266,9 +224,10 @@ def _kv(items: list[str]) -> dict[str, Any]:
 async def measure(stack: BenchStack, args: argparse.Namespace, samples: Samples) -> None:
     """Warm-up, then N rounds of (turn, direct provider, Temporal floor).
 
-    Each round's turn is the first of a new chat (titled, so no title is generated): a
-    one-step turn at a fixed transcript size. With `--one-chat` every turn goes to the same
-    chat, whose transcript grows by two messages a round (the model reads it all each time).
+    Each round's turn is the first of a new chat (titled unless `--untitled`, so no title
+    is generated): a one-step turn at a fixed transcript size. With `--one-chat` every turn
+    goes to the same chat, whose transcript grows by two messages a round (the model reads
+    it all each time).
     """
     fake = stack.services.fake
     turn_model, direct_model = (
@@ -278,7 +237,9 @@ async def measure(stack: BenchStack, args: argparse.Namespace, samples: Samples)
     for model in (turn_model, direct_model):
         fake.script(model, lambda _req: FakeResponse.of_text(REPLY))
     settings = fake.provider_settings()
-    chat_config = {"model": {"provider": "anthropic", "name": turn_model}, "title": "bench"}
+    chat_config: dict[str, Any] = {"model": {"provider": "anthropic", "name": turn_model}}
+    if not args.untitled:
+        chat_config["title"] = "bench"
     one_chat = await stack.create_chat(**chat_config) if args.one_chat else None
     floor = floor_worker(stack.worker)
     async with floor:
@@ -435,6 +396,11 @@ def main() -> None:
         help="durable Temporal's SQLite pragmas instead of chatd dev's (journal_mode, synchronous)",
     )
     parser.add_argument("--runs", type=int, default=1, help="runs, each on a fresh stack")
+    parser.add_argument(
+        "--untitled",
+        action="store_true",
+        help="chats without a title: each turn also names its chat, as a first message does",
+    )
     args = parser.parse_args()
     modes = [False, True] if args.both else [args.durable]
     results = [asyncio.run(run(args, durable)) for _ in range(args.runs) for durable in modes]

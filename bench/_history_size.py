@@ -1,0 +1,67 @@
+"""Temporal history bytes per model step of one more turn in a chat seeded with N messages
+(`turn_overhead.py`'s check that history does not grow with the transcript)."""
+
+from __future__ import annotations
+
+import uuid
+
+from _stack import BenchStack
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import History
+from temporalio.client import WorkflowHistory
+
+from chatd.parts import Role, TextPart
+from chatd.store.transcript import TranscriptStore
+from workflows.constants import workflow_id
+
+__all__ = ["history_per_step"]
+
+FILLER = "Seeded transcript text, long enough to notice if it ever lands in history. " * 6
+
+
+async def seed_transcript(stack: BenchStack, chat_id: str, messages: int) -> None:
+    """Write `messages` alternating user/assistant rows straight into Postgres."""
+    transcript = TranscriptStore(stack.pool)
+    for i in range(messages):
+        role: Role = "user" if i % 2 == 0 else "assistant"
+        await transcript.save(
+            uuid.UUID(chat_id),
+            turn_id=f"seed-{i // 2}",
+            step_key=role,
+            role=role,
+            parts=[TextPart(text=f"{i}: {FILLER}")],
+        )
+
+
+def model_steps(history: WorkflowHistory) -> int:
+    """How many model-step activities the run scheduled."""
+    return sum(
+        1
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        and e.activity_task_scheduled_event_attributes.activity_type.name == "stream_model_step"
+    )
+
+
+async def history_per_step(stack: BenchStack, model: str, messages: int) -> dict[str, float]:
+    """Seed a chat with `messages` messages, run one more turn, size that run's history.
+
+    The chat has a title: a title activity would end before or after the run closes, and
+    its events would be in one history and not the other.
+    """
+    chat_id = await stack.create_chat(model={"provider": "anthropic", "name": model}, title="bench")
+    await seed_transcript(stack, chat_id, messages)
+    async with stack.listen(chat_id) as sse:
+        await stack.send(chat_id, "And one more question.")
+        await sse.until(lambda e: e.event == "status" and e.data.get("status") == "waiting")
+    handle = stack.temporal.get_workflow_handle(workflow_id(chat_id))
+    await handle.result()
+    history = await handle.fetch_history()
+    steps = max(1, model_steps(history))
+    proto = History(events=history.events).ByteSize()
+    return {
+        "events": len(history.events),
+        "steps": steps,
+        "proto_per_step": proto / steps,
+        "json_per_step": len(history.to_json()) / steps,
+    }
