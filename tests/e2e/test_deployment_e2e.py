@@ -27,6 +27,7 @@ import asyncpg
 import httpx
 import pytest
 from support.deployment import AppCopy, ComposeService, Host, ServiceProcess, User, compose_services
+from support.gateways import Gateways
 from support.names import model_name
 from temporalio.client import Client
 
@@ -59,9 +60,11 @@ class Deployment:
     notes: list[str] = field(default_factory=list)
 
     def worker_of(self, identity: str) -> ServiceProcess:
-        """The worker whose Temporal identity (`pid@host`) this is."""
-        pid = int(identity.split("@")[0])
-        return next(w for w in self.workers if w.process and w.process.pid == pid)
+        """The worker (the slot: a restart keeps it) whose process has, or had, the Temporal
+        identity `pid@host`."""
+        found = [w for w in self.workers if _pid(identity) in w.pids]
+        assert len(found) == 1, f"{identity} is not one of the workers"
+        return found[0]
 
 
 @pytest.fixture
@@ -142,9 +145,9 @@ async def _ready(url: str, gateway: ServiceProcess) -> None:
             await asyncio.sleep(0.1)
 
 
-async def _polling(workers: list[ServiceProcess]) -> None:
-    """Until every worker says it polls (its worker has started)."""
-    while not all("worker polling task queue" in w.output() for w in workers):
+async def _polling(workers: list[ServiceProcess], starts: int = 1) -> None:
+    """Until every worker says it polls (its `starts`-th start has its worker running)."""
+    while not all(w.output().count("worker polling task queue") >= starts for w in workers):
         for worker in workers:
             assert worker.running, worker.output()
         await asyncio.sleep(0.1)
@@ -203,44 +206,6 @@ def _has_text(content: Any) -> bool:
     return isinstance(content, str) or any(b.get("type") == "text" for b in content)
 
 
-class Gateways:
-    """The clients' load balancer: a request goes to the next gateway that hasn't failed
-    one; a request that fails in transport is retried with the same Idempotency-Key on
-    another gateway."""
-
-    def __init__(self, urls: list[str], key: str) -> None:
-        headers = {"Authorization": f"Bearer {key}"}
-        # A send right after the kill may wait for the dead worker's sticky workflow task.
-        self.clients = [
-            httpx.AsyncClient(base_url=f"{u}/api/v1", headers=headers, timeout=60) for u in urls
-        ]
-        self.down: set[int] = set()
-        self.turn = 0
-        self.retries = 0
-
-    async def request(self, method: str, path: str, **options: Any) -> httpx.Response:
-        """The first answer that isn't a transport error or a 5xx, from any gateway."""
-        for _ in range(10):
-            up = [i for i in range(len(self.clients)) if i not in self.down]
-            index = up[self.turn % len(up)]
-            self.turn += 1
-            try:
-                response = await self.clients[index].request(method, path, **options)
-            except httpx.TransportError:
-                self.down.add(index)
-                self.retries += 1
-                continue
-            if response.status_code < 500:
-                return response
-            self.retries += 1
-            await asyncio.sleep(0.2)
-        raise AssertionError(f"{method} {path}: no gateway answered")
-
-    async def close(self) -> None:
-        for client in self.clients:
-            await client.aclose()
-
-
 @dataclass
 class Load:
     """The load's record: what each chat was sent, and when the kill came."""
@@ -248,9 +213,11 @@ class Load:
     sent: dict[str, list[str]] = field(default_factory=dict)
     accepted: int = 0
     kill: asyncio.Event = field(default_factory=asyncio.Event)
-    sent_all: asyncio.Event = field(default_factory=asyncio.Event)
     running_at_kill: int = 0
     killed_at: float = 0.0
+    victim: ServiceProcess | None = None
+    victim_log: str = ""
+    """The killed worker's log when it died (a restart writes on)."""
 
 
 async def _send_all(gateways: Gateways, load: Load, chat_id: str, rng: random.Random) -> None:
@@ -267,26 +234,29 @@ async def _send_all(gateways: Gateways, load: Load, chat_id: str, rng: random.Ra
         await asyncio.sleep(rng.uniform(0, 0.3))
 
 
-async def _kill_when_due(load: Load, deployment: Deployment, worker: ServiceProcess) -> None:
-    """Once the kill is due, as soon as `worker` has a model step streaming (or when the
-    load is over: the test then fails on the kill having interrupted nothing)."""
+async def _kill_when_due(load: Load, deployment: Deployment) -> None:
+    """Once the kill is due, kill the first worker to begin a model step (it streams for
+    STEP_S: the kill interrupts it) and the first gateway."""
     await load.kill.wait()
-    begun = len(_steps_begun(worker))
-    while True:  # polling a log: no event to wait on
+    begun = [len(_steps_begun(w.output())) for w in deployment.workers]
+    while True:  # polling logs: no event to wait on
         await asyncio.sleep(0.02)
-        if len(_steps_begun(worker)) > begun or load.sent_all.is_set():
-            break  # a step began at most 20 ms ago: it streams for STEP_S
+        now = [len(_steps_begun(w.output())) for w in deployment.workers]
+        if now != begun:
+            break
+    victim = deployment.workers[next(i for i, n in enumerate(now) if n > begun[i])]
     load.running_at_kill = await _running_chats(deployment)
     load.killed_at = time.monotonic()
-    for process in (worker, deployment.gateways[0]):
+    for process in (victim, deployment.gateways[0]):
         process.signal(signal.SIGKILL)
-    for process in (worker, deployment.gateways[0]):
+    for process in (victim, deployment.gateways[0]):
         await asyncio.to_thread(process.wait, 10)
+    load.victim, load.victim_log = victim, victim.output()
 
 
-def _steps_begun(worker: ServiceProcess) -> set[str]:
-    """The model steps (`chat= turn= step=`) the worker began."""
-    return set(re.findall(r"streaming step: (chat=\S+ turn=\S+ step=\d+)", worker.output()))
+def _steps_begun(log: str) -> set[str]:
+    """The model steps (`chat= turn= step=`) a worker's log shows it began."""
+    return set(re.findall(r"streaming step: (chat=\S+ turn=\S+ step=\d+)", log))
 
 
 async def _running_chats(deployment: Deployment) -> int:
@@ -306,10 +276,11 @@ async def _drained(gateways: Gateways, load: Load, within_s: float) -> None:
     deadline = time.monotonic() + within_s
     pending = set(load.sent)
     while pending and time.monotonic() < deadline:
-        for chat_id in sorted(pending):
-            chat = (await gateways.request("GET", f"/chats/{chat_id}")).json()
-            replies = _expected(load.sent[chat_id])
-            if chat["status"] == "waiting" and await _transcript(gateways, chat_id) == replies:
+        listed = await gateways.request("GET", "/chats", params={"limit": 200})
+        assert listed.status_code == 200, listed.text
+        waiting = {c["id"] for c in listed.json()["chats"] if c["status"] == "waiting"}
+        for chat_id in sorted(pending & waiting):
+            if await gateways.transcript(chat_id) == _expected(load.sent[chat_id]):
                 pending.discard(chat_id)
         await asyncio.sleep(0.2)
 
@@ -317,16 +288,6 @@ async def _drained(gateways: Gateways, load: Load, within_s: float) -> None:
 def _expected(sent: list[str]) -> list[tuple[str, str]]:
     """Each message once, in order, each answered once by its own turn."""
     return [m for content in sent for m in (("user", content), ("assistant", f"echo: {content}"))]
-
-
-async def _transcript(gateways: Gateways, chat_id: str) -> list[tuple[str, str]]:
-    """(role, text) of every message with text, in order."""
-    response = await gateways.request("GET", f"/chats/{chat_id}/messages", params={"limit": 500})
-    assert response.status_code == 200 and not response.json()["has_more"], response.text
-    return [
-        (m["role"], "".join(p.get("text") or p.get("output") or "" for p in m["parts"]))
-        for m in response.json()["messages"]
-    ]
 
 
 async def _tool_workers(client: Client, chat_id: str) -> set[str]:
@@ -346,24 +307,6 @@ async def _tool_workers(client: Client, chat_id: str) -> set[str]:
     }
 
 
-async def _turn(gateways: Gateways, chat_id: str, content: str) -> str:
-    """Send `content`, wait for the turn to end; the reply's text."""
-    before = len(await _transcript(gateways, chat_id))
-    response = await gateways.request(
-        "POST", f"/chats/{chat_id}/messages", json={"content": content}
-    )
-    assert response.status_code == 202, response.text
-    for _ in range(300):
-        chat = (await gateways.request("GET", f"/chats/{chat_id}")).json()
-        transcript = await _transcript(gateways, chat_id)
-        if chat["status"] == "waiting" and len(transcript) > before + 1:
-            role, text = transcript[-1]
-            assert role == "assistant", transcript
-            return text
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"the turn {content!r} did not end: {transcript}")
-
-
 async def test_the_compose_deployment_loses_nothing_when_a_worker_and_a_gateway_die(
     deployment: Deployment, fake_provider: FakeProviderServer, temporal_client: Client
 ) -> None:
@@ -373,62 +316,73 @@ async def test_the_compose_deployment_loses_nothing_when_a_worker_and_a_gateway_
     fake_provider.script(file_tools, _file_tools)
     gateways = Gateways(deployment.urls, deployment.key)
     try:
-        files = await _create_chat(gateways, file_tools)
-        assert "Created plan/steps.md" in await _turn(gateways, files, "write the plan")
-        (wrote,) = await _tool_workers(temporal_client, files)
-        # The worker that wrote the file is the one to die: the next turns run on the other.
-        writer = deployment.worker_of(wrote)
-        load = await _run_load(gateways, echo, deployment, writer)
+        files = await gateways.create_chat(file_tools)
+        assert "Created plan/steps.md" in await gateways.turn(files, "write the plan")
+        (writer,) = await _tool_workers(temporal_client, files)
+        load = await _run_load(gateways, echo, deployment)
         await _drained(gateways, load, within_s=60)
         drained_s = time.monotonic() - load.killed_at
         for chat_id, sent in load.sent.items():
-            assert await _transcript(gateways, chat_id) == _expected(sent), chat_id
-        assert "Replaced 1 occurrence" in await _turn(gateways, files, "edit the plan")
+            assert await gateways.transcript(chat_id) == _expected(sent), chat_id
+        await _rolling_restart(deployment, load, stop=writer)
+        assert "Replaced 1 occurrence" in await gateways.turn(files, "edit the plan")
         edited = await _tool_workers(temporal_client, files)
-        said = await _turn(gateways, files, "read the plan")
+        said = await gateways.turn(files, "read the plan")
         read = await _tool_workers(temporal_client, files)
     finally:
         await gateways.close()
-    (survivor,) = (w for w in deployment.workers if w is not writer)
-    # A step the dead worker began and the survivor began again: the kill interrupted it.
-    retried = len(_steps_begun(writer) & _steps_begun(survivor))
+    retried = _retried_steps(deployment, load)
     assert retried > 0, "the kill interrupted no model step"
     assert "1. write\n2. edit" in said
-    assert {deployment.worker_of(i) for i in edited | read} == {survivor}, (wrote, edited, read)
+    # Read and edited by live workers, none of them the process that wrote the file.
+    assert all(deployment.worker_of(i).pid == _pid(i) for i in edited | read), (edited, read)
+    assert writer not in edited | read, (writer, edited, read)
     _assert_written_as_the_service_user(deployment, files)
     for process in deployment.workers + deployment.gateways:
         if process.running:  # nothing failed in the survivors (a permission, a bug)
             assert not re.search(r"Traceback| ERROR ", process.output()), process.output()
     sends = CHATS * SENDS_PER_CHAT
     print(
-        f"\ndeployment kill test: {CHATS} chats, {sends} sends ({gateways.retries} retried on"
-        f" the other gateway), {sends} turns ({load.running_at_kill} running at the kill,"
-        f" {retried} model steps retried on the surviving worker), 0 lost, 0 duplicated;"
-        f" drained {drained_s:.1f} s after the kill; {time.monotonic() - started:.1f} s in all;"
+        f"\ndeployment kill test: {CHATS} chats, {sends} sends ({gateways.retries} requests"
+        f" retried on the other gateway, {gateways.throttled} after a 429), {sends} turns"
+        f" ({load.running_at_kill} running at the kill, {retried} model steps begun again on"
+        f" the surviving worker), 0 lost, 0 duplicated; drained {drained_s:.1f} s after the"
+        f" kill; {time.monotonic() - started:.1f} s in all; the file written by pid"
+        f" {_pid(writer)}, edited and read by {sorted(map(_pid, edited | read))};"
         f" {'; '.join(deployment.notes)}"
     )
 
 
-async def _create_chat(gateways: Gateways, model: str) -> str:
-    body = {"model": {"provider": "anthropic", "name": model}}
-    response = await gateways.request(
-        "POST", "/chats", json=body, headers={"Idempotency-Key": uuid.uuid4().hex}
-    )
-    assert response.status_code == 201, response.text
-    chat_id: str = response.json()["id"]
-    return chat_id
+async def _rolling_restart(deployment: Deployment, load: Load, stop: str) -> None:
+    """The killed worker comes back (compose's `restart: unless-stopped`); then the worker
+    `stop` (an identity), if it still runs, stops gracefully (SIGTERM), as in a rolling
+    update: the chat's next tool calls run on a process that didn't write its file."""
+    assert load.victim is not None
+    load.victim.start()
+    await _polling([load.victim], starts=2)
+    writer = deployment.worker_of(stop)
+    if writer.pid == _pid(stop):  # not the killed one, restarted
+        await asyncio.to_thread(writer.stop)
 
 
-async def _run_load(
-    gateways: Gateways, model: str, deployment: Deployment, victim: ServiceProcess
-) -> Load:
+def _pid(identity: str) -> int:
+    """The process id in a worker's Temporal identity (`pid@host`)."""
+    return int(identity.split("@")[0])
+
+
+def _retried_steps(deployment: Deployment, load: Load) -> int:
+    """The steps the killed worker had begun that another began again."""
+    others = [w.output() for w in deployment.workers if w is not load.victim]
+    return len(_steps_begun(load.victim_log) & set().union(*map(_steps_begun, others)))
+
+
+async def _run_load(gateways: Gateways, model: str, deployment: Deployment) -> Load:
     """Every chat's sends, through both gateways, with the kill a third of the way in."""
-    chat_ids = [await _create_chat(gateways, model) for _ in range(CHATS)]
+    chat_ids = [await gateways.create_chat(model) for _ in range(CHATS)]
     load = Load(sent={chat_id: [] for chat_id in chat_ids})
     rng = random.Random(16)
-    killer = asyncio.create_task(_kill_when_due(load, deployment, victim))
+    killer = asyncio.create_task(_kill_when_due(load, deployment))
     await asyncio.gather(*(_send_all(gateways, load, c, rng) for c in chat_ids))
-    load.sent_all.set()
     await killer
     return load
 

@@ -276,6 +276,8 @@ class ServiceProcess(WorkerProcess):
         # Not WorkerProcess.__init__: that one builds a test worker's environment from ours.
         self.argv, self.env, self.cwd, self.user, self.log = argv, env, cwd, user, log
         self.process: subprocess.Popen[bytes] | None = None
+        self.pids: list[int] = []
+        """The pid of each start, oldest first."""
 
     def start(self) -> ServiceProcess:
         """Start it (the previous process, if any, must have exited)."""
@@ -297,6 +299,7 @@ class ServiceProcess(WorkerProcess):
                 **as_user,
             )
         register_child(self.process)
+        self.pids.append(self.process.pid)
         return self
 
     def output(self) -> str:
