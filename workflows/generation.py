@@ -48,9 +48,7 @@ with workflow.unsafe.imports_passed_through():
 __all__ = ["Generation"]
 
 
-_MODEL_RETRY = retry_policy(
-    non_retryable=[MODEL_ERROR_TYPE], first_interval=timedelta(milliseconds=500)
-)
+_MODEL_RETRY = retry_policy(non_retryable=[MODEL_ERROR_TYPE])
 _LEAST_TIME = timedelta(seconds=1)
 """An attempt's least time, however little of the deadline is left (the step decides)."""
 """Classified provider errors are the workflow's to retry, with its timers."""
@@ -58,10 +56,10 @@ _STREAM_HEARTBEAT_TIMEOUT = timedelta(seconds=3)
 """How long a streaming step's worker may be silent before its attempt moves elsewhere.
 
 The step beats every `activities.heartbeat.LIVENESS_EVERY_S` (a third of this), so a dead
-worker is noticed 2-3 s after it died, and the retry starts `_MODEL_RETRY`'s first interval
-later. A worker that was only stalled that long stops its attempt once it runs again:
-its overdue beat goes out at once and is answered not-found. Interrupts don't wait for a beat
-(the gateway announces them), so the beats are for liveness only.
+worker is noticed 2-3 s after it died; the retry follows `_MODEL_RETRY`'s first interval
+later (a shorter one than its 1 s doesn't start the retry sooner: Temporal fires a timer set
+less than about a second ahead a second after setting it; see bench/README.md, chaos.py).
+Interrupts don't wait for a beat (the gateway announces them): the beats are for liveness.
 """
 
 

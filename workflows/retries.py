@@ -17,15 +17,12 @@ from workflows.constants import MODEL_ERROR_TYPE
 __all__ = ["activity_error", "retries_within", "retry_policy"]
 
 
-def retry_policy(
-    *, non_retryable: list[str] | None = None, first_interval: timedelta = timedelta(seconds=1)
-) -> RetryPolicy:
+def retry_policy(*, non_retryable: list[str] | None = None) -> RetryPolicy:
     """Activity retries for what the activity could not classify: a dead worker, a database
     blip. Unbounded in count; bounded in time by the turn's deadline (schedule-to-close),
-    and activities give up on their own bugs after a few attempts (`activities.failures`).
-    The wait doubles from `first_interval` up to 10 s."""
+    and activities give up on their own bugs after a few attempts (`activities.failures`)."""
     return RetryPolicy(
-        initial_interval=first_interval,
+        initial_interval=timedelta(seconds=1),
         maximum_interval=timedelta(seconds=10),
         non_retryable_error_types=non_retryable or [],
     )
