@@ -47,6 +47,7 @@ from temporalio.worker import Worker
 
 from chatd.client.http import parse_sse, parse_sse_frame
 from chatd.devstack.ports import (
+    free_port,
     pdeathsig_preexec,
     register_child,
     unregister_child,
@@ -142,6 +143,7 @@ async def services(
         headless=True,
         dynamic_config={**DEFAULT_DYNAMIC_CONFIG, **(dynamic_config or {})},
         sqlite_pragmas=sqlite_pragmas,
+        metrics_port=free_port(),
     )
     fake = FakeProviderServer(demo_model=None)
     try:

@@ -42,6 +42,7 @@ from typing import Any
 
 import _stack
 from _history_size import history_per_step
+from _persistence import PersistenceCounts, count_persistence, print_breakdown
 from _stack import BenchStack, SseEvent, say, summary
 from noop_floor import NoopFloor, floor_worker
 from temporalio.api.enums.v1 import EventType
@@ -83,6 +84,7 @@ class Samples:
     values: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     timeline: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     slowest: tuple[float, list[tuple[str, float]]] = (0.0, [])
+    persistence: dict[str, PersistenceCounts] = field(default_factory=dict)
 
     def add(self, name: str, ms: float) -> None:
         self.values[name].append(ms)
@@ -279,6 +281,29 @@ async def measure(stack: BenchStack, args: argparse.Namespace, samples: Samples)
             samples.add("events", len(history.events))
             floor_history = await stack.temporal.get_workflow_handle(floor_id).fetch_history()
             samples.add("floor_events", len(floor_history.events))
+        samples.persistence = await persistence_per_run(
+            stack, floor.task_queue, chat_config, turn_model
+        )
+
+
+async def persistence_per_run(
+    stack: BenchStack, task_queue: str, chat_config: dict[str, Any], model: str
+) -> dict[str, PersistenceCounts]:
+    """Turns alone, then floors alone: what each asks of Temporal's and Postgres's stores."""
+    n = 10
+    chats = [await stack.create_chat(**chat_config) for _ in range(n)]
+
+    async def turn() -> None:
+        chat_id = chats.pop()
+        async with stack.listen(chat_id) as sse:
+            await one_turn(stack, sse, chat_id, model)
+
+    async def floor() -> None:
+        await temporal_floor(stack, task_queue)
+
+    url = f"http://127.0.0.1:{stack.services.temporal.metrics_port}/metrics"
+    runs = {"turn": turn, "floor": floor}
+    return await count_persistence(url, lambda: next_xid(stack), runs, n)
 
 
 def report(samples: Samples, sizes: dict[int, dict[str, float]]) -> RunResult:
@@ -308,6 +333,7 @@ def report(samples: Samples, sizes: dict[int, dict[str, float]]) -> RunResult:
         f"(floor {statistics.median(v['floor_events']):.0f}), "
         f"{statistics.median(v['pg_writes']):.0f} Postgres write transactions"
     )
+    print_breakdown(samples.persistence)
     print("\nturn timeline, ms after the POST: median of all turns | the slowest turn")
     points = sorted(samples.timeline.items(), key=lambda kv: statistics.median(kv[1]))
     slowest = dict(samples.slowest[1])

@@ -95,7 +95,8 @@ class TemporalDevServer:
 
     With `data_dir`, state is kept in `data_dir/temporal.db` (survives restarts) and the log
     goes to `data_dir/temporal.log`; without it the server is in-memory with a temp log file.
-    `sqlite_pragmas` apply to that file (default `DURABLE_SQLITE_PRAGMAS`).
+    `sqlite_pragmas` apply to that file (default `DURABLE_SQLITE_PRAGMAS`). With
+    `metrics_port`, Prometheus metrics are served at `http://ip:metrics_port/metrics`.
     """
 
     def __init__(
@@ -109,6 +110,7 @@ class TemporalDevServer:
         search_attributes: Mapping[str, str] | None = None,
         dynamic_config: Mapping[str, object] | None = None,
         sqlite_pragmas: Mapping[str, str] | None = None,
+        metrics_port: int | None = None,
         log_level: str = "warn",
         ip: str = "127.0.0.1",
         startup_timeout: float = 60.0,
@@ -132,6 +134,7 @@ class TemporalDevServer:
         self.sqlite_pragmas = dict(
             DURABLE_SQLITE_PRAGMAS if sqlite_pragmas is None else sqlite_pragmas
         )
+        self.metrics_port = metrics_port
         self.log_level = log_level
         self.ip = ip
         self.startup_timeout = startup_timeout
@@ -181,6 +184,8 @@ class TemporalDevServer:
             cmd += ["--db-filename", str(self.db_path)]
             for pragma, setting in self.sqlite_pragmas.items():
                 cmd += ["--sqlite-pragma", f"{pragma}={setting}"]
+        if self.metrics_port is not None:
+            cmd += ["--metrics-port", str(self.metrics_port)]
         if self.namespace != "default":
             cmd += ["--namespace", self.namespace]
         for name, kind in self.search_attributes.items():
