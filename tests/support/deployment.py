@@ -327,6 +327,16 @@ class Host:
     def prepare(cls, services: Mapping[str, ComposeService], extra_env: Mapping[str, str]) -> Host:
         """Set it up; `extra_env` goes to every process after the image's own."""
         root = Path(tempfile.mkdtemp(prefix="chatd-deploy-"))
+        try:
+            return cls._prepare(root, services, extra_env)
+        except BaseException:
+            _remove(root)
+            raise
+
+    @classmethod
+    def _prepare(
+        cls, root: Path, services: Mapping[str, ComposeService], extra_env: Mapping[str, str]
+    ) -> Host:
         root.chmod(0o755)
         user = deploy_user()
         app, runtime = read_only_app(root), python_runtime(root, user)
@@ -368,10 +378,17 @@ class Host:
         """Stop every process and delete the directory."""
         for process in self.started:
             process.stop()
-        for path in [self.root, *self.root.rglob("*")]:
+        _remove(self.root)
+
+
+def _remove(root: Path) -> None:
+    """Delete `root`, giving write permission back where it was taken (the app, the home):
+    only there, since the hard links elsewhere share their modes with the originals."""
+    for tree in (root / "app", root / "home"):
+        for path in [tree, *tree.rglob("*")] if tree.exists() else []:
             if not path.is_symlink():
                 path.chmod(stat.S_IMODE(path.stat().st_mode) | stat.S_IWUSR)
-        shutil.rmtree(self.root)
+    shutil.rmtree(root)
 
 
 def _owned_dir(path: Path, user: User, mode: int) -> Path:
