@@ -4,8 +4,10 @@ The migrate job, then the compose file's worker and gateway replicas (two each),
 compose commands with their compose environments as a non-root user, from a root-owned
 read-only copy of the image's /app, with the workspace volume a directory all workers share;
 the Temporal dev server and the embedded Postgres stand in for the compose file's. Under load
-one worker and one gateway are SIGKILLed: every message sent is in its chat exactly once and
-every turn ends. A chat's file tools write on one worker and read and edit on the other.
+one worker (as it streams) and one gateway are SIGKILLed: every message sent is in its chat
+exactly once, answered once, and every turn ends. A chat's file tools write a file on one
+worker; after the killed worker restarts and the writer stops, other processes read and edit
+it on the shared volume.
 """
 
 from __future__ import annotations
@@ -134,9 +136,10 @@ def _listening(command: list[str], port: int) -> list[str]:
 
 
 async def _ready(url: str, gateway: ServiceProcess) -> None:
+    deadline = time.monotonic() + 120
     async with httpx.AsyncClient(base_url=url) as http:
         while True:
-            assert gateway.running, gateway.output()
+            assert gateway.running and time.monotonic() < deadline, gateway.output()
             try:
                 if (await http.get("/readyz")).status_code == 200:
                     return
@@ -147,9 +150,10 @@ async def _ready(url: str, gateway: ServiceProcess) -> None:
 
 async def _polling(workers: list[ServiceProcess], starts: int = 1) -> None:
     """Until every worker says it polls (its `starts`-th start has its worker running)."""
+    deadline = time.monotonic() + 120
     while not all(w.output().count("worker polling task queue") >= starts for w in workers):
         for worker in workers:
-            assert worker.running, worker.output()
+            assert worker.running and time.monotonic() < deadline, worker.output()
         await asyncio.sleep(0.1)
 
 
