@@ -243,11 +243,13 @@ async def _kill_when_due(load: Load, deployment: Deployment) -> None:
     STEP_S: the kill interrupts it) and the first gateway."""
     await load.kill.wait()
     begun = [len(_steps_begun(w.output())) for w in deployment.workers]
+    deadline = time.monotonic() + 30
     while True:  # polling logs: no event to wait on
         await asyncio.sleep(0.02)
         now = [len(_steps_begun(w.output())) for w in deployment.workers]
         if now != begun:
             break
+        assert time.monotonic() < deadline, "no worker logged a 'streaming step:' in 30 s"
     victim = deployment.workers[next(i for i, n in enumerate(now) if n > begun[i])]
     load.running_at_kill = await _running_chats(deployment)
     load.killed_at = time.monotonic()
