@@ -12,8 +12,8 @@ checks that the persisted step holds every delta the client saw.
 
 The interrupt travels: gateway -> `interrupt` signal -> a workflow task cancels the stream
 activity -> the server hands the cancellation to the worker with the response to the
-activity's next heartbeat (sent at most every 0.5 s: `HEARTBEAT_THROTTLE`) -> the activity
-persists what it has and returns -> the workflow finishes the turn. After the signal the
+activity's next heartbeat (a streaming step beats every 1 s: `LIVENESS_EVERY_S`) -> the
+activity persists what it has and returns -> the workflow finishes the turn. After the signal the
 gateway also announces the interrupt (NOTIFY `chatd_interrupts`), and a worker listening
 stops the step at once. Both are measured in one run, side by side: "announced" (as
 deployed), then "heartbeat only" (the worker doesn't listen), the same seed for both.
