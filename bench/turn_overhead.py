@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import json
 import statistics
@@ -44,10 +45,8 @@ import _stack
 from _history_size import history_per_step
 from _persistence import PersistenceCounts, count_persistence, print_breakdown
 from _stack import BenchStack, SseEvent, say, summary
+from _timeline import timeline, wft_waits
 from noop_floor import NoopFloor, floor_worker
-from temporalio.api.enums.v1 import EventType
-from temporalio.api.history.v1 import HistoryEvent
-from temporalio.client import WorkflowHistory
 
 from chatd.fake_provider.script import FakeResponse
 from chatd.models import ModelConfig
@@ -171,45 +170,6 @@ async def temporal_floor(stack: BenchStack, task_queue: str) -> tuple[float, str
     return _ms(t0, time.perf_counter()), floor_id
 
 
-# --- the turn timeline from history ----------------------------------------------------------
-
-
-def _event_ns(event: HistoryEvent) -> int:
-    return int(event.event_time.ToNanoseconds())
-
-
-def timeline(history: WorkflowHistory, turn: dict[str, Any]) -> list[tuple[str, float]]:
-    """Key points of a turn in ms after the POST: history events, then the SSE client's."""
-    t0_ns = turn["t0_ns"]
-    seen: dict[str, int] = defaultdict(int)
-    points: list[tuple[str, float]] = [
-        ("POST answered (202)", turn["ack"]),
-        ("provider got the request", turn["provider_request"]),
-        ("provider emitted 1st delta", turn["first_emitted"]),
-    ]
-    for event in history.events:
-        name = EventType.Name(event.event_type).removeprefix("EVENT_TYPE_").lower()
-        if "marker" in name or "upsert" in name or "update" in name:
-            continue
-        seen[name] += 1
-        points.append((f"{name} #{seen[name]}", (_event_ns(event) - t0_ns) / 1e6))
-    points.append(("SSE client got 1st message_part", turn["first"]))
-    points.append(("SSE client got status waiting", turn["waiting"]))
-    return sorted(points, key=lambda p: p[1])
-
-
-def wft_waits(history: WorkflowHistory) -> list[float]:
-    """Workflow task scheduled -> started, ms, for each workflow task of a run."""
-    waits: list[float] = []
-    scheduled: int | None = None
-    for event in history.events:
-        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED:
-            scheduled = _event_ns(event)
-        elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED and scheduled:
-            waits.append((_event_ns(event) - scheduled) / 1e6)
-    return waits
-
-
 # --- the run ---------------------------------------------------------------------------------
 
 
@@ -289,21 +249,28 @@ async def measure(stack: BenchStack, args: argparse.Namespace, samples: Samples)
 async def persistence_per_run(
     stack: BenchStack, task_queue: str, chat_config: dict[str, Any], model: str
 ) -> dict[str, PersistenceCounts]:
-    """Turns alone, then floors alone: what each asks of Temporal's and Postgres's stores."""
-    n = 10
-    chats = [await stack.create_chat(**chat_config) for _ in range(n)]
+    """Turns alone, then floors alone: what each asks of Temporal's and Postgres's stores.
 
-    async def turn() -> None:
-        chat_id = chats.pop()
-        async with stack.listen(chat_id) as sse:
+    The chats and their streams are opened before counting (a stream takes a quota slot:
+    a write of its own, not the turn's).
+    """
+    n = 10
+    async with contextlib.AsyncExitStack() as streams:
+        listeners = []
+        for _ in range(n):
+            chat_id = await stack.create_chat(**chat_config)
+            listeners.append((chat_id, await streams.enter_async_context(stack.listen(chat_id))))
+
+        async def turn() -> None:
+            chat_id, sse = listeners.pop()
             await one_turn(stack, sse, chat_id, model)
 
-    async def floor() -> None:
-        await temporal_floor(stack, task_queue)
+        async def floor() -> None:
+            await temporal_floor(stack, task_queue)
 
-    url = f"http://127.0.0.1:{stack.services.temporal.metrics_port}/metrics"
-    runs = {"turn": turn, "floor": floor}
-    return await count_persistence(url, lambda: next_xid(stack), runs, n)
+        url = f"http://127.0.0.1:{stack.services.temporal.metrics_port}/metrics"
+        runs = {"turn": turn, "floor": floor}
+        return await count_persistence(url, lambda: next_xid(stack), runs, n)
 
 
 def report(samples: Samples, sizes: dict[int, dict[str, float]]) -> RunResult:
