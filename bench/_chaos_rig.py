@@ -110,6 +110,8 @@ class Kill:
 
     at: float
     worker: int
+    wall: float = 0.0
+    """`at` as `time.time()`, to compare with Temporal's records."""
     restarted_in: float = 0.0
     """Kill -> the new process polls (seconds)."""
 
@@ -157,7 +159,7 @@ async def _kill_loop(
         except TimeoutError:
             pass
         victim = rng.randrange(len(workers))
-        kill = Kill(at=time.perf_counter(), worker=victim)
+        kill = Kill(at=time.perf_counter(), worker=victim, wall=time.time())
         workers[victim].signal(signal.SIGKILL)
         kills.append(kill)
         await asyncio.to_thread(workers[victim].wait, 10.0)

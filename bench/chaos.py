@@ -200,8 +200,11 @@ def stalls(turn: Turn) -> list[tuple[float, str, str]]:
     return found
 
 
-async def history_findings(client: Client, turns: list[Turn]) -> dict[int, Counter[str]]:
-    """Per turn: workflow task timeouts and activity retries, read from its run's history."""
+async def history_findings(
+    client: Client, turns: list[Turn], retried_at: list[float]
+) -> dict[int, Counter[str]]:
+    """Per turn: workflow task timeouts and activity retries, read from its run's history;
+    adds to `retried_at` when each retried model step's last attempt started (`time.time()`)."""
     findings: dict[int, Counter[str]] = {}
     for turn in turns:
         if not turn.chat_id:
@@ -221,8 +224,20 @@ async def history_findings(client: Client, turns: list[Turn]) -> dict[int, Count
                 if started.attempt > 1:
                     name = activity_types.get(started.scheduled_event_id, "?")
                     found[f"{name} retries"] += started.attempt - 1
+                    if name == "stream_model_step":
+                        retried_at.append(event.event_time.ToNanoseconds() / 1e9)
         findings[turn.index] = found
     return findings
+
+
+def _since_kill(times: list[float], kills: list[Kill]) -> list[float]:
+    """Seconds from the last kill before each of `times` (wall clock)."""
+    found: list[float] = []
+    for at in times:
+        before = [k.wall for k in kills if k.wall <= at]
+        if before:
+            found.append(at - max(before))
+    return found
 
 
 def _stats(values: list[float]) -> str:
@@ -240,6 +255,7 @@ def report(
     wall_s: float,
     history: dict[int, Counter[str]],
     max_recovery_s: float,
+    retried_at: list[float],
 ) -> bool:
     """Print the figures; whether the run passed."""
     lost = duplicated = 0
@@ -269,6 +285,8 @@ def report(
     print(f"resets seen        {len(found)} ({len(unexplained)} without a kill to blame)")
     print(f"recovery mid-stream (kill -> first delta of the retried attempt): {_stats(mid)}")
     print(f"  of which kill -> its reset (the retried attempt began):         {_stats(mid_reset)}")
+    print(f"  kill -> the retried attempt started (Temporal's record, every retried step): "
+          f"{_stats(_since_kill(retried_at, kills))}")  # fmt: skip
     print(f"recovery before the first delta:                                 {_stats(other)}")
     print(f"turn duration      {_stats(durations)}")
     print(f"temporal history   {dict(sorted(in_history.items())) or 'no timeouts or retries'}")
@@ -329,8 +347,9 @@ async def _run(args: argparse.Namespace, rng: random.Random, rig: Rig) -> bool:
         await asyncio.gather(*(one(t) for t in turns))
         wall = time.perf_counter() - started
     client = await Client.connect(rig.temporal_address)
-    history = await history_findings(client, turns)
-    return report(turns, kills, wall, history, args.max_recovery)
+    retried_at: list[float] = []
+    history = await history_findings(client, turns, retried_at)
+    return report(turns, kills, wall, history, args.max_recovery, retried_at)
 
 
 def _range(text: str) -> tuple[float, float]:
