@@ -61,8 +61,8 @@ class TurnEdges:
 
         Returns the chat too (read alongside: the plan is made from it).
         """
-        chat, began = await asyncio.gather(
-            self._chats.get(chat_id), self._turns.begin(chat_id, turn_id, run_id)
+        (chat, webhook_events, limits), began = await asyncio.gather(
+            self._plan_inputs(chat_id), self._turns.begin(chat_id, turn_id, run_id)
         )
         if chat is None or began is None:
             return chat, BeginTurnResult(
@@ -70,10 +70,7 @@ class TurnEdges:
             )
         if began:  # not again when a retried attempt (or the gateway) began it before
             METRICS.active_turns.add(1)
-        webhook_events, (limit, *fallback_limits) = await asyncio.gather(
-            self._webhooks.subscribed_events(chat.owner),
-            asyncio.gather(*(self._context_limit(m) for m in [chat.model, *chat.fallback_models])),
-        )
+        limit, *fallback_limits = limits
         plan = TurnPlan(
             turn_id=turn_id,
             max_steps=chat.max_steps,
@@ -88,6 +85,21 @@ class TurnEdges:
             webhook_events=webhook_events,
         )
         return chat, BeginTurnResult(started=True, plan=plan)
+
+    async def _plan_inputs(
+        self, chat_id: uuid.UUID
+    ) -> tuple[ChatRecord | None, list[str], list[int]]:
+        """The chat, then the events its owner's webhooks take and its models' context
+        windows: read while the turn begins (reads that wait for its commit would add a
+        round trip to every first step)."""
+        chat = await self._chats.get(chat_id)
+        if chat is None:
+            return None, [], []
+        events, limits = await asyncio.gather(
+            self._webhooks.subscribed_events(chat.owner),
+            asyncio.gather(*(self._context_limit(m) for m in [chat.model, *chat.fallback_models])),
+        )
+        return chat, events, list(limits)
 
     async def _context_limit(self, model: ModelConfig) -> int:
         return context_limit(model, await reported_context_limit(model, self._providers))
