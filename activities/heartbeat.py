@@ -18,16 +18,20 @@ HEARTBEAT_EVERY_S = 0.5
 """For activities whose cancellation only a heartbeat's answer brings (tools, compaction)."""
 LIVENESS_EVERY_S = 1.0
 """For the streaming step, whose interrupts the gateway announces: its beats only say it is
-alive. A third of its heartbeat timeout (`workflows.generation`), so two beats in a row can
-be late before the server gives the attempt up."""
+alive, the first a beat's length in. A quarter of its heartbeat timeout
+(`workflows.generation`), so three beats in a row can be late before the server gives the
+attempt up: a saturated machine (bench/concurrency.py at K=2000) delayed two in a row."""
 FIRST_BEAT_S = 0.1
 
 
 @contextlib.asynccontextmanager
-async def heartbeating(every: float = HEARTBEAT_EVERY_S) -> AsyncIterator[None]:
+async def heartbeating(
+    every: float = HEARTBEAT_EVERY_S, *, first: float | None = None
+) -> AsyncIterator[None]:
     """Heartbeat in the background, every `every` seconds, for the duration of the block.
 
-    The first beat comes after `FIRST_BEAT_S`, not at once: an activity over sooner (a fast
+    The first beat comes after `first` (default `FIRST_BEAT_S`), not at once: an activity
+    over sooner (a fast
     model's one-step turn) sends none, an RPC the server would serve at the turn's busiest
     moment (~1.4 ms per one-step turn in bench/turn_overhead.py). Soon enough that an attempt
     the server no longer knows (it answers a beat with not-found, seen under overload) stops
@@ -37,7 +41,7 @@ async def heartbeating(every: float = HEARTBEAT_EVERY_S) -> AsyncIterator[None]:
     """
 
     async def beat() -> None:
-        await asyncio.sleep(FIRST_BEAT_S)
+        await asyncio.sleep(FIRST_BEAT_S if first is None else first)
         while True:
             activity.heartbeat()
             await asyncio.sleep(every)

@@ -115,10 +115,12 @@ class ModelStepActivities:
 
     async def _stream_step(self, input: StreamStepInput) -> StreamStepResult:
         chat_id = uuid.UUID(input.chat_id)
-        # Heartbeats from the start (a wait for a pooled connection under load must not look
-        # like a dead worker) until the stream ends; their responses carry interrupts, and so
-        # do the gateway's announcements, heard from the start too.
-        async with heartbeating(LIVENESS_EVERY_S):
+        # Heartbeats a beat in (a wait for a pooled connection under load must not look like
+        # a dead worker) until the stream ends; the gateway's announcements carry interrupts,
+        # heard from the start. Not sooner: the server's timeout timer, reset by a beat just
+        # after the start, fires about a second late, so an early beat slows the resume of a
+        # step killed in its first second (bench/chaos.py).
+        async with heartbeating(LIVENESS_EVERY_S, first=LIVENESS_EVERY_S):
             with self._interrupt_requests(input.turn_id) as interrupt_requested:
                 step_key = StepKey.assistant(input.step)
                 # Read together: the chat (beginning the turn first, if asked), whether a lost

@@ -52,11 +52,11 @@ _MODEL_RETRY = retry_policy(non_retryable=[MODEL_ERROR_TYPE])
 _LEAST_TIME = timedelta(seconds=1)
 """An attempt's least time, however little of the deadline is left (the step decides)."""
 """Classified provider errors are the workflow's to retry, with its timers."""
-_STREAM_HEARTBEAT_TIMEOUT = timedelta(seconds=3)
+_STREAM_HEARTBEAT_TIMEOUT = timedelta(seconds=4)
 """How long a streaming step's worker may be silent before its attempt moves elsewhere.
 
-The step beats every `activities.heartbeat.LIVENESS_EVERY_S` (a third of this), so a dead
-worker is noticed 2-3 s after it died; the retry follows `_MODEL_RETRY`'s first interval
+The step beats every `activities.heartbeat.LIVENESS_EVERY_S` (a quarter of this), so a dead
+worker is noticed 3-4 s after it died; the retry follows `_MODEL_RETRY`'s first interval
 later (a shorter one than its 1 s doesn't start the retry sooner: Temporal fires a timer set
 less than about a second ahead a second after setting it; see bench/README.md, chaos.py).
 Interrupts don't wait for a beat (the gateway announces them): the beats are for liveness.

@@ -10,7 +10,7 @@ import pytest
 from harness import SseEvent, Stack, StackFactory, sse_events
 from support.names import model_name
 
-import activities.heartbeat
+import activities.model_step
 from chatd.fake_provider.script import (
     FakeError,
     FakeReasoning,
@@ -123,7 +123,7 @@ async def test_an_announced_interrupt_stops_the_stream_without_waiting_for_a_hea
 ) -> None:
     """With no heartbeat for a minute, the workflow's cancellation can't reach the step in
     time: only the gateway's announcement (Postgres NOTIFY) can cut the stream short."""
-    monkeypatch.setattr(activities.heartbeat, "FIRST_BEAT_S", 60.0)
+    monkeypatch.setattr(activities.model_step, "LIVENESS_EVERY_S", 60.0)
     await _interrupt_mid_text(stack)
 
 
