@@ -120,7 +120,12 @@ class Level:
     """Time between consecutive deltas of a stream as the fake emitted them, ms."""
     wall_s: float = 0.0
     send_retries: int = 0
-    """Sends answered 503 (no worker took the message within 15 s) and retried."""
+    """Sends answered 503 and retried (none since a send no worker takes in time is queued)."""
+    sends_queued: int = 0
+    """Sends answered 202 with `turn_id` null: no worker took the update within the gateway's
+    wait, so the message went by signal-with-start."""
+    send_ms: list[float] = field(default_factory=list)
+    """POST -> 202 of each send, retries included."""
     resets: int = 0
     """`reset` events in the level's chats: retried streaming attempts clients saw."""
     retried: Counter[str] = field(default_factory=Counter)
@@ -160,6 +165,10 @@ class Harness:
     temporal_address: str = ""
     send_retries: int = 0
     """Sends answered 503 and retried, over the whole run (`_send`)."""
+    sends_queued: int = 0
+    """Sends answered with `turn_id` null, over the whole run (`_send`)."""
+    send_ms: list[float] = field(default_factory=list)
+    """POST -> 202 of every send of the run."""
     logs: Path = Path(".")
     quiet_below: float = 0.0
 
@@ -184,8 +193,8 @@ async def _create_chat(h: Harness) -> str:
 async def _send(h: Harness, chat_id: str, tag: str, after_s: float = 0.0) -> float:
     """POST the message; the time it was first sent (perf_counter).
 
-    As a client should: a 503 (no worker took the message within the gateway's 15 s, the
-    backlog of a burst) is retried with the same Idempotency-Key.
+    As a client should: a 503 (Temporal or Postgres unreachable) is retried with the same
+    Idempotency-Key.
     """
     await asyncio.sleep(after_s)
     sent = time.perf_counter()
@@ -201,6 +210,8 @@ async def _send(h: Harness, chat_id: str, tag: str, after_s: float = 0.0) -> flo
         await asyncio.sleep(1)
     if response.status_code != 202:
         raise RuntimeError(f"send failed: {response.status_code} {response.text}")
+    h.send_ms.append((time.perf_counter() - sent) * 1000)
+    h.sends_queued += response.json()["turn_id"] is None
     return sent
 
 
@@ -231,7 +242,11 @@ async def run_level(h: Harness, k: int, timeout_s: float, spread_s: float = 0.0)
         profilers = _start_profilers(h, k)
         h.meter.start()
         started = time.perf_counter()
-        retries_before = h.send_retries
+        retries_before, queued_before, answers_before = (
+            h.send_retries,
+            h.sends_queued,
+            len(h.send_ms),
+        )
         sends = [
             _send(h, c, t, after_s=spread_s * i / k)
             for i, (c, t) in enumerate(zip(chat_ids, tags, strict=True))
@@ -239,6 +254,8 @@ async def run_level(h: Harness, k: int, timeout_s: float, spread_s: float = 0.0)
         # Spread out, the sends wait their turn themselves; at once, 100 go at a time.
         sent_at = list(await asyncio.gather(*sends)) if spread_s else await _bounded(100, sends)
         level.send_retries = h.send_retries - retries_before
+        level.sends_queued = h.sends_queued - queued_before
+        level.send_ms = h.send_ms[answers_before:]
         progress = asyncio.create_task(_progress(k, clients, started))
         try:
             async with asyncio.timeout(timeout_s):
@@ -378,6 +395,8 @@ def report(levels: list[Level], names: list[str], args: argparse.Namespace) -> i
         extra = ""
         if lv.send_retries:
             extra += f" ({lv.send_retries} sends retried after a 503)"
+        if lv.sends_queued:
+            extra += f" ({lv.sends_queued} sends queued by signal)"
         if lv.unmatched < 0:  # a step whose attempt was lost streams again after a `reset`
             extra += f" ({-lv.unmatched} deltas re-streamed after a step retry)"
         if lv.unmatched > 0 or lv.errors:
@@ -470,6 +489,9 @@ async def run(args: argparse.Namespace) -> int | None:
                         f"K={k}: {level.finished}/{k} finished, p50 {level.p50:.1f} ms, "
                         f"p99 {level.p99:.1f} ms, wall {level.wall_s:.1f}s, "
                         f"{level.send_retries} sends retried after a 503, "
+                        f"{level.sends_queued} queued by signal, send -> 202 p50 "
+                        f"{percentile(level.send_ms, 50):.0f} / p99 "
+                        f"{percentile(level.send_ms, 99):.0f} ms, "
                         f"{level.resets} resets -> "
                         f"{'PASS' if level.passed else 'FAIL'}"
                     )
