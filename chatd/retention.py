@@ -1,8 +1,9 @@
 """Retention: stream events, finished turns' rows and idle workspaces are forgotten.
 
 Every worker runs a round every interval; an advisory lock elects one per round for the
-database (so N workers don't prune the same rows N times), while each sweeps the workspaces
-on its own disk (a chat's workspace lives on the worker that ran its tools). `chatd gc` runs
+database (so N workers don't prune the same rows N times), while each sweeps the workspace
+root it sees (the volume all workers share in the compose deployment: a removal that another
+worker did first is no error). `chatd gc` runs
 one round by hand, or with `--dry-run` counts what one would delete.
 
 Stream events are pruned per chat as a prefix of its sequence, in batches, and the highest
