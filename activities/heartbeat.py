@@ -31,11 +31,11 @@ async def heartbeating(
     """Heartbeat in the background, every `every` seconds, for the duration of the block.
 
     The first beat comes after `first` (default `FIRST_BEAT_S`), not at once: an activity
-    over sooner (a fast
-    model's one-step turn) sends none, an RPC the server would serve at the turn's busiest
-    moment (~1.4 ms per one-step turn in bench/turn_overhead.py). Soon enough that an attempt
-    the server no longer knows (it answers a beat with not-found, seen under overload) stops
-    before a real model's first token, instead of streaming deltas that are then reset.
+    over sooner (a fast model's one-step turn) sends none, an RPC the server would serve at
+    the turn's busiest moment (~1.4 ms per one-step turn in bench/turn_overhead.py).
+    `FIRST_BEAT_S` is soon enough that an attempt the server no longer knows (it answers a
+    beat with not-found, seen under overload) stops before a real model's first token,
+    instead of streaming deltas that are then reset.
     Beats are sent as they come when `every` is at least the worker's throttle
     (`workers.worker.HEARTBEAT_THROTTLE`); faster ones would only be merged by the SDK.
     """

@@ -84,8 +84,8 @@ async def submit_message(
             raise
     except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):
         pass  # our deadline, or the server's (cancelling the call surfaces as the SDK's error)
-    METRICS.sends_queued.add(1)
     await queue_message(client, task_queue, chat, queued_id, name_chat=name_chat)
+    METRICS.sends_queued.add(1)
     return None
 
 

@@ -52,7 +52,6 @@ async def hand_over_message(
     """
     start = WithStartWorkflowOperation(
         ChatTurn.run,
-        _turn_input(chat),
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         **_start_options(chat, task_queue),
     )
@@ -83,7 +82,6 @@ async def queue_message(
     """
     await client.start_workflow(
         ChatTurn.run,
-        _turn_input(chat),
         start_signal="queue_message",
         start_signal_args=[SubmitMessageInput(queued_id=queued_id, untitled=name_chat)],
         rpc_timeout=QUEUE_RPC_TIMEOUT,
@@ -91,18 +89,14 @@ async def queue_message(
     )
 
 
-def _turn_input(chat: ChatRecord) -> ChatTurnInput:
-    parent = str(chat.parent_chat_id) if chat.parent_chat_id else None
-    return ChatTurnInput(
-        chat_id=str(chat.id), retry_deadline_s=retry_deadline_s(), parent_chat_id=parent
-    )
-
-
 def _start_options(chat: ChatRecord, task_queue: str) -> dict[str, Any]:
-    """How a chat's turn workflow starts, whichever way the message comes."""
+    """How a chat's turn workflow starts (its input too), whichever way the message comes."""
     chat_id = str(chat.id)
     parent = str(chat.parent_chat_id) if chat.parent_chat_id else None
     return {
+        "arg": ChatTurnInput(
+            chat_id=chat_id, retry_deadline_s=retry_deadline_s(), parent_chat_id=parent
+        ),
         "id": workflow_id(chat_id),
         "task_queue": task_queue,
         "task_timeout": WORKFLOW_TASK_TIMEOUT,

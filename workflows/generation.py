@@ -49,9 +49,9 @@ __all__ = ["Generation"]
 
 
 _MODEL_RETRY = retry_policy(non_retryable=[MODEL_ERROR_TYPE])
+"""Classified provider errors are the workflow's to retry, with its timers."""
 _LEAST_TIME = timedelta(seconds=1)
 """An attempt's least time, however little of the deadline is left (the step decides)."""
-"""Classified provider errors are the workflow's to retry, with its timers."""
 _STREAM_HEARTBEAT_TIMEOUT = timedelta(seconds=4)
 """How long a streaming step's worker may be silent before its attempt moves elsewhere.
 
