@@ -99,6 +99,8 @@ async def test_a_payload_that_was_never_encrypted_passes_through() -> None:
         (f"k1:{base64.b64encode(b'short').decode()}", "has 5 bytes"),
         (f"k1:{OLD},k1:{NEW}", "appears twice"),
     ],
+    # Stable ids: the keys are random, and parallel workers must collect the same tests.
+    ids=["empty", "no-colon", "no-id", "not-base64", "short", "twice"],
 )
 def test_malformed_keys_are_refused_without_showing_a_key(spec: str, complaint: str) -> None:
     with pytest.raises(CodecKeyError, match=complaint) as refused:
