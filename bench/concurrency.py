@@ -23,7 +23,14 @@ and retried: clients drop what they were shown and see it again), per 1,000 turn
 each retried attempt's predecessor was given up (its `last_failure` in the run's history:
 a heartbeat timeout, an error). Nothing is killed here, so every reset is a false alarm.
 
-A level passes when every turn ends `waiting` and the p99 delta latency is under 250 ms.
+Before the ladder, three turns run alone: their median (send -> `waiting`) is the unloaded
+turn. A level passes when every send is answered 202, every turn ends `waiting`, the p99
+delta latency is under 250 ms, there is at most 1 reset per 1,000 turns, and its wall time
+(first send -> last turn ended) is at most 3x the unloaded turn plus the send spread. The
+last two see a retry storm that the latency of what finished can't: a level whose steps are
+reset and re-streamed ends late, and its resets are counted. Each level also reports its
+turns per second and the workflow tasks that timed out (a worker that took more than it
+could run).
 The ladder stops at the first level that fails (unless `--keep-going`). Exit status 1 when
 the largest passing K is below `--target-k` (500).
 """
@@ -64,6 +71,10 @@ from chatd.store.db import connect_pool, migrate
 from chatd.store.keys import KeyStore
 
 P99_LIMIT_MS = 250.0
+RESETS_PER_1000_LIMIT = 1.0
+WALL_LIMIT_TURNS = 3.0
+"""A level may take this many unloaded turns' time (plus the send spread)."""
+UNLOADED_TURNS = 3
 TARGET_K = 500
 MODEL = "bench-concurrency"
 NAN = float("nan")
@@ -126,10 +137,17 @@ class Level:
     wait, so the message went by signal-with-start."""
     send_ms: list[float] = field(default_factory=list)
     """POST -> 202 of each send, retries included."""
+    refused: list[str] = field(default_factory=list)
+    """Sends not answered 202 (after retrying 503s): their status and body."""
     resets: int = 0
     """`reset` events in the level's chats: retried streaming attempts clients saw."""
     retried: Counter[str] = field(default_factory=Counter)
     """Retried model-step attempts by why the one before was given up (from the histories)."""
+    task_timeouts: int = 0
+    """Workflow tasks that timed out in the level's histories (start-to-close or sticky
+    schedule-to-start): each is a workflow task run again, often with a full replay."""
+    wall_limit_s: float = float("inf")
+    """`WALL_LIMIT_TURNS` unloaded turns plus the send spread."""
     cpu: dict[str, float] = field(default_factory=dict)
     rss: dict[str, float] = field(default_factory=dict)
     system_cpu: float = 0.0
@@ -143,8 +161,32 @@ class Level:
         return percentile(self.latencies, 99) if self.latencies else float("inf")
 
     @property
+    def resets_per_1000(self) -> float:
+        return 1000 * self.resets / self.k if self.k else NAN
+
+    @property
+    def turns_per_s(self) -> float:
+        return self.finished / self.wall_s if self.wall_s else NAN
+
+    @property
+    def failures(self) -> list[str]:
+        """Why the level fails (empty: it passes)."""
+        failed = []
+        if self.refused:
+            failed.append(f"{len(self.refused)} sends refused")
+        if self.finished != self.k or self.errors:
+            failed.append(f"{self.k - self.finished} turns not finished")
+        if not self.p99 < P99_LIMIT_MS:
+            failed.append(f"p99 {self.p99:.0f} ms")
+        if self.resets_per_1000 > RESETS_PER_1000_LIMIT:
+            failed.append(f"{self.resets_per_1000:.1f} resets per 1,000 turns")
+        if self.wall_s > self.wall_limit_s:
+            failed.append(f"wall {self.wall_s:.0f} s > {self.wall_limit_s:.0f} s")
+        return failed
+
+    @property
     def passed(self) -> bool:
-        return self.finished == self.k and self.p99 < P99_LIMIT_MS
+        return not self.failures
 
 
 @dataclass
@@ -163,8 +205,12 @@ class Harness:
     py_spy: str | None = None
     database_url: str = ""
     temporal_address: str = ""
+    unloaded_turn_s: float = float("inf")
+    """The median turn with nothing else running (`unloaded_turn`)."""
     send_retries: int = 0
     """Sends answered 503 and retried, over the whole run (`_send`)."""
+    refused: list[str] = field(default_factory=list)
+    """Sends not answered 202, over the whole run (`_send`)."""
     sends_queued: int = 0
     """Sends answered with `turn_id` null, over the whole run (`_send`)."""
     send_ms: list[float] = field(default_factory=list)
@@ -209,7 +255,8 @@ async def _send(h: Harness, chat_id: str, tag: str, after_s: float = 0.0) -> flo
         h.send_retries += 1
         await asyncio.sleep(1)
     if response.status_code != 202:
-        raise RuntimeError(f"send failed: {response.status_code} {response.text}")
+        h.refused.append(f"{response.status_code} {response.text[:200]}")
+        return sent
     h.send_ms.append((time.perf_counter() - sent) * 1000)
     h.sends_queued += response.json()["turn_id"] is None
     return sent
@@ -242,10 +289,11 @@ async def run_level(h: Harness, k: int, timeout_s: float, spread_s: float = 0.0)
         profilers = _start_profilers(h, k)
         h.meter.start()
         started = time.perf_counter()
-        retries_before, queued_before, answers_before = (
+        retries_before, queued_before, answers_before, refused_before = (
             h.send_retries,
             h.sends_queued,
             len(h.send_ms),
+            len(h.refused),
         )
         sends = [
             _send(h, c, t, after_s=spread_s * i / k)
@@ -256,6 +304,8 @@ async def run_level(h: Harness, k: int, timeout_s: float, spread_s: float = 0.0)
         level.send_retries = h.send_retries - retries_before
         level.sends_queued = h.sends_queued - queued_before
         level.send_ms = h.send_ms[answers_before:]
+        level.refused = h.refused[refused_before:]
+        level.wall_limit_s = WALL_LIMIT_TURNS * h.unloaded_turn_s + spread_s
         progress = asyncio.create_task(_progress(k, clients, started))
         try:
             async with asyncio.timeout(timeout_s):
@@ -279,8 +329,19 @@ async def run_level(h: Harness, k: int, timeout_s: float, spread_s: float = 0.0)
     _analyse(level, clients, sent_at, rows)
     level.stored = await _stored_latencies(h.database_url, rows)
     level.resets = await _resets(h.database_url, chat_ids)
-    level.retried = await _retried_steps(h.temporal_address, chat_ids)
+    level.retried, level.task_timeouts = await _retried_steps(h.temporal_address, chat_ids)
     return level
+
+
+async def unloaded_turn(h: Harness) -> float:
+    """The median of `UNLOADED_TURNS` turns run one at a time, send -> `waiting`, seconds."""
+    durations: list[float] = []
+    for _ in range(UNLOADED_TURNS):
+        level = await run_level(h, 1, timeout_s=60)
+        if level.finished != 1:
+            raise RuntimeError(f"an unloaded turn did not finish: {level.errors or level.refused}")
+        durations.extend(level.durations)
+    return statistics.median(durations)
 
 
 async def _resets(database_url: str, chat_ids: list[str]) -> int:
@@ -296,17 +357,22 @@ async def _resets(database_url: str, chat_ids: list[str]) -> int:
     return int(count)
 
 
-async def _retried_steps(temporal_address: str, chat_ids: list[str]) -> Counter[str]:
+async def _retried_steps(temporal_address: str, chat_ids: list[str]) -> tuple[Counter[str], int]:
     """Model-step attempts after the first in these chats' turns, by the previous attempt's
-    failure (`heartbeat timeout`, or the error's message)."""
+    failure (`heartbeat timeout`, or the error's message); and the workflow tasks that timed
+    out."""
     client = await Client.connect(temporal_address)
+    task_timeouts = 0
 
     async def one(chat_id: str) -> Counter[str]:
+        nonlocal task_timeouts
         found: Counter[str] = Counter()
         history = await client.get_workflow_handle(f"chat-{chat_id}").fetch_history()
         model_steps: set[int] = set()
         for event in history.events:
-            if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
+                task_timeouts += 1
+            elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
                 attrs = event.activity_task_scheduled_event_attributes
                 if attrs.activity_type.name == "stream_model_step":
                     model_steps.add(event.event_id)
@@ -322,7 +388,7 @@ async def _retried_steps(temporal_address: str, chat_ids: list[str]) -> Counter[
         return found
 
     counts = await _bounded(20, [one(c) for c in chat_ids])
-    return sum(counts, Counter[str]())
+    return sum(counts, Counter[str]()), task_timeouts
 
 
 async def _stored_latencies(database_url: str, rows: list[list[Any]]) -> list[float]:
@@ -408,13 +474,31 @@ def report(levels: list[Level], names: list[str], args: argparse.Namespace) -> i
             f"{_fmt(max(lv.durations, default=NAN), 10, 2)} "
             f"{_fmt(statistics.median(lv.gaps) if lv.gaps else NAN, 7, 1)} "
             f"{_fmt(percentile(lv.gaps, 99) if lv.gaps else NAN, 7, 1)} "
-            f"{lv.wall_s:7.1f}  {'PASS' if lv.passed else 'FAIL'}{extra}"
+            f"{lv.wall_s:7.1f}  {_verdict(lv)}{extra}"
+        )
+    print(
+        f"\nthe unloaded turn: {levels[0].wall_limit_s / WALL_LIMIT_TURNS:.2f} s "
+        f"(a level may take {WALL_LIMIT_TURNS:g}x as long)"
+    )
+    print(
+        f"{'K':>5} {'refused':>7} {'queued':>7} {'202 p50':>8} {'202 p99':>8} {'turns/s':>7} "
+        f"{'wall s':>7} {'limit s':>7} {'resets/1k':>9} {'wf task t/o':>11}"
+    )
+    for lv in levels:
+        print(
+            f"{lv.k:5d} {len(lv.refused):7d} {lv.sends_queued:7d} "
+            f"{_fmt(percentile(lv.send_ms, 50) if lv.send_ms else NAN, 8)} "
+            f"{_fmt(percentile(lv.send_ms, 99) if lv.send_ms else NAN, 8)} "
+            f"{_fmt(lv.turns_per_s, 7, 1)} {lv.wall_s:7.1f} {lv.wall_limit_s:7.1f} "
+            f"{lv.resets_per_1000:9.1f} {lv.task_timeouts:11d}"
         )
     print("\nresets (a streaming step's attempt given up and retried; no worker was killed)")
     for lv in levels:
-        per_1000 = 1000 * lv.resets / lv.k if lv.k else NAN
         why = ", ".join(f"{n} {kind}" for kind, n in lv.retried.most_common()) or "none"
-        print(f"{lv.k:5d}  {lv.resets} resets = {per_1000:.1f} per 1,000 turns; retried: {why}")
+        print(
+            f"{lv.k:5d}  {lv.resets} resets = {lv.resets_per_1000:.1f} per 1,000 turns; "
+            f"retried: {why}"
+        )
     print("\nwhere the delay is: emit -> stored by the worker | stored -> SSE client (the rest)")
     for lv in levels:
         stored_p50 = statistics.median(lv.stored) if lv.stored else NAN
@@ -440,10 +524,15 @@ def report(levels: list[Level], names: list[str], args: argparse.Namespace) -> i
     passing = [lv.k for lv in levels if lv.passed]
     best = max(passing) if passing else None
     print(
-        f"\nlargest K with every turn finished and p99 < {P99_LIMIT_MS:g} ms: {best} "
-        f"(target {args.target_k})"
+        f"\nlargest K that passed (every send 202, every turn finished, p99 < "
+        f"{P99_LIMIT_MS:g} ms, <= {RESETS_PER_1000_LIMIT:g} resets per 1,000 turns, wall <= "
+        f"{WALL_LIMIT_TURNS:g}x the unloaded turn): {best} (target {args.target_k})"
     )
     return best
+
+
+def _verdict(level: Level) -> str:
+    return "PASS" if level.passed else f"FAIL ({'; '.join(level.failures)})"
 
 
 # --- processes -------------------------------------------------------------------------------
@@ -482,6 +571,8 @@ async def run(args: argparse.Namespace) -> int | None:
                     }
                     say(f"py-spy profiles (collapsed stacks) go to {logs}")
                 say("worker, gateway and fake provider up")
+                h.unloaded_turn_s = await unloaded_turn(h)
+                say(f"the unloaded turn: {h.unloaded_turn_s:.2f} s")
                 for k in args.ladder:
                     level = await run_level(h, k, args.turn_timeout)
                     levels.append(level)
@@ -492,8 +583,8 @@ async def run(args: argparse.Namespace) -> int | None:
                         f"{level.sends_queued} queued by signal, send -> 202 p50 "
                         f"{percentile(level.send_ms, 50):.0f} / p99 "
                         f"{percentile(level.send_ms, 99):.0f} ms, "
-                        f"{level.resets} resets -> "
-                        f"{'PASS' if level.passed else 'FAIL'}"
+                        f"{level.resets} resets, {len(level.refused)} refused, "
+                        f"{level.turns_per_s:.1f} turns/s -> {_verdict(level)}"
                     )
                     if not level.passed and not args.keep_going:
                         break
