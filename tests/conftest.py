@@ -17,6 +17,11 @@ from chatd.devstack.postgres import PostgresProcess
 from chatd.devstack.temporal import TemporalDevServer
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Slow tests first: parallel workers then end together, none left running one alone."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[PostgresProcess]:
     """A session-wide PostgreSQL server in a temp dir (fsync=off), started on first use."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 import schemathesis
 from harness import Stack
 from hypothesis import HealthCheck, Phase, given, settings
@@ -166,6 +167,7 @@ def _linked_sequences(root: str, key: str) -> None:
     )
 
 
+@pytest.mark.slow
 async def test_each_operation_keeps_its_documented_contract(stack: Stack) -> None:
     root = stack.base_url.removesuffix("/api/v1")
     tested, failures = await asyncio.to_thread(_each_operation, root, stack.key)
@@ -179,6 +181,7 @@ async def test_the_event_stream_keeps_its_documented_contract(stack: Stack) -> N
     assert not failures, "\n\n".join(failures)
 
 
+@pytest.mark.slow
 async def test_linked_sequences_keep_the_documented_contract(stack: Stack) -> None:
     root = stack.base_url.removesuffix("/api/v1")
     await asyncio.to_thread(_linked_sequences, root, stack.key)

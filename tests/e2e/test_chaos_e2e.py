@@ -32,6 +32,7 @@ def _text(message: dict[str, Any]) -> str:
     return "".join(p.get("text", "") for p in message["parts"] if p["type"] == "text")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
 async def test_a_worker_stopped_mid_stream_hands_the_step_to_another(
     cluster: Cluster, sig: signal.Signals
@@ -90,6 +91,7 @@ async def test_a_worker_killed_mid_tool(cluster: Cluster, tool: str, expected: s
 
 
 @pytest.mark.parametrize("where", ["later step", "compaction"])
+@pytest.mark.slow
 async def test_a_worker_killed_later_in_a_turn_hands_the_turn_to_another(
     cluster: Cluster, where: str
 ) -> None:

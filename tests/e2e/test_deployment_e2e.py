@@ -313,6 +313,7 @@ async def _tool_workers(client: Client, chat_id: str) -> set[str]:
     }
 
 
+@pytest.mark.slow
 async def test_the_compose_deployment_loses_nothing_when_a_worker_and_a_gateway_die(
     deployment: Deployment, fake_provider: FakeProviderServer, temporal_client: Client
 ) -> None:

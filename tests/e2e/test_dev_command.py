@@ -103,6 +103,7 @@ def _keys(*args: str, env: dict[str, str] | None = None, check: bool = True) -> 
     return (done.stdout if done.returncode == 0 else done.stderr).strip()
 
 
+@pytest.mark.slow
 def test_chatd_dev_runs_a_demo_chat_stops_cleanly_and_resumes(tmp_path: Path) -> None:
     api_port, temporal_port = _port(), _port()
     args = [

@@ -359,6 +359,7 @@ VERY_SLOW_STREAM = FakeResponse(
 """About 220 deltas over ~22 s: still streaming when a long outage ends."""
 
 
+@pytest.mark.slow
 async def test_temporal_outage_longer_than_the_heartbeat_timeout_keeps_the_whole_answer(
     own_temporal: tuple[TemporalDevServer, Stack],
 ) -> None:

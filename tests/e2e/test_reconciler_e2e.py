@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
+import pytest
 from harness import SseEvent, Stack
 from support.names import model_name
 from temporalio.client import WorkflowExecutionStatus
@@ -143,6 +144,7 @@ async def test_a_turn_begun_with_no_workflow_is_ended_once_quiet(stack: Stack) -
     assert (await stack.messages(chat["id"]))[-1]["parts"] == [{"type": "text", "text": "after"}]
 
 
+@pytest.mark.slow
 async def test_a_streaming_turn_and_a_wait_for_the_client_are_never_ended(stack: Stack) -> None:
     streaming = await _streaming_chat(stack)
     calls = [FakeToolCall(name="ask_user", arguments={"question": "?"})]

@@ -125,6 +125,7 @@ def _masked(body: dict[str, Any], *ids: str) -> str:
     return text
 
 
+@pytest.mark.slow
 async def test_every_route_refuses_missing_bad_and_revoked_keys_and_other_owners(
     stack: Stack, operations: list[Operation]
 ) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 from harness import Cluster, Stack
 
 from chatd.fake_provider.script import FakeResponse, FakeText, FakeToolCall
@@ -43,6 +44,7 @@ def _outputs(messages: list[dict[str, Any]], tool: str) -> list[Any]:
     ]
 
 
+@pytest.mark.slow
 async def test_a_worker_killed_while_a_parent_waits_and_its_child_runs(
     cluster: Cluster,
 ) -> None:

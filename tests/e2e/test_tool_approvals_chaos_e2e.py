@@ -59,6 +59,7 @@ async def _result(stack: Stack, chat_id: str) -> dict[str, Any]:
     return result
 
 
+@pytest.mark.slow
 async def test_a_wait_for_approval_outlives_a_killed_worker(cluster: Cluster) -> None:
     stack = cluster.stack
     marker = cluster.tmp / "slow_once.started"
@@ -83,6 +84,7 @@ async def _wait_for(marker: Path) -> None:
     raise AssertionError(f"the tool never started: {marker} is missing")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("tool", "expected"),
     [("slow_idempotent", "slow work done"), ("slow_once", CRASHED_NON_IDEMPOTENT)],

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
 
+import pytest
 from google.protobuf.duration_pb2 import Duration
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import UpdateWorkflowExecutionLifecycleStage
@@ -205,6 +206,7 @@ async def _events(turn: Turn) -> list[HistoryEvent]:
     return list((await turn.handle().fetch_history()).events)
 
 
+@pytest.mark.slow
 async def test_a_500_step_turn_runs_across_several_runs_with_bounded_history(
     turn: Turn,
 ) -> None:
