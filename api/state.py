@@ -12,6 +12,7 @@ from temporalio.client import Client
 from api.quotas import ChatSends, KeyGate, LimitsCache, MessageGate, StreamSlots
 from api.shutdown import GatewayShutdown
 from api.stream_reads import SharedReads
+from api.turns import HandOvers
 from chatd.store.chats import ChatStore
 from chatd.store.events import EventLog
 from chatd.store.hub import NotifyHub
@@ -51,6 +52,7 @@ class GatewayState:
         self.key_gate = KeyGate(limits)
         self.message_gate = MessageGate(quotas, limits)
         self.chat_sends = ChatSends()
+        self.hand_overs = HandOvers()
         self.stream_slots = StreamSlots(quotas, limits)
 
 

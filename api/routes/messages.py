@@ -67,6 +67,7 @@ async def _hand_over(
             str(queued.id),
             update_id=f"msg-{queued.id}",
             name_chat=state.generate_titles and chat.title is None,
+            hand_overs=state.hand_overs,
         )
         if result is None:  # no worker took it in time: queued durably, its turn to come
             return SendMessageResult(queued=True, message_id=queued.id, turn_id=None)

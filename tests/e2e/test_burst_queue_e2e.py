@@ -84,6 +84,33 @@ async def test_sends_no_worker_takes_are_queued_and_each_runs_once_in_order(
         assert len(stack.fake.requests(model["name"])) == 3
 
 
+async def test_once_a_hand_over_timed_out_the_next_sends_queue_without_waiting(
+    make_stack: StackFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gateway learns the workers are behind from one send that waited in vain; the
+    sends after it don't wait (the long wait they would otherwise sit out would time this
+    test out), and their messages still run once each, in order."""
+    monkeypatch.setattr(api.turns, "HAND_OVER_WAIT_S", 0.5)
+    monkeypatch.setattr(api.turns, "BEHIND_FOR_S", 600.0)  # however slow this machine is
+    async with make_stack(with_worker=False) as stack:
+        model = stack.scripted_model(_reply("a1"), _reply("a2"))
+        chat = await stack.create_chat(model=model)
+        first = await stack.send(chat["id"], "m1")
+        monkeypatch.setattr(api.turns, "HAND_OVER_WAIT_S", 3600.0)
+        second = await asyncio.wait_for(stack.send(chat["id"], "m2"), 60)
+        for answer in (first, second):
+            assert answer["queued"] is True and answer["turn_id"] is None, answer
+        async with stack.late_worker(tmp_path):
+            messages = await _until_transcript(stack, chat["id"], 4)
+        assert _texts(messages) == [
+            ("user", "m1"),
+            ("assistant", "a1"),
+            ("user", "m2"),
+            ("assistant", "a2"),
+        ]
+        assert len(stack.fake.requests(model["name"])) == 2
+
+
 async def test_a_message_handed_over_both_ways_in_the_same_run_turns_once(stack: Stack) -> None:
     """The update and its signal fallback both land while one run is open."""
     model = stack.scripted_model(_reply("a1"), _reply("a2"))
