@@ -9,10 +9,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 
 from temporalio import activity
 
-__all__ = ["FIRST_BEAT_S", "HEARTBEAT_EVERY_S", "LIVENESS_EVERY_S", "heartbeating"]
+__all__ = [
+    "FIRST_BEAT_S",
+    "HEARTBEAT_EVERY_S",
+    "LIVENESS_EVERY_S",
+    "first_liveness_beat",
+    "heartbeating",
+]
 
 HEARTBEAT_EVERY_S = 0.5
 """For activities whose cancellation only a heartbeat's answer brings (tools, compaction)."""
@@ -22,6 +29,19 @@ alive, the first a beat's length in. A quarter of its heartbeat timeout
 (`workflows.generation`), so three beats in a row can be late before the server gives the
 attempt up: a saturated machine (bench/concurrency.py at K=2000) delayed two in a row."""
 FIRST_BEAT_S = 0.1
+
+
+def first_liveness_beat(now: datetime | None = None) -> float:
+    """When a streaming step's first beat is due, in seconds from now: a beat's length in,
+    unless the attempt began late.
+
+    The server starts the heartbeat timeout when it hands the task over; a busy worker may
+    run it seconds later (a burst's tasks wait their turn on its event loop). Waiting a
+    further beat could then let the timeout pass while the step is alive, and the retry would
+    stream it all again. An attempt begun a beat or more late beats at once.
+    """
+    waited = (now or datetime.now(UTC)) - activity.info().started_time
+    return 0.0 if waited.total_seconds() >= LIVENESS_EVERY_S else LIVENESS_EVERY_S
 
 
 @contextlib.asynccontextmanager

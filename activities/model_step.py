@@ -21,7 +21,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.failures import classified_failures, model_failure
-from activities.heartbeat import LIVENESS_EVERY_S, heartbeating
+from activities.heartbeat import LIVENESS_EVERY_S, first_liveness_beat, heartbeating
 from activities.publishing import DeltaPublisher, EventBatcher
 from activities.tools import error_result
 from activities.turn import TurnEdges
@@ -117,10 +117,10 @@ class ModelStepActivities:
         chat_id = uuid.UUID(input.chat_id)
         # Heartbeats a beat in (a wait for a pooled connection under load must not look like
         # a dead worker) until the stream ends; the gateway's announcements carry interrupts,
-        # heard from the start. Not sooner: the server's timeout timer, reset by a beat just
-        # after the start, fires about a second late, so an early beat slows the resume of a
-        # step killed in its first second (bench/chaos.py).
-        async with heartbeating(LIVENESS_EVERY_S, first=LIVENESS_EVERY_S):
+        # heard from the start. Not sooner unless begun late: the server's timeout timer,
+        # reset by a beat just after the start, fires about a second late, so an early beat
+        # slows the resume of a step killed in its first second (bench/chaos.py).
+        async with heartbeating(LIVENESS_EVERY_S, first=first_liveness_beat()):
             with self._interrupt_requests(input.turn_id) as interrupt_requested:
                 step_key = StepKey.assistant(input.step)
                 # Read together: the chat (beginning the turn first, if asked), whether a lost

@@ -359,8 +359,8 @@ async def _resets(database_url: str, chat_ids: list[str]) -> int:
 
 async def _retried_steps(temporal_address: str, chat_ids: list[str]) -> tuple[Counter[str], int]:
     """Model-step attempts after the first in these chats' turns, by the previous attempt's
-    failure (`heartbeat timeout`, or the error's message); and the workflow tasks that timed
-    out."""
+    failure (`heartbeat timeout`, or the error's message), and workflow task timeouts by
+    kind; and how many workflow tasks timed out."""
     client = await Client.connect(temporal_address)
     task_timeouts = 0
 
@@ -372,6 +372,8 @@ async def _retried_steps(temporal_address: str, chat_ids: list[str]) -> tuple[Co
         for event in history.events:
             if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
                 task_timeouts += 1
+                kind = event.workflow_task_timed_out_event_attributes.timeout_type
+                found[f"workflow task {TimeoutType.Name(kind)[13:].lower()} timeout"] += 1
             elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
                 attrs = event.activity_task_scheduled_event_attributes
                 if attrs.activity_type.name == "stream_model_step":

@@ -16,6 +16,7 @@ __all__ = [
     "max_message_bytes",
     "retry_deadline_s",
     "titles_enabled",
+    "worker_max_activities",
 ]
 
 DEFAULT_TASK_QUEUE = "chatd"
@@ -118,6 +119,13 @@ def _seconds(name: str, default: timedelta) -> timedelta:
 def _positive_int(name: str, default: int) -> int:
     value = os.environ.get(name, "")
     return int(value) if value.isdigit() and int(value) > 0 else default
+
+
+def worker_max_activities() -> int:
+    """CHATD_WORKER_MAX_ACTIVITIES (default 50): the activities (streaming steps, tool calls)
+    one worker runs at once; more wait at the server. One event loop keeps about this many
+    model streams alive on time; raise it for slow models, add workers for more."""
+    return _positive_int("CHATD_WORKER_MAX_ACTIVITIES", 50)
 
 
 def max_body_bytes() -> int:

@@ -6,12 +6,13 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import asyncpg
 from temporalio.client import Client, WorkflowHistory
@@ -35,7 +36,7 @@ from chatd.mcp.client import McpClients
 from chatd.mcp.config import McpConfig, mcp_config_from_env
 from chatd.reconciler import Reconciler
 from chatd.retention import Retention, RetentionSettings
-from chatd.settings import ProviderSettings, ReconcilerSettings
+from chatd.settings import ProviderSettings, ReconcilerSettings, worker_max_activities
 from chatd.store.hub import NotifyHub
 from chatd.store.turns import INTERRUPT_CHANNEL
 from chatd.subagents import SubagentSettings
@@ -47,7 +48,7 @@ from chatd.webhooks.delivery import WebhookSettings
 from workflows.chat_turn import ChatTurn
 from workflows.webhook_delivery import WebhookFanout, WebhookReplay
 
-__all__ = ["WorkerConfig", "build_worker", "run_until_signalled"]
+__all__ = ["WorkerConfig", "build_worker", "run_until_signalled", "tuned_worker"]
 
 log = logging.getLogger("chatd.worker")
 HEARTBEAT_THROTTLE = timedelta(milliseconds=500)
@@ -62,7 +63,24 @@ class WorkerConfig:
     registry: ToolRegistry
     workspace_root: Path
     graceful_shutdown: timedelta = timedelta(seconds=10)
-    max_concurrent_activities: int = 1000
+    max_concurrent_activities: int = field(default_factory=worker_max_activities)
+    """Activities in hand at once. Tasks polled beyond what the event loop keeps up with
+    wait inside the worker with their clocks running: a streaming step taken too late misses
+    its first heartbeat and is timed out before it ran. The rest wait at the server, where
+    waiting costs nothing."""
+    max_concurrent_workflow_tasks: int = 100
+    """Workflow tasks polled or in hand: each poll holds one, so a few are too few."""
+    workflow_threads: int = 2
+    """Threads that run workflow tasks, sharing the GIL with the event loop that runs the
+    activities: one more than can run at once only takes turns from the loop, whose
+    streaming steps then beat late and are timed out while alive. Tasks in hand wait for a
+    thread instead (one takes milliseconds)."""
+    max_cached_workflows: int = 5000
+    """More than the turns a worker runs at once: a run evicted mid-turn is replayed from its
+    whole history at its next workflow task, work that a burst can't afford."""
+    sticky_queue_timeout: timedelta = timedelta(seconds=2)
+    """How long a turn's next workflow task waits for this worker before any worker may take
+    it (a dead worker's turn stalls this long)."""
     stream_timeouts: StreamTimeouts = field(default_factory=StreamTimeouts)
     generate_titles: bool = True
     reconciler: ReconcilerSettings = field(default_factory=ReconcilerSettings.from_env)
@@ -117,9 +135,9 @@ def build_worker(
         pool, config.providers, generate_titles=config.generate_titles
     )
     webhooks = WebhookActivities(pool, config.webhooks)
-    return Worker(
+    return tuned_worker(
         client,
-        task_queue=config.task_queue,
+        config,
         workflows=[ChatTurn, WebhookFanout, WebhookReplay],
         activities=[
             model.stream_model_step,
@@ -138,21 +156,40 @@ def build_worker(
             webhooks.record_webhook_deliveries,
             webhooks.deliver_webhook,
         ],
+        background=[
+            Reconciler(pool, client, config.reconciler),
+            Retention(pool, config.retention, config.workspace_root),
+            McpConnections(mcp),
+        ],
+    )
+
+
+def tuned_worker(
+    client: Client,
+    config: WorkerConfig,
+    *,
+    workflows: Sequence[type],
+    activities: Sequence[Callable[..., Any]],
+    background: Sequence[Background] = (),
+) -> Worker:
+    """A worker on `config.task_queue` with the turn worker's slots, threads, cache and
+    heartbeat settings: `build_worker`'s, and a benchmark floor's measured like it."""
+    workflow_threads = ThreadPoolExecutor(config.workflow_threads, "workflow-task")
+    return Worker(
+        client,
+        task_queue=config.task_queue,
+        workflows=workflows,
+        activities=activities,
         # Cancellation (interrupts) reaches an activity with its next heartbeat.
         max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
         default_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
         graceful_shutdown_timeout=config.graceful_shutdown,
         max_concurrent_activities=config.max_concurrent_activities,
-        max_concurrent_workflow_tasks=200,
-        # A dead worker's sticky queue would hold the turn's next workflow task this long.
-        sticky_queue_schedule_to_start_timeout=timedelta(seconds=2),
-        plugins=[
-            BackgroundPlugin(
-                Reconciler(pool, client, config.reconciler),
-                Retention(pool, config.retention, config.workspace_root),
-                McpConnections(mcp),
-            )
-        ],
+        max_concurrent_workflow_tasks=config.max_concurrent_workflow_tasks,
+        workflow_task_executor=workflow_threads,
+        max_cached_workflows=config.max_cached_workflows,
+        sticky_queue_schedule_to_start_timeout=config.sticky_queue_timeout,
+        plugins=[BackgroundPlugin(*background, ThreadsShutDown(workflow_threads))],
     )
 
 
@@ -177,6 +214,21 @@ class McpConnections:
             yield
         finally:
             await self._clients.aclose()
+
+
+class ThreadsShutDown:
+    """Shuts down the worker's workflow threads once it stopped (an executor the worker was
+    given is the giver's to shut down)."""
+
+    def __init__(self, executor: ThreadPoolExecutor) -> None:
+        self._executor = executor
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            self._executor.shutdown(wait=False)
 
 
 class BackgroundPlugin(Plugin):
