@@ -9,10 +9,10 @@ import asyncpg
 from fastapi import Request
 from temporalio.client import Client
 
+from api.hand_overs import HandOvers
 from api.quotas import ChatSends, KeyGate, LimitsCache, MessageGate, StreamSlots
 from api.shutdown import GatewayShutdown
 from api.stream_reads import SharedReads
-from api.turns import HandOvers
 from chatd.store.chats import ChatStore
 from chatd.store.events import EventLog
 from chatd.store.hub import NotifyHub

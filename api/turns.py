@@ -17,6 +17,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from api.errors import ApiError
+from api.hand_overs import HandOvers
 from chatd.parts import ToolResultPart
 from chatd.store.chats import ChatRecord
 from chatd.store.client_results import ClientResultStaging
@@ -42,7 +43,6 @@ from workflows.payloads import (
 )
 
 __all__ = [
-    "HandOvers",
     "interrupt_turn",
     "submit_message",
     "submit_tool_approvals",
@@ -57,27 +57,6 @@ HAND_OVER_WAIT_S = 0.5
 BEGIN_WAIT_S = 0.3
 """How long a send that started a turn waits for its first step to begin it (then the
 gateway begins it): with `HAND_OVER_WAIT_S`, a send is answered within a second."""
-BEHIND_FOR_S = 2.0
-"""After a hand-over timed out, how long sends skip the wait and queue at once."""
-
-
-class HandOvers:
-    """Whether this gateway's recent hand-overs found the workers keeping up.
-
-    Under a burst, every send's update waits behind the others' workflow tasks; once one has
-    waited out `HAND_OVER_WAIT_S`, the sends that follow queue by signal at once for
-    `BEHIND_FOR_S`, instead of each adding an update the workers would still have to run.
-    """
-
-    def __init__(self) -> None:
-        self._behind_until = 0.0
-
-    @property
-    def behind(self) -> bool:
-        return asyncio.get_running_loop().time() < self._behind_until
-
-    def fell_behind(self) -> None:
-        self._behind_until = asyncio.get_running_loop().time() + BEHIND_FOR_S
 
 
 async def submit_message(
@@ -91,9 +70,8 @@ async def submit_message(
     hand_overs: HandOvers,
 ) -> SubmitMessageResult | None:
     """Start a turn for this message or queue it in the running one; None if no worker took
-    it in time (or the workers are behind), so it was queued with a signal-with-start
-    instead (durable: it starts or joins the chat's turns as soon as a worker runs the
-    workflow).
+    it in time (or the workers are behind), so its signal-with-start goes in the background
+    (`HandOvers`): it starts or joins the chat's turns as soon as a worker runs the workflow.
 
     `update_id` makes a retried call the same update (Temporal deduplicates it); with
     `name_chat`, a turn the message starts also names the chat. A burst of sends then
@@ -113,8 +91,9 @@ async def submit_message(
         except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):
             # Our deadline, or the server's (cancelling the call surfaces as the SDK's error).
             hand_overs.fell_behind()
-    await queue_message(client, task_queue, chat, queued_id, name_chat=name_chat)
-    METRICS.sends_queued.add(1)
+    hand_overs.in_background(
+        queued_id, lambda: queue_message(client, task_queue, chat, queued_id, name_chat=name_chat)
+    )
     return None
 
 

@@ -1,4 +1,5 @@
-"""The reconciler: ends a chat's turn when no workflow runs it any more.
+"""The reconciler: ends a chat's turn when no workflow runs it any more, and hands a stored
+message to its chat's workflow when no gateway did.
 
 A turn ends itself (ARCHITECTURE rule 8); this is defence in depth against the bug, the
 operator's `temporal workflow terminate` or the lost history that leaves a chat `running`
@@ -7,6 +8,12 @@ sweep at a time. It ends a turn only when the chat has not changed for a grace p
 (covering the gap between a gateway beginning a turn and its workflow starting) and Temporal
 says the chat's workflow has no open run, through the turn's own finish, which applies only
 while the chat is still in that turn: a turn begun meanwhile is never touched.
+
+A gateway answers a burst's sends once their messages are stored, and hands them over in
+the background; if it dies first, the message waits in Postgres with no workflow to take it.
+A message stored for the grace period whose chat has no open run is handed over here (a
+signal-with-start, as the gateway would: the workflow takes a message once, however often
+it is handed over).
 """
 
 from __future__ import annotations
@@ -25,10 +32,13 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from chatd.models import ModelError
-from chatd.settings import ReconcilerSettings
+from chatd.settings import ReconcilerSettings, titles_enabled
+from chatd.store.chats import ChatStore
+from chatd.store.stranded import WaitingMessage, WaitingMessageStore
 from chatd.store.stuck import QuietTurn, QuietTurnStore
 from chatd.store.turns import TurnStore
 from chatd.telemetry import METRICS
+from workers.turns import queue_message
 from workflows.constants import workflow_id
 
 __all__ = ["STUCK_TURN_MESSAGE", "Reconciler", "SweepReport"]
@@ -53,18 +63,27 @@ class SweepReport:
 
     examined: list[uuid.UUID] = field(default_factory=list)
     ended: list[uuid.UUID] = field(default_factory=list)
+    handed_over: list[uuid.UUID] = field(default_factory=list)
+    """Messages handed to their chat's workflow (a message id each)."""
 
 
 class Reconciler:
     """Finds chats whose status says a turn runs while no workflow run does, and ends them."""
 
-    def __init__(self, pool: asyncpg.Pool, client: Client, settings: ReconcilerSettings) -> None:
+    def __init__(
+        self, pool: asyncpg.Pool, client: Client, settings: ReconcilerSettings, task_queue: str
+    ) -> None:
         self._candidates = QuietTurnStore(pool)
+        self._waiting = WaitingMessageStore(pool)
         self._turns = TurnStore(pool)
+        self._chats = ChatStore(pool)
         self._client = client
         self._settings = settings
+        self._task_queue = task_queue
         self._after: QuietTurn | None = None
         """Where the next sweep carries on, so live turns never crowd out the rest."""
+        self._after_message: WaitingMessage | None = None
+        """Likewise for waiting messages: those queued behind long turns are passed over."""
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
@@ -101,7 +120,41 @@ class Reconciler:
                 if await self._end_if_stuck(turn):
                     report.ended.append(turn.chat_id)
             self._after = turns[-1] if len(turns) == batch else None
+            await self._hand_over_stranded(report)
             return report
+
+    async def _hand_over_stranded(self, report: SweepReport) -> None:
+        """Hand over the batch's waiting messages whose chat has no open run: all of a
+        chat's, in the order they were stored (the first one starts the run the rest join)."""
+        batch = self._settings.batch
+        messages = await self._waiting.waiting(
+            stored_for=self._settings.grace, after=self._after_message, limit=batch
+        )
+        stranded: dict[uuid.UUID, bool] = {}
+        for message in messages:
+            if message.chat_id not in stranded:
+                closed = await self._closed_workflow_status(message.chat_id)
+                stranded[message.chat_id] = closed is not None
+            if stranded[message.chat_id] and await self._hand_over(message):
+                report.handed_over.append(message.id)
+        self._after_message = messages[-1] if len(messages) == batch else None
+
+    async def _hand_over(self, message: WaitingMessage) -> bool:
+        """Signal-with-start the message's chat workflow with it; False if the chat is gone."""
+        chat = await self._chats.get(message.chat_id)
+        if chat is None:
+            return False
+        name_chat = titles_enabled() and chat.title is None
+        await queue_message(
+            self._client, self._task_queue, chat, str(message.id), name_chat=name_chat
+        )
+        log.warning(
+            "chat %s: message %s was stored %s with no workflow to take it; handed over",
+            message.chat_id,
+            message.id,
+            message.created_at.isoformat(),
+        )
+        return True
 
     async def _end_if_stuck(self, turn: QuietTurn) -> bool:
         """End the turn if the chat's workflow has no open run; True if this ended it."""

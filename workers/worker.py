@@ -157,7 +157,7 @@ def build_worker(
             webhooks.deliver_webhook,
         ],
         background=[
-            Reconciler(pool, client, config.reconciler),
+            Reconciler(pool, client, config.reconciler, config.task_queue),
             Retention(pool, config.retention, config.workspace_root),
             McpConnections(mcp),
         ],

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from harness import Stack, StackFactory
 
+import api.hand_overs
 import api.turns
 from chatd.fake_provider.script import FakeResponse, FakeText
 from chatd.parts import TextPart
@@ -91,7 +92,7 @@ async def test_once_a_hand_over_timed_out_the_next_sends_queue_without_waiting(
     sends after it don't wait (the long wait they would otherwise sit out would time this
     test out), and their messages still run once each, in order."""
     monkeypatch.setattr(api.turns, "HAND_OVER_WAIT_S", 0.5)
-    monkeypatch.setattr(api.turns, "BEHIND_FOR_S", 600.0)  # however slow this machine is
+    monkeypatch.setattr(api.hand_overs, "BEHIND_FOR_S", 600.0)  # however slow this machine is
     async with make_stack(with_worker=False) as stack:
         model = stack.scripted_model(_reply("a1"), _reply("a2"))
         chat = await stack.create_chat(model=model)

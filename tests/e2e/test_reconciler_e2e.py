@@ -133,7 +133,7 @@ async def test_a_turn_begun_with_no_workflow_is_ended_once_quiet(stack: Stack) -
     assert await TurnStore(stack.pool).begin(chat_id, str(queued.id))
     assert not await _workflow_exists(stack, chat["id"])
 
-    reconciler = Reconciler(stack.pool, stack.temporal, QUICK)
+    reconciler = Reconciler(stack.pool, stack.temporal, QUICK, stack.task_queue)
     await _until(lambda: _sweep_ends(reconciler, chat["id"]))
     ended = (await stack.http.get(f"/chats/{chat_id}")).json()
     assert ended["status"] == "error" and ended["last_error"]["kind"] == "internal"
@@ -142,6 +142,42 @@ async def test_a_turn_begun_with_no_workflow_is_ended_once_quiet(stack: Stack) -
     await stack.send(chat["id"], "again")
     await stack.wait_status(chat["id"], "waiting")
     assert (await stack.messages(chat["id"]))[-1]["parts"] == [{"type": "text", "text": "after"}]
+
+
+async def test_messages_stored_with_no_hand_over_are_handed_over_once_in_order(
+    stack: Stack,
+) -> None:
+    """A gateway stored two messages and died before handing them to a workflow (it answers a
+    burst's sends first): after the grace period the reconciler hands them over, and each
+    runs once, in the order they were sent."""
+    replies = [FakeResponse(parts=[FakeText(text=t)]) for t in ("a1", "a2")]
+    chat = await stack.create_chat(model=_model(stack, replies))
+    chat_id = uuid.UUID(chat["id"])
+    for text in ("m1", "m2"):
+        await TranscriptStore(stack.pool).enqueue(chat_id, [TextPart(text=text)], None)
+    assert not await _workflow_exists(stack, chat["id"])
+
+    reconciler = Reconciler(stack.pool, stack.temporal, QUICK, stack.task_queue)
+    handed_over: list[uuid.UUID] = []
+
+    async def both_handed_over() -> bool:
+        report = await reconciler.sweep()
+        assert report is not None
+        handed_over.extend(report.handed_over)
+        return len(handed_over) >= 2
+
+    await _until(both_handed_over)
+
+    async def answered() -> bool:
+        return len(await stack.messages(chat["id"])) == 4
+
+    await _until(answered)
+    await stack.wait_status(chat["id"], "waiting")
+    texts = [m["parts"][0]["text"] for m in await stack.messages(chat["id"])]
+    assert texts == ["m1", "a1", "m2", "a2"]
+    assert len(handed_over) == 2, "a message is handed over until a turn takes it, not after"
+    report = await reconciler.sweep()
+    assert report is not None and report.handed_over == []
 
 
 @pytest.mark.slow
@@ -160,7 +196,9 @@ async def test_a_streaming_turn_and_a_wait_for_the_client_are_never_ended(stack:
 
     # Both are past the grace period and looked at, while their runs are open; one a sweep,
     # so the second is reached only because a sweep carries on where the last one stopped.
-    reconciler = Reconciler(stack.pool, stack.temporal, QUICK.model_copy(update={"batch": 1}))
+    reconciler = Reconciler(
+        stack.pool, stack.temporal, QUICK.model_copy(update={"batch": 1}), stack.task_queue
+    )
     examined: set[str] = set()
 
     async def both_examined() -> bool:
@@ -188,14 +226,17 @@ async def test_one_reconciler_sweeps_at_a_time_and_only_quiet_turns(
 ) -> None:
     chat_id = await _stuck_chat(stack)
     patient = Reconciler(
-        stack.pool, stack.temporal, QUICK.model_copy(update={"grace": timedelta(hours=1)})
+        stack.pool,
+        stack.temporal,
+        QUICK.model_copy(update={"grace": timedelta(hours=1)}),
+        stack.task_queue,
     )
     assert await patient.sweep() == SweepReport(), "the turn changed within the grace period"
 
     other = await asyncpg.connect(database_url)
     try:
         await other.execute("SELECT pg_advisory_lock($1)", RECONCILER_LOCK)
-        reconciler = Reconciler(stack.pool, stack.temporal, QUICK)
+        reconciler = Reconciler(stack.pool, stack.temporal, QUICK, stack.task_queue)
         assert await reconciler.sweep() is None, "another reconciler holds the lock"
         assert (await stack.http.get(f"/chats/{chat_id}")).json()["status"] == "running"
         await other.execute("SELECT pg_advisory_unlock($1)", RECONCILER_LOCK)
