@@ -37,5 +37,6 @@ def floor_worker(template: Worker) -> Worker:
         task_queue=f"{template.task_queue}-floor",
         workflows=[NoopFloor],
         activities=[noop_activity],
+        plugins=[],  # the template's background jobs are its own; its threads it shuts down
     )
     return Worker(**config)

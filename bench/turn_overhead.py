@@ -3,6 +3,7 @@
     python bench/turn_overhead.py [--turns 50] [--warmup 5] [--durable | --both] [--runs 1]
         [--dynamic-config KEY=JSON ...] [--worker-option KEY=JSON ...] [--gc-freeze]
         [--one-chat] [--untitled] [--sqlite-pragma KEY=VALUE ...]
+    python bench/turn_overhead.py --external [--turns 50] [--warmup 5] [--runs 5]
 
 N sequential one-step turns go through the gateway (POST /chats/{id}/messages) while an SSE
 client, connected beforehand, timestamps what arrives; the fake provider answers a short text
@@ -24,6 +25,15 @@ in-memory and durable runs; `--runs N` repeats, each run on a fresh stack, and e
 median ratio per mode. `--untitled` leaves the chats untitled, so each turn also names its
 chat (what a chat's first message does). Per turn the report also counts history events
 (and the floor's) and Postgres write transactions (each one a WAL flush when durable).
+
+`--external` measures as a user would (`bench/_external.py`): `chatd dev` itself in a child
+process (fresh data dir, free ports, fixed API key; durable as always), its worker's model a
+fake provider in a child process of the bench (this script with `--serve-fake PORT`), the
+clients in the bench process on persistent connections. Two shapes alternate, fresh chats and
+one chat, each turn followed by the floor (b) on chatd dev's Temporal server; each of
+`--runs` (default 5) runs on a fresh `chatd dev`, then the median ratio per shape. Where the
+time goes: each turn's stages and timeline (history events, the fake provider's request and
+first delta, the SSE client's first delta and `waiting`) beside the floor's.
 """
 
 from __future__ import annotations
@@ -39,12 +49,16 @@ import time
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import _stack
+from _external import final_report as final_external_report
+from _external import run_external
 from _history_size import history_per_step
 from _persistence import PersistenceCounts, count_persistence, print_breakdown
 from _stack import BenchStack, SseEvent, say, summary
+from _timed_fake import serve_timed_fake
 from _timeline import timeline, wft_waits
 from noop_floor import NoopFloor, floor_worker
 
@@ -361,6 +375,27 @@ def final_report(results: list[RunResult]) -> bool:
     return all(m <= TARGET_RATIO for m in medians) and all(r.history_flat for r in results)
 
 
+IN_PROCESS_ONLY = (
+    "durable", "both", "one_chat", "untitled", "gc_freeze",
+    "dynamic_config", "worker_option", "sqlite_pragma",
+)  # fmt: skip
+"""Options that set up the in-process stack: `--external` runs chatd dev as it is, both shapes."""
+
+
+def external(parser: argparse.ArgumentParser, args: argparse.Namespace) -> bool:
+    """`--external`: each run on a fresh `chatd dev`; is the fresh chats' median ratio met?"""
+    given = [f"--{name.replace('_', '-')}" for name in IN_PROCESS_ONLY if getattr(args, name)]
+    if given:
+        parser.error(f"--external runs chatd dev as it is: drop {', '.join(given)}")
+    fake_command = [sys.executable, str(Path(__file__).resolve()), "--serve-fake"]
+    results = [
+        shape
+        for n in range(1, (args.runs or 5) + 1)
+        for shape in asyncio.run(run_external(n, args.turns, args.warmup, fake_command))
+    ]
+    return final_external_report(results, TARGET_RATIO)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--turns", type=int, default=50, help="measured rounds (default 50)")
@@ -388,15 +423,30 @@ def main() -> None:
         metavar="KEY=VALUE",
         help="durable Temporal's SQLite pragmas instead of chatd dev's (journal_mode, synchronous)",
     )
-    parser.add_argument("--runs", type=int, default=1, help="runs, each on a fresh stack")
+    parser.add_argument(
+        "--runs", type=int, help="runs, each on a fresh stack (default 1; 5 with --external)"
+    )
     parser.add_argument(
         "--untitled",
         action="store_true",
         help="chats without a title: each turn also names its chat, as a first message does",
     )
+    parser.add_argument(
+        "--external",
+        action="store_true",
+        help="turns through `chatd dev` in a child process, clients out of process: fresh "
+        "chats and one chat, the floor on its Temporal server",
+    )
+    parser.add_argument("--serve-fake", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.serve_fake:
+        serve_timed_fake(args.serve_fake, REPLY)
+        return
+    if args.external:
+        sys.exit(0 if external(parser, args) else 1)
     modes = [False, True] if args.both else [args.durable]
-    results = [asyncio.run(run(args, durable)) for _ in range(args.runs) for durable in modes]
+    runs = args.runs or 1
+    results = [asyncio.run(run(args, durable)) for _ in range(runs) for durable in modes]
     sys.exit(0 if final_report(results) else 1)
 
 
