@@ -61,11 +61,13 @@ def create_app(config: GatewayConfig) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         pool = await connect_pool(config.database_url)
+        stream_pool = await connect_pool(config.database_url, min_size=1, max_size=10)
         hub = NotifyHub(config.database_url, NOTIFY_CHANNEL, wake_all_on_reconnect=True)
         await hub.start()
         client = await connect_temporal(config.temporal)
         app.state.gateway = GatewayState(
             pool=pool,
+            stream_pool=stream_pool,
             temporal=client,
             task_queue=config.temporal.task_queue,
             hub=hub,
@@ -78,6 +80,7 @@ def create_app(config: GatewayConfig) -> FastAPI:
         finally:
             await app.state.gateway.hand_overs.drain(HAND_OVER_DRAIN_S)
             await hub.stop()
+            await stream_pool.close()
             await pool.close()
 
     app = FastAPI(

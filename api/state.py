@@ -30,6 +30,9 @@ class GatewayState:
     """Long-lived resources of one gateway process."""
 
     pool: asyncpg.Pool
+    stream_pool: asyncpg.Pool
+    """For the chat streams' reads alone: under a burst they would hold every connection of
+    `pool`, and each send's queries would wait behind them."""
     temporal: Client
     task_queue: str
     hub: NotifyHub
@@ -43,7 +46,7 @@ class GatewayState:
         self.chats = ChatStore(self.pool)
         self.transcript = TranscriptStore(self.pool)
         self.turns = TurnStore(self.pool)
-        self.events = EventLog(self.pool)
+        self.events = EventLog(self.stream_pool)
         self.stream_reads = SharedReads(self.events)
         self.keys = KeyStore(self.pool)
         self.decisions = ToolDecisionStore(self.pool)
