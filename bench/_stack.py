@@ -55,7 +55,7 @@ from chatd.devstack.ports import (
 from chatd.devstack.postgres import PostgresProcess
 from chatd.devstack.temporal import DEFAULT_DYNAMIC_CONFIG, TemporalDevServer
 from chatd.fake_provider.script import FakeRequest, FakeResponse, ScriptBook
-from chatd.fake_provider.server import FakeProviderServer
+from chatd.fake_provider.server import KEEP_ALIVE_S, FakeProviderServer
 from chatd.fake_provider.server import create_app as create_fake_app
 from chatd.providers import close_clients
 from chatd.store.quotas import DEFAULTS_OWNER, LimitOverrides, QuotaStore
@@ -474,7 +474,13 @@ def serve_fake_provider(responder: Callable[[FakeRequest], FakeResponse], port: 
 
     app.add_route("/bench/deltas", deltas, methods=["GET"])
     uvicorn.run(
-        app, host="127.0.0.1", port=port, log_level="warning", access_log=False, lifespan="off"
+        app,
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+        timeout_keep_alive=KEEP_ALIVE_S,
     )
 
 

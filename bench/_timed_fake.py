@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from chatd.fake_provider.script import FakeRequest, FakeResponse, ScriptBook
-from chatd.fake_provider.server import create_app
+from chatd.fake_provider.server import KEEP_ALIVE_S, create_app
 
 __all__ = ["ProviderTimes", "TimedBook", "serve_timed_fake", "take_provider_times"]
 
@@ -63,7 +63,13 @@ def serve_timed_fake(port: int, reply: str) -> None:
 
     app.add_route("/bench/times", times, methods=["GET"])
     uvicorn.run(
-        app, host="127.0.0.1", port=port, log_level="warning", access_log=False, lifespan="off"
+        app,
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+        timeout_keep_alive=KEEP_ALIVE_S,
     )
 
 

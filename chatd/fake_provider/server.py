@@ -39,7 +39,12 @@ from chatd.fake_provider.sse import SseEvent, WireEncoder, new_id
 from chatd.fake_provider.validation import InvalidRequest, validate
 from chatd.settings import ProviderSettings
 
-__all__ = ["FakeProviderServer", "ProviderEndpoint", "create_app", "main"]
+__all__ = ["KEEP_ALIVE_S", "FakeProviderServer", "ProviderEndpoint", "create_app", "main"]
+
+KEEP_ALIVE_S = 75
+"""How long an idle connection stays open, as the providers' APIs keep theirs: longer than the
+SDKs' 5 s keep-alive, so a client never reuses one the server is closing (uvicorn's 5 s
+default raced them, and the request failed with a ReadError)."""
 
 _ENCODERS: dict[ApiName, Callable[[FakeRequest, FakeResponse], WireEncoder]] = {
     "anthropic": AnthropicEncoder,
@@ -313,6 +318,7 @@ class FakeProviderServer:
             access_log=False,
             lifespan="off",
             loop="asyncio",
+            timeout_keep_alive=KEEP_ALIVE_S,
             http="h11",
             ws="none",
             timeout_graceful_shutdown=1,
