@@ -61,7 +61,15 @@ import _stack
 import asyncpg
 import httpx
 import psutil  # type: ignore[import-untyped]
-from _stack import ChildProcess, ProcessMeter, RawSseClient, WorkerProcess, percentile, say
+from _stack import (
+    ChildProcess,
+    ProcessMeter,
+    RawSseClient,
+    WorkerProcess,
+    percentile,
+    raw_post,
+    say,
+)
 from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.client import Client
 
@@ -237,28 +245,32 @@ async def _create_chat(h: Harness) -> str:
 
 
 async def _send(h: Harness, chat_id: str, tag: str, after_s: float = 0.0) -> float:
-    """POST the message; the time it was first sent (perf_counter).
+    """POST the message (`raw_post`: a lean client, so that send -> 202 is the server's); the
+    time it was first sent (perf_counter).
 
     As a client should: a 503 (Temporal or Postgres unreachable) is retried with the same
     Idempotency-Key.
     """
     await asyncio.sleep(after_s)
     sent = time.perf_counter()
+    headers = {"Authorization": f"Bearer {h.api_key}", "Idempotency-Key": tag}
     for _attempt in range(10):
-        response = await h.http.post(
-            f"/chats/{chat_id}/messages",
-            json={"content": f"What time is it? tag={tag}"},
-            headers={"Idempotency-Key": tag},
+        status, answer = await raw_post(
+            h.host,
+            h.port,
+            f"/api/v1/chats/{chat_id}/messages",
+            {"content": f"What time is it? tag={tag}"},
+            headers,
         )
-        if response.status_code != 503:
+        if status != 503:
             break
         h.send_retries += 1
         await asyncio.sleep(1)
-    if response.status_code != 202:
-        h.refused.append(f"{response.status_code} {response.text[:200]}")
+    if status != 202:
+        h.refused.append(f"{status} {str(answer)[:200]}")
         return sent
     h.send_ms.append((time.perf_counter() - sent) * 1000)
-    h.sends_queued += response.json()["turn_id"] is None
+    h.sends_queued += answer["turn_id"] is None
     return sent
 
 
