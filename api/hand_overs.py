@@ -2,7 +2,8 @@
 background when they don't.
 
 Under a burst, every send's update waits behind the others' workflow tasks. Once one has
-waited out the send's wait, the gateway is behind for a while: the sends that follow are
+waited out the send's wait, or `WAITING_AT_ONCE` are waiting, the gateway is behind: the
+sends that follow are
 answered as soon as their message is stored, and their signal-with-start goes in the
 background, a bounded number at a time. The message is durable in Postgres before the answer;
 if this gateway dies before its signal lands, the workers' reconciler hands the message over
@@ -12,8 +13,9 @@ after its grace period (`chatd.reconciler`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 
 from chatd.telemetry import METRICS
 
@@ -23,6 +25,9 @@ log = logging.getLogger("chatd.api.hand_overs")
 
 BEHIND_FOR_S = 2.0
 """After a hand-over timed out, how long sends are answered without waiting for one."""
+WAITING_AT_ONCE = 20
+"""Sends waiting for a worker at once: the next one doesn't wait (the first wave of a burst
+would otherwise all wait out the send's wait before any of them learned it is a burst)."""
 IN_FLIGHT = 50
 """Background hand-overs sent at once: a burst's signals queue here, not all at Temporal."""
 ATTEMPTS = 5
@@ -34,12 +39,25 @@ class HandOvers:
 
     def __init__(self) -> None:
         self._behind_until = 0.0
+        self._waiting = 0
         self._pending: set[asyncio.Task[None]] = set()
         self._in_flight = asyncio.Semaphore(IN_FLIGHT)
 
     @property
     def behind(self) -> bool:
-        return asyncio.get_running_loop().time() < self._behind_until
+        return (
+            self._waiting >= WAITING_AT_ONCE
+            or asyncio.get_running_loop().time() < self._behind_until
+        )
+
+    @contextlib.contextmanager
+    def waiting(self) -> Iterator[None]:
+        """Count a send waiting for a worker to take its message, for the block."""
+        self._waiting += 1
+        try:
+            yield
+        finally:
+            self._waiting -= 1
 
     def fell_behind(self) -> None:
         self._behind_until = asyncio.get_running_loop().time() + BEHIND_FOR_S

@@ -79,12 +79,13 @@ async def submit_message(
     """
     if not hand_overs.behind:
         try:
-            return await asyncio.wait_for(
-                hand_over_message(
-                    client, task_queue, chat, queued_id, update_id, name_chat=name_chat
-                ),
-                HAND_OVER_WAIT_S,
-            )
+            with hand_overs.waiting():
+                return await asyncio.wait_for(
+                    hand_over_message(
+                        client, task_queue, chat, queued_id, update_id, name_chat=name_chat
+                    ),
+                    HAND_OVER_WAIT_S,
+                )
         except RPCError as err:
             if err.status != RPCStatusCode.RESOURCE_EXHAUSTED:  # the run's in-flight updates
                 raise
