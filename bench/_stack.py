@@ -43,6 +43,7 @@ import psutil  # type: ignore[import-untyped]
 import uvicorn
 from starlette.requests import Request
 from starlette.responses import JSONResponse
+from starlette.types import ASGIApp
 from temporalio.client import Client
 from temporalio.worker import Worker
 
@@ -82,6 +83,7 @@ __all__ = [
     "raw_post",
     "running_stack",
     "say",
+    "serve_fake_app",
     "serve_fake_provider",
     "services",
     "stored_delta_times",
@@ -475,6 +477,12 @@ def serve_fake_provider(responder: Callable[[FakeRequest], FakeResponse], port: 
         return JSONResponse(rows)
 
     app.add_route("/bench/deltas", deltas, methods=["GET"])
+    serve_fake_app(app, port)
+
+
+def serve_fake_app(app: ASGIApp, port: int) -> None:
+    """Serve a fake provider's app on 127.0.0.1:`port` in the foreground, quietly, keeping
+    idle connections as the providers' APIs do."""
     uvicorn.run(
         app,
         host="127.0.0.1",

@@ -12,12 +12,12 @@ import time
 from dataclasses import dataclass
 
 import httpx
-import uvicorn
+from _stack import serve_fake_app
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from chatd.fake_provider.script import FakeRequest, FakeResponse, ScriptBook
-from chatd.fake_provider.server import KEEP_ALIVE_S, create_app
+from chatd.fake_provider.server import create_app
 
 __all__ = ["ProviderTimes", "TimedBook", "serve_timed_fake", "take_provider_times"]
 
@@ -62,15 +62,7 @@ def serve_timed_fake(port: int, reply: str) -> None:
         return JSONResponse(book.take_times())
 
     app.add_route("/bench/times", times, methods=["GET"])
-    uvicorn.run(
-        app,
-        host="127.0.0.1",
-        port=port,
-        log_level="warning",
-        access_log=False,
-        lifespan="off",
-        timeout_keep_alive=KEEP_ALIVE_S,
-    )
+    serve_fake_app(app, port)
 
 
 @dataclass
