@@ -604,9 +604,8 @@ async def raw_post(
 ) -> tuple[int, Any]:
     """POST `body` as JSON on a connection of its own (`Connection: close`); the status and
     the JSON answer. A bare asyncio client: httpx's connection pool, shared by a hundred
-    requests at once, took seconds of its own per request (1,000 POSTs to a 50 ms handler,
-    100 at a time: p50 0.5 s and p99 3 s through one `httpx.AsyncClient`, 54 / 60 ms here),
-    which a benchmark would count as the server's."""
+    requests at once, adds seconds of its own per request, which a benchmark would count as
+    the server's (bench/README.md, "Overload")."""
     payload = json.dumps(body).encode()
     head = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
     reader, writer = await asyncio.open_connection(host, port)
