@@ -70,8 +70,9 @@ async def submit_message(
     hand_overs: HandOvers,
 ) -> SubmitMessageResult | None:
     """Start a turn for this message or queue it in the running one; None if no worker took
-    it in time (or the workers are behind), so its signal-with-start goes in the background
-    (`HandOvers`): it starts or joins the chat's turns as soon as a worker runs the workflow.
+    it in time (or the workers are behind, `HandOvers`), so it was queued with a
+    signal-with-start instead (durable: it starts or joins the chat's turns as soon as a
+    worker runs the workflow).
 
     `update_id` makes a retried call the same update (Temporal deduplicates it); with
     `name_chat`, a turn the message starts also names the chat. A burst of sends then
@@ -92,9 +93,8 @@ async def submit_message(
         except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):
             # Our deadline, or the server's (cancelling the call surfaces as the SDK's error).
             hand_overs.fell_behind()
-    hand_overs.in_background(
-        queued_id, lambda: queue_message(client, task_queue, chat, queued_id, name_chat=name_chat)
-    )
+    await queue_message(client, task_queue, chat, queued_id, name_chat=name_chat)
+    METRICS.sends_queued.add(1)
     return None
 
 

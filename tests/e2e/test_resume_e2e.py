@@ -30,8 +30,12 @@ def _text(message: dict[str, Any]) -> str:
 
 
 async def _model_step_attempts(stack: Stack, chat_id: str) -> list[HistoryEvent]:
-    """The ActivityTaskStarted events of the turn's model steps, in order (one per step)."""
-    history = await stack.temporal.get_workflow_handle(f"chat-{chat_id}").fetch_history()
+    """The ActivityTaskStarted events of the turn's model steps, in order (one per step),
+    once the run has ended: `waiting` is published by the last step, before Temporal records
+    that step's start (with its completion)."""
+    handle = stack.temporal.get_workflow_handle(f"chat-{chat_id}")
+    await asyncio.wait_for(handle.result(), 60)
+    history = await handle.fetch_history()
     model_steps = {
         e.event_id
         for e in history.events

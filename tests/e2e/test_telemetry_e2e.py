@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 
 import pytest
@@ -15,6 +16,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from support.names import model_name
 
 from chatd.fake_provider.script import FakeResponse, FakeText, FakeToolCall
+from workflows.constants import workflow_id
 
 _spans = InMemorySpanExporter()
 _metrics = InMemoryMetricReader()
@@ -50,6 +52,10 @@ async def test_a_turn_is_one_trace_from_the_request_to_the_provider(stack: Stack
     _spans.clear()
     await stack.send(chat["id"], "hi")
     await stack.wait_status(chat["id"], "waiting")
+    # `waiting` comes from inside the last step: its activity's span ends after, by the
+    # time the run has ended.
+    run = stack.temporal.get_workflow_handle(workflow_id(chat["id"]))
+    await asyncio.wait_for(run.result(), 60)
 
     spans = _spans.get_finished_spans()
     by_id = {s.context.span_id: s for s in spans}
