@@ -9,9 +9,9 @@ sweep at a time. It ends a turn only when the chat has not changed for a grace p
 says the chat's workflow has no open run, through the turn's own finish, which applies only
 while the chat is still in that turn: a turn begun meanwhile is never touched.
 
-A gateway answers a burst's sends once their messages are stored, and hands them over in
-the background; if it dies first, the message waits in Postgres with no workflow to take it.
-A message stored for the grace period whose chat has no open run is handed over here (a
+A gateway stores a message before it hands it over; if it dies in between and the client
+never sends it again, the message waits in Postgres with no workflow to take it. A message
+stored for the grace period whose chat has no open run is handed over here (a
 signal-with-start, as the gateway would: the workflow takes a message once, however often
 it is handed over).
 """

@@ -1,5 +1,5 @@
 """Messages stored for a while and not yet taken by a turn: the reconciler's candidates for a
-hand-over their gateway may not have made (it answers a burst's sends before handing over)."""
+hand-over their gateway may not have made (it died between storing and handing over)."""
 
 from __future__ import annotations
 
