@@ -36,6 +36,9 @@ from workers.client import connect_temporal
 __all__ = ["GatewayConfig", "create_app"]
 
 API_PREFIX = "/api/v1"
+HAND_OVER_DRAIN_S = 10.0
+"""How long a stopping gateway lets its background hand-overs finish (the reconciler hands
+over what is left)."""
 
 
 @dataclass
@@ -75,6 +78,7 @@ def create_app(config: GatewayConfig) -> FastAPI:
             async with watch.listening(app, config.database_url):
                 yield
         finally:
+            await app.state.gateway.hand_overs.drain(HAND_OVER_DRAIN_S)
             await hub.stop()
             await stream_pool.close()
             await pool.close()

@@ -1,32 +1,47 @@
-"""Whether this gateway's workers keep up with its sends.
+"""Whether this gateway's workers keep up with its sends, and the hand-overs it makes in the
+background when they don't.
 
 Under a burst, every send's update waits behind the others' workflow tasks. Once one has
 waited out the send's wait, or `WAITING_AT_ONCE` are waiting, the gateway is behind: the
-sends that follow hand their message over with a signal-with-start at once, durable once
-Temporal has it, instead of each adding an update the busy workers would still have to run.
+sends that follow are answered as soon as their message is stored, and their
+signal-with-start goes in the background, a bounded number at a time. The message is durable
+in Postgres before the answer. If this gateway dies before its signal lands, the chat's next
+hand-over, through any gateway, sends it first (`api.turns`); with no next send, the
+workers' reconciler hands it over after its grace period (`chatd.reconciler`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator
+import logging
+from collections.abc import Awaitable, Callable, Iterator
+
+from chatd.telemetry import METRICS
 
 __all__ = ["BEHIND_FOR_S", "WAITING_AT_ONCE", "HandOvers"]
 
+log = logging.getLogger("chatd.api.hand_overs")
+
 BEHIND_FOR_S = 2.0
-"""After a hand-over timed out, how long sends don't wait for a worker to take theirs."""
+"""After a hand-over timed out, how long sends are answered without waiting for one."""
 WAITING_AT_ONCE = 20
 """Sends waiting for a worker at once: the next one doesn't wait (the first wave of a burst
 would otherwise all wait out the send's wait before any of them learned it is a burst)."""
+IN_FLIGHT = 50
+"""Background hand-overs sent at once: a burst's signals queue here, not all at Temporal."""
+ATTEMPTS = 5
+"""Tries of one background hand-over (1, 2, 4, 8 s apart) before the reconciler's turn."""
 
 
 class HandOvers:
-    """The gateway's view of its workers' pace."""
+    """The gateway's view of its workers' pace, and its hand-overs in the background."""
 
     def __init__(self) -> None:
         self._behind_until = 0.0
         self._waiting = 0
+        self._pending: set[asyncio.Task[None]] = set()
+        self._in_flight = asyncio.Semaphore(IN_FLIGHT)
 
     @property
     def behind(self) -> bool:
@@ -34,9 +49,6 @@ class HandOvers:
             self._waiting >= WAITING_AT_ONCE
             or asyncio.get_running_loop().time() < self._behind_until
         )
-
-    def fell_behind(self) -> None:
-        self._behind_until = asyncio.get_running_loop().time() + BEHIND_FOR_S
 
     @contextlib.contextmanager
     def waiting(self) -> Iterator[None]:
@@ -46,3 +58,31 @@ class HandOvers:
             yield
         finally:
             self._waiting -= 1
+
+    def fell_behind(self) -> None:
+        self._behind_until = asyncio.get_running_loop().time() + BEHIND_FOR_S
+
+    def in_background(self, message_id: str, hand_over: Callable[[], Awaitable[None]]) -> None:
+        """Run `hand_over` (idempotent) until it succeeds or its attempts are spent."""
+        task = asyncio.create_task(self._hand_over(message_id, hand_over))
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
+    async def drain(self, within_s: float) -> None:
+        """Wait (up to `within_s`) for the background hand-overs, for a gateway's shutdown."""
+        if self._pending:
+            await asyncio.wait(self._pending, timeout=within_s)
+
+    async def _hand_over(self, message_id: str, hand_over: Callable[[], Awaitable[None]]) -> None:
+        for attempt in range(ATTEMPTS):
+            if attempt:
+                await asyncio.sleep(2 ** (attempt - 1))
+            try:
+                async with self._in_flight:
+                    await hand_over()
+            except Exception as err:
+                log.warning("message %s: hand-over attempt %d failed: %r", message_id, attempt, err)
+            else:
+                METRICS.sends_queued.add(1)
+                return
+        log.error("message %s: not handed over; the reconciler will hand it over", message_id)

@@ -62,28 +62,29 @@ gateway begins it): with `HAND_OVER_WAIT_S`, a send is answered within a second.
 async def submit_message(
     client: Client,
     task_queue: str,
+    transcript: TranscriptStore,
     chat: ChatRecord,
-    queued_id: str,
+    queued_id: uuid.UUID,
     update_id: str,
     *,
     name_chat: bool,
     hand_overs: HandOvers,
 ) -> SubmitMessageResult | None:
     """Start a turn for this message or queue it in the running one; None if no worker took
-    it in time (or the workers are behind, `HandOvers`), so it was queued with a
-    signal-with-start instead (durable: it starts or joins the chat's turns as soon as a
-    worker runs the workflow).
+    it in time (or the workers are behind, `HandOvers`), so its signal-with-start goes in the
+    background: it starts or joins the chat's turns as soon as a worker runs the workflow.
 
-    `update_id` makes a retried call the same update (Temporal deduplicates it); with
-    `name_chat`, a turn the message starts also names the chat. A burst of sends then
-    answers at once instead of failing: the message is stored, and its delivery durable.
+    The chat's older messages Temporal may not have (their gateway died after storing them)
+    are handed over first, so messages are taken in the order sent. `update_id` makes a
+    retried call the same update (Temporal deduplicates it); with `name_chat`, a turn the
+    message starts also names the chat.
     """
     if not hand_overs.behind:
         try:
             with hand_overs.waiting():
-                return await asyncio.wait_for(
-                    hand_over_message(
-                        client, task_queue, chat, queued_id, update_id, name_chat=name_chat
+                result = await asyncio.wait_for(
+                    _update_in_order(
+                        client, task_queue, transcript, chat, queued_id, update_id, name_chat
                     ),
                     HAND_OVER_WAIT_S,
                 )
@@ -93,9 +94,50 @@ async def submit_message(
         except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):
             # Our deadline, or the server's (cancelling the call surfaces as the SDK's error).
             hand_overs.fell_behind()
-    await queue_message(client, task_queue, chat, queued_id, name_chat=name_chat)
-    METRICS.sends_queued.add(1)
+        else:
+            return result
+    hand_overs.in_background(
+        str(queued_id),
+        lambda: _queue_in_order(client, task_queue, transcript, chat, name_chat=name_chat),
+    )
     return None
+
+
+async def _update_in_order(
+    client: Client,
+    task_queue: str,
+    transcript: TranscriptStore,
+    chat: ChatRecord,
+    queued_id: uuid.UUID,
+    update_id: str,
+    name_chat: bool,
+) -> SubmitMessageResult:
+    """The chat's older messages not handed over yet by signal, then this one by update."""
+    waiting = await transcript.not_handed_over(chat.id)
+    earlier = waiting[: waiting.index(queued_id)] if queued_id in waiting else waiting
+    for message_id in earlier:
+        await queue_message(client, task_queue, chat, str(message_id), name_chat=name_chat)
+    result = await hand_over_message(
+        client, task_queue, chat, str(queued_id), update_id, name_chat=name_chat
+    )
+    await transcript.handed_over([*earlier, queued_id])
+    return result
+
+
+async def _queue_in_order(
+    client: Client,
+    task_queue: str,
+    transcript: TranscriptStore,
+    chat: ChatRecord,
+    *,
+    name_chat: bool,
+) -> None:
+    """Every message of the chat not handed over yet (this send's among them, unless a
+    later send's hand-over took it already), oldest first, by signal-with-start."""
+    waiting = await transcript.not_handed_over(chat.id)
+    for message_id in waiting:
+        await queue_message(client, task_queue, chat, str(message_id), name_chat=name_chat)
+    await transcript.handed_over(waiting)
 
 
 async def until_begun(

@@ -9,11 +9,12 @@ sweep at a time. It ends a turn only when the chat has not changed for a grace p
 says the chat's workflow has no open run, through the turn's own finish, which applies only
 while the chat is still in that turn: a turn begun meanwhile is never touched.
 
-A gateway stores a message before it hands it over; if it dies in between and the client
-never sends it again, the message waits in Postgres with no workflow to take it. A message
-stored for the grace period whose chat has no open run is handed over here (a
-signal-with-start, as the gateway would: the workflow takes a message once, however often
-it is handed over).
+A gateway stores a message before it hands it over (under a burst it answers the send in
+between); if it dies first, the chat's next send hands the message over before its own, and
+with no next send the message waits in Postgres with no workflow to take it. A message no
+hand-over has reached Temporal with for `hand_over_after` is handed over here, each chat's
+oldest first (a signal-with-start, as the gateway would: the workflow takes a message once,
+however often it is handed over).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -36,6 +37,7 @@ from chatd.settings import ReconcilerSettings, titles_enabled
 from chatd.store.chats import ChatStore
 from chatd.store.stranded import WaitingMessage, WaitingMessageStore
 from chatd.store.stuck import QuietTurn, QuietTurnStore
+from chatd.store.transcript import TranscriptStore
 from chatd.store.turns import TurnStore
 from chatd.telemetry import METRICS
 from workers.turns import queue_message
@@ -63,12 +65,11 @@ class SweepReport:
 
     examined: list[uuid.UUID] = field(default_factory=list)
     ended: list[uuid.UUID] = field(default_factory=list)
-    handed_over: list[uuid.UUID] = field(default_factory=list)
-    """Messages handed to their chat's workflow (a message id each)."""
 
 
 class Reconciler:
-    """Finds chats whose status says a turn runs while no workflow run does, and ends them."""
+    """Finds chats whose status says a turn runs while no workflow run does, and ends them;
+    finds messages no gateway handed over, and hands them over."""
 
     def __init__(
         self, pool: asyncpg.Pool, client: Client, settings: ReconcilerSettings, task_queue: str
@@ -76,6 +77,7 @@ class Reconciler:
         self._candidates = QuietTurnStore(pool)
         self._waiting = WaitingMessageStore(pool)
         self._turns = TurnStore(pool)
+        self._transcript = TranscriptStore(pool)
         self._chats = ChatStore(pool)
         self._client = client
         self._settings = settings
@@ -87,23 +89,24 @@ class Reconciler:
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        """Sweep every interval in the background for the duration of the block."""
-        task = asyncio.create_task(self._sweep_forever(), name="chatd-reconciler")
+        """Sweep turns every interval, and look for stranded messages every half of
+        `hand_over_after`, in the background for the duration of the block."""
+        tasks = [
+            asyncio.create_task(
+                _every(self._settings.interval, self.sweep), name="chatd-reconciler"
+            ),
+            asyncio.create_task(
+                _every(self._settings.hand_over_after / 2, self.hand_over_stranded),
+                name="chatd-reconciler-hand-overs",
+            ),
+        ]
         try:
             yield
         finally:
-            task.cancel()
-            # wait() leaves the task's cancellation to it, and still lets ours through.
-            await asyncio.wait([task])
-
-    async def _sweep_forever(self) -> None:
-        interval = self._settings.interval.total_seconds()
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                await self.sweep()
-            except Exception:  # Postgres or Temporal away: the next sweep tries again
-                log.warning("reconciler sweep failed; next in %gs", interval, exc_info=True)
+            for task in tasks:
+                task.cancel()
+            # wait() leaves the tasks' cancellation to them, and still lets ours through.
+            await asyncio.wait(tasks)
 
     async def sweep(self) -> SweepReport | None:
         """One pass over a batch of quiet turns; None if another reconciler is sweeping."""
@@ -120,24 +123,23 @@ class Reconciler:
                 if await self._end_if_stuck(turn):
                     report.ended.append(turn.chat_id)
             self._after = turns[-1] if len(turns) == batch else None
-            await self._hand_over_stranded(report)
             return report
 
-    async def _hand_over_stranded(self, report: SweepReport) -> None:
-        """Hand over the batch's waiting messages whose chat has no open run: all of a
-        chat's, in the order they were stored (the first one starts the run the rest join)."""
-        batch = self._settings.batch
-        messages = await self._waiting.waiting(
-            stored_for=self._settings.grace, after=self._after_message, limit=batch
-        )
-        stranded: dict[uuid.UUID, bool] = {}
-        for message in messages:
-            if message.chat_id not in stranded:
-                closed = await self._closed_workflow_status(message.chat_id)
-                stranded[message.chat_id] = closed is not None
-            if stranded[message.chat_id] and await self._hand_over(message):
-                report.handed_over.append(message.id)
-        self._after_message = messages[-1] if len(messages) == batch else None
+    async def hand_over_stranded(self) -> list[uuid.UUID] | None:
+        """Hand over a batch of the messages no hand-over has reached Temporal with for
+        `hand_over_after`, in the order they were stored (a chat's first starts the run the
+        rest join); the ids handed over, or None if another reconciler is at it."""
+        async with self._waiting.pass_lock() as held:
+            if not held:
+                return None
+            batch = self._settings.batch
+            messages = await self._waiting.waiting(
+                stored_for=self._settings.hand_over_after, after=self._after_message, limit=batch
+            )
+            handed_over = [m.id for m in messages if await self._hand_over(m)]
+            await self._transcript.handed_over(handed_over)
+            self._after_message = messages[-1] if len(messages) == batch else None
+            return handed_over
 
     async def _hand_over(self, message: WaitingMessage) -> bool:
         """Signal-with-start the message's chat workflow with it; False if the chat is gone."""
@@ -149,7 +151,7 @@ class Reconciler:
             self._client, self._task_queue, chat, str(message.id), name_chat=name_chat
         )
         log.warning(
-            "chat %s: message %s was stored %s with no workflow to take it; handed over",
+            "chat %s: message %s was stored %s and not handed over by its gateway; handed over",
             message.chat_id,
             message.id,
             message.created_at.isoformat(),
@@ -203,6 +205,18 @@ class Reconciler:
         if status is None or status in _OPEN:
             return None
         return status.name
+
+
+async def _every(interval: timedelta, job: Callable[[], Awaitable[object]]) -> None:
+    """Run `job` every `interval`; a failed run (Postgres or Temporal away) is logged and
+    the next one tries again."""
+    seconds = interval.total_seconds()
+    while True:
+        await asyncio.sleep(seconds)
+        try:
+            await job()
+        except Exception:
+            log.warning("reconciler pass failed; next in %gs", seconds, exc_info=True)
 
 
 def _workflow_not_found(err: RPCError) -> bool:

@@ -100,14 +100,20 @@ class ReconcilerSettings(BaseModel):
     """At least the gap between a gateway beginning a turn and its workflow starting."""
     batch: int = Field(default=100, gt=0)
     """Chats examined per sweep (one `describe` each); later sweeps carry on from there."""
+    hand_over_after: timedelta = Field(default=timedelta(seconds=10), gt=timedelta(0))
+    """How long a stored message may wait for its gateway's hand-over before a reconciler
+    hands it over (looked for every half of it): past a burst's background hand-overs, well
+    short of what a client would take for a lost message."""
 
     @classmethod
     def from_env(cls) -> ReconcilerSettings:
-        """Read `CHATD_RECONCILE_INTERVAL_SECONDS` and `CHATD_RECONCILE_GRACE_SECONDS`."""
+        """Read `CHATD_RECONCILE_INTERVAL_SECONDS`, `CHATD_RECONCILE_GRACE_SECONDS` and
+        `CHATD_RECONCILE_HAND_OVER_SECONDS`."""
         defaults = cls()
         return cls(
             interval=_seconds("CHATD_RECONCILE_INTERVAL_SECONDS", defaults.interval),
             grace=_seconds("CHATD_RECONCILE_GRACE_SECONDS", defaults.grace),
+            hand_over_after=_seconds("CHATD_RECONCILE_HAND_OVER_SECONDS", defaults.hand_over_after),
         )
 
 

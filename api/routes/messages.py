@@ -63,8 +63,9 @@ async def _hand_over(
         result = await submit_message(
             state.temporal,
             state.task_queue,
+            state.transcript,
             chat,
-            str(queued.id),
+            queued.id,
             update_id=f"msg-{queued.id}",
             name_chat=state.generate_titles and chat.title is None,
             hand_overs=state.hand_overs,

@@ -1,19 +1,25 @@
-"""Messages stored for a while and not yet taken by a turn: the reconciler's candidates for a
-hand-over their gateway may not have made (it died between storing and handing over)."""
+"""Messages stored a while ago that no hand-over reached Temporal with: the reconciler's to
+hand over (their gateway died between storing and handing over, and no later send of the
+chat handed them over first)."""
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 
 import asyncpg
 from pydantic import BaseModel
 
-__all__ = ["WaitingMessage", "WaitingMessageStore"]
+__all__ = ["HAND_OVER_LOCK", "WaitingMessage", "WaitingMessageStore"]
+
+HAND_OVER_LOCK = 7_400_003
+"""Advisory lock key of the reconciler's hand-over pass (its turn sweep holds 7_400_002)."""
 
 
 class WaitingMessage(BaseModel):
-    """A queued message no turn has taken, stored at `created_at`."""
+    """A message no hand-over has reached Temporal with, stored at `created_at`."""
 
     id: uuid.UUID
     chat_id: uuid.UUID
@@ -23,7 +29,7 @@ class WaitingMessage(BaseModel):
 # Keyset-paged on the partial index queued_messages_unpromoted (migration 021).
 _WAITING_SQL = """
 SELECT id, chat_id, created_at FROM queued_messages
-WHERE promoted_at IS NULL
+WHERE promoted_at IS NULL AND handed_over_at IS NULL
   AND created_at < now() - $1::interval
   AND ($2::timestamptz IS NULL OR (created_at, id) > ($2, $3::uuid))
 ORDER BY created_at, id
@@ -32,16 +38,23 @@ LIMIT $4
 
 
 class WaitingMessageStore:
-    """Reads the messages waiting for a turn."""
+    """Reads the messages waiting for a hand-over."""
 
     def __init__(self, pool: asyncpg.Pool) -> None:
         self._pool = pool
 
+    @asynccontextmanager
+    async def pass_lock(self) -> AsyncIterator[bool]:
+        """Try the hand-over pass's lock for the block: True if this holds it (it ends with
+        the block, or with the connection if this process dies)."""
+        async with self._pool.acquire() as conn, conn.transaction():
+            yield bool(await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", HAND_OVER_LOCK))
+
     async def waiting(
         self, *, stored_for: timedelta, after: WaitingMessage | None, limit: int
     ) -> list[WaitingMessage]:
-        """Untaken messages stored over `stored_for` ago, after `after` in (created_at, id)
-        order; at most `limit`."""
+        """Messages not handed over and stored over `stored_for` ago, after `after` in
+        (created_at, id) order; at most `limit`."""
         rows = await self._pool.fetch(
             _WAITING_SQL,
             stored_for,

@@ -170,6 +170,28 @@ class TranscriptStore:
         )
         return bool(value)
 
+    async def not_handed_over(self, chat_id: uuid.UUID) -> list[uuid.UUID]:
+        """The chat's waiting messages Temporal may not have yet, oldest first (see
+        migration 022): a hand-over sends these first, so no message overtakes an older one
+        whose gateway died between storing and handing it over."""
+        rows = await self._pool.fetch(
+            "SELECT id FROM queued_messages WHERE chat_id = $1 AND promoted_at IS NULL"
+            " AND handed_over_at IS NULL ORDER BY created_at, id",
+            chat_id,
+        )
+        return [row["id"] for row in rows]
+
+    async def handed_over(self, queued_ids: list[uuid.UUID]) -> None:
+        """Record that Temporal has these messages. Not flushed before it returns: a mark
+        lost in a crash only hands a message over twice, which its turn takes once."""
+        async with self._pool.acquire() as conn, conn.transaction():
+            await conn.execute("SET LOCAL synchronous_commit = off")
+            await conn.execute(
+                "UPDATE queued_messages SET handed_over_at = now()"
+                " WHERE id = ANY($1::uuid[]) AND handed_over_at IS NULL",
+                queued_ids,
+            )
+
     async def save(
         self,
         chat_id: uuid.UUID,

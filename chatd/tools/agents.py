@@ -174,6 +174,7 @@ class _Agents:
             f"{child.id}:{key}",
             name_chat=child.title is None,
         )
+        await self._transcript.handed_over([uuid.UUID(queued_id)])
 
 
 def agent_tools(

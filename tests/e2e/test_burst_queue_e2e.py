@@ -166,3 +166,29 @@ async def test_a_message_signalled_after_its_turn_ended_starts_no_second_turn(
     )
     assert taken_by == first_run
     assert (await stack.http.get(f"/chats/{created['id']}")).json()["status"] == "waiting"
+
+
+async def test_a_message_its_gateway_never_handed_over_runs_before_the_next_one_sent(
+    stack: Stack,
+) -> None:
+    """A gateway answered a send once the message was stored and died before handing it
+    over; the client's next message, through another gateway, hands the stranded one over
+    first: the turns take them in the order sent, with no reconciler."""
+    model = stack.scripted_model(_reply("a1"), _reply("a2"))
+    created = await stack.create_chat(model=model)
+    _, stranded = await _stored(stack, created["id"], "m1")
+    answer = await stack.send(created["id"], "m2")
+    assert answer["queued"] is True, "m2 waits behind m1's turn"
+    messages = await _until_transcript(stack, created["id"], 4)
+    assert _texts(messages) == [
+        ("user", "m1"),
+        ("assistant", "a1"),
+        ("user", "m2"),
+        ("assistant", "a2"),
+    ]
+    assert [m["turn_id"] for m in messages[::2]] == [stranded, answer["message_id"]]
+    unmarked = await stack.pool.fetchval(
+        "SELECT count(*) FROM queued_messages WHERE chat_id = $1 AND handed_over_at IS NULL",
+        uuid.UUID(created["id"]),
+    )
+    assert unmarked == 0, "both are recorded as handed over"

@@ -30,7 +30,10 @@ from workers.worker import WorkerConfig, build_worker
 from workflows.constants import workflow_id
 
 QUICK = ReconcilerSettings(
-    interval=timedelta(milliseconds=200), grace=timedelta(milliseconds=300), batch=10
+    interval=timedelta(milliseconds=200),
+    grace=timedelta(milliseconds=300),
+    batch=10,
+    hand_over_after=timedelta(milliseconds=300),
 )
 # ~12 s of deltas: the turn is still streaming while the test looks at it.
 _LONG_TEXT = " ".join(f"word{i}" for i in range(60))
@@ -148,8 +151,8 @@ async def test_messages_stored_with_no_hand_over_are_handed_over_once_in_order(
     stack: Stack,
 ) -> None:
     """A gateway stored two messages and died before handing them to a workflow (it answers a
-    burst's sends first): after the grace period the reconciler hands them over, and each
-    runs once, in the order they were sent."""
+    burst's sends first), and the client sent nothing after them: once they have waited
+    `hand_over_after` the reconciler hands them over, and each runs once, in the order sent."""
     replies = [FakeResponse(parts=[FakeText(text=t)]) for t in ("a1", "a2")]
     chat = await stack.create_chat(model=_model(stack, replies))
     chat_id = uuid.UUID(chat["id"])
@@ -161,9 +164,7 @@ async def test_messages_stored_with_no_hand_over_are_handed_over_once_in_order(
     handed_over: list[uuid.UUID] = []
 
     async def both_handed_over() -> bool:
-        report = await reconciler.sweep()
-        assert report is not None
-        handed_over.extend(report.handed_over)
+        handed_over.extend(await reconciler.hand_over_stranded() or [])
         return len(handed_over) >= 2
 
     await _until(both_handed_over)
@@ -175,9 +176,8 @@ async def test_messages_stored_with_no_hand_over_are_handed_over_once_in_order(
     await stack.wait_status(chat["id"], "waiting")
     texts = [m["parts"][0]["text"] for m in await stack.messages(chat["id"])]
     assert texts == ["m1", "a1", "m2", "a2"]
-    assert len(handed_over) == 2, "a message is handed over until a turn takes it, not after"
-    report = await reconciler.sweep()
-    assert report is not None and report.handed_over == []
+    assert len(handed_over) == 2, "a message is handed over once Temporal has it, not after"
+    assert await reconciler.hand_over_stranded() == []
 
 
 @pytest.mark.slow

@@ -1,4 +1,5 @@
-"""When the gateway stops waiting for workers to take its sends."""
+"""When the gateway stops waiting for workers to take its sends, and how it hands them over
+in the background."""
 
 from __future__ import annotations
 
@@ -19,3 +20,17 @@ async def test_the_gateway_is_behind_while_enough_sends_wait_or_after_one_timed_
     assert not hand_overs.behind
     hand_overs.fell_behind()
     assert hand_overs.behind
+
+
+async def test_a_background_hand_over_is_retried_until_it_lands() -> None:
+    hand_overs = HandOvers()
+    calls: list[int] = []
+
+    async def flaky() -> None:
+        calls.append(len(calls))
+        if len(calls) == 1:
+            raise ConnectionError("Temporal away for a moment")
+
+    hand_overs.in_background("m1", flaky)
+    await hand_overs.drain(within_s=30)
+    assert calls == [0, 1]
