@@ -11,13 +11,21 @@ from fastapi import FastAPI
 from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 
 from api.auth import install_key_gate
-from api.errors import ERROR_RESPONSES, install_error_handlers
+from api.errors import (
+    ERROR_RESPONSES,
+    OPENAI_ERROR_RESPONSES,
+    OPENAI_PREFIX,
+    install_error_handlers,
+)
 from api.limits import BodySizeLimit
+from api.open_responses import routes as open_responses
+from api.open_responses.model_names import model_aliases
 from api.openapi import openapi_document
 from api.routes import (
     approvals,
     chats,
     children,
+    forks,
     health,
     messages,
     stream,
@@ -62,17 +70,20 @@ def create_app(config: GatewayConfig) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         pool = await connect_pool(config.database_url)
         stream_pool = await connect_pool(config.database_url, min_size=1, max_size=10)
+        hand_over_pool = await connect_pool(config.database_url, min_size=1, max_size=5)
         hub = NotifyHub(config.database_url, NOTIFY_CHANNEL, wake_all_on_reconnect=True)
         await hub.start()
         client = await connect_temporal(config.temporal)
         app.state.gateway = GatewayState(
             pool=pool,
             stream_pool=stream_pool,
+            hand_over_pool=hand_over_pool,
             temporal=client,
             task_queue=config.temporal.task_queue,
             hub=hub,
             generate_titles=config.generate_titles,
             mcp_servers=frozenset(config.mcp_servers),
+            model_aliases=model_aliases(),
         )
         try:
             async with watch.listening(app, config.database_url):
@@ -81,6 +92,7 @@ def create_app(config: GatewayConfig) -> FastAPI:
             await app.state.gateway.hand_overs.drain(HAND_OVER_DRAIN_S)
             await hub.stop()
             await stream_pool.close()
+            await hand_over_pool.close()
             await pool.close()
 
     app = FastAPI(
@@ -96,8 +108,11 @@ def create_app(config: GatewayConfig) -> FastAPI:
     )
     app.add_middleware(BodySizeLimit)
     install_key_gate(app, API_PREFIX)  # after instrumenting: refusals by key cost no span
+    install_key_gate(app, OPENAI_PREFIX)
     app.include_router(health.router)
-    for module in (chats, children, approvals, messages, stream, turn_control, watch, webhooks):
+    routers = (chats, children, forks, approvals, messages, stream, turn_control, watch, webhooks)
+    for module in routers:
         app.include_router(module.router, prefix=API_PREFIX, responses=ERROR_RESPONSES)
+    app.include_router(open_responses.router, responses=OPENAI_ERROR_RESPONSES)
     app.openapi = lambda: openapi_document(app, config.mcp_servers)  # type: ignore[method-assign]
     return app

@@ -95,7 +95,7 @@ class _KeyGate:
                 await asyncio.sleep(REFUSAL_PAUSE_S)
                 response = error_response(
                     refusal.status, refusal.code, refusal.message, refusal.detail,
-                    headers=refusal.headers,
+                    headers=refusal.headers, path=scope["path"],
                 )  # fmt: skip
                 await response(scope, receive, send)
                 return

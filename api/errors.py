@@ -16,7 +16,17 @@ from starlette.routing import Match, Route
 from temporalio.client import WorkflowUpdateRPCTimeoutOrCancelledError
 from temporalio.service import RPCError, RPCStatusCode
 
-__all__ = ["ERROR_RESPONSES", "ApiError", "ErrorBody", "install_error_handlers"]
+__all__ = [
+    "ERROR_RESPONSES",
+    "OPENAI_ERROR_RESPONSES",
+    "OPENAI_PREFIX",
+    "ApiError",
+    "ErrorBody",
+    "OpenAIErrorBody",
+    "error_response",
+    "install_error_handlers",
+    "openai_error_body",
+]
 
 log = logging.getLogger("chatd.api")
 
@@ -52,6 +62,38 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 """Documented on every API route so the OpenAPI document says what errors look like."""
 
 
+class OpenAIErrorDetail(BaseModel):
+    """What went wrong, as OpenAI's API says it."""
+
+    message: str
+    type: str
+    """`invalid_request_error`, `authentication_error`, `rate_limit_error` or `server_error`."""
+    param: str | None
+    """The request field at fault, if one is."""
+    code: str | None
+
+
+class OpenAIErrorBody(BaseModel):
+    """Every error of the Open Responses routes (`/v1`)."""
+
+    error: OpenAIErrorDetail
+
+
+OPENAI_ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": OpenAIErrorBody, "description": description}
+    for status, description in {
+        400: "Malformed, invalid or unsupported input (`param` names the field)",
+        401: "Missing or invalid API key",
+        404: "Unknown, deleted, or not yours",
+        409: "The previous response is still in progress",
+        413: "Request body too large",
+        429: "Over a quota (`Retry-After` says when to retry)",
+        503: "Temporal or Postgres unreachable",
+    }.items()
+}
+"""Documented on every `/v1` route."""
+
+
 class ApiError(Exception):
     """An error answered with `status` and the error shape."""
 
@@ -83,14 +125,36 @@ def error_response(
     *,
     retry: bool | None = None,
     headers: dict[str, str] | None = None,
+    path: str = "",
 ) -> JSONResponse:
-    """A JSONResponse with the error shape; 409s (and `retry=False`) tell generated clients
-    not to retry."""
+    """A JSONResponse with the error shape (OpenAI's envelope under `/v1`, see
+    `openai_error_body`); 409s (and `retry=False`) tell generated clients not to retry."""
     headers = dict(headers or {})
     if status == 409 or retry is False:
         headers["x-should-retry"] = "false"
-    body = {"error": {"code": code, "message": message, "detail": detail or {}}}
+    body: dict[str, Any]
+    if path.startswith(OPENAI_PREFIX):
+        body = openai_error_body(status, code, message, detail or {})
+    else:
+        body = {"error": {"code": code, "message": message, "detail": detail or {}}}
     return JSONResponse(body, status_code=status, headers=headers or None)
+
+
+OPENAI_PREFIX = "/v1/"
+"""The Open Responses routes, whose errors take OpenAI's envelope."""
+_OPENAI_TYPES = {401: "authentication_error", 403: "permission_error", 429: "rate_limit_error"}
+
+
+def openai_error_body(
+    status: int, code: str, message: str, detail: dict[str, Any]
+) -> dict[str, Any]:
+    """`{"error": {"message", "type", "param", "code"}}`: the type from the status, `param`
+    from the detail's (or the first invalid field's) name."""
+    kind = _OPENAI_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    param = detail.get("param")
+    if param is None and detail.get("errors"):
+        param = ".".join(detail["errors"][0]["loc"][1:]) or None
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
 def _validation_detail(err: RequestValidationError) -> dict[str, Any]:
@@ -130,7 +194,7 @@ later. Any other status is an answer, and asking again gets the same one."""
 _TEMPORAL_REFUSALS = frozenset({RPCStatusCode.INVALID_ARGUMENT, RPCStatusCode.OUT_OF_RANGE})
 
 
-def _temporal_error_response(err: RPCError) -> JSONResponse:
+def _temporal_error_response(err: RPCError, path: str) -> JSONResponse:
     """503 only for an outage. A request Temporal refused is a 400 (every client value that
     reaches Temporal is validated first, so one that still fails its limits is a value we
     let through: the client can change it); any other answer is our bug, a 500. Neither
@@ -138,14 +202,16 @@ def _temporal_error_response(err: RPCError) -> JSONResponse:
     detail = {"temporal_status": err.status.name}
     if err.status in _TEMPORAL_OUTAGES:
         log.warning("temporal unavailable: %s", err)
-        return error_response(503, "temporal_unavailable", "Temporal is unreachable", detail)
+        return error_response(
+            503, "temporal_unavailable", "Temporal is unreachable", detail, path=path
+        )
     if err.status in _TEMPORAL_REFUSALS:
         log.warning("temporal refused a request: %s", err)
         message = f"Temporal refused the request: {err.message}"
-        return error_response(400, "invalid_request", message, detail, retry=False)
+        return error_response(400, "invalid_request", message, detail, retry=False, path=path)
     log.error("temporal answered %s: %s", err.status.name, err)
     message = f"Temporal answered {err.status.name}: {err.message}"
-    return error_response(500, "temporal_error", message, detail, retry=False)
+    return error_response(500, "temporal_error", message, detail, retry=False, path=path)
 
 
 def _allowed_methods(request: Request) -> str:
@@ -163,10 +229,12 @@ def _allowed_methods(request: Request) -> str:
 _HTTP_ERROR_CODES = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
 
 
-async def _api_error(_: Request, err: ApiError) -> JSONResponse:
+async def _api_error(request: Request, err: ApiError) -> JSONResponse:
     if err.pause_s:
         await asyncio.sleep(err.pause_s)
-    return error_response(err.status, err.code, err.message, err.detail, headers=err.headers)
+    return error_response(
+        err.status, err.code, err.message, err.detail, headers=err.headers, path=request.url.path
+    )
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -175,9 +243,13 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ApiError, _api_error)  # type: ignore[arg-type]
 
     @app.exception_handler(RequestValidationError)
-    async def invalid(_: Request, err: RequestValidationError) -> JSONResponse:
+    async def invalid(request: Request, err: RequestValidationError) -> JSONResponse:
         return error_response(
-            400, "invalid_request", _validation_message(err), _validation_detail(err)
+            400,
+            "invalid_request",
+            _validation_message(err),
+            _validation_detail(err),
+            path=request.url.path,
         )
 
     @app.exception_handler(StarletteHTTPException)
@@ -186,32 +258,43 @@ def install_error_handlers(app: FastAPI) -> None:
         headers = dict(err.headers or {})
         if err.status_code == 405:
             headers["Allow"] = _allowed_methods(request)
-        return error_response(err.status_code, code, str(err.detail), headers=headers)
+        return error_response(
+            err.status_code, code, str(err.detail), headers=headers, path=request.url.path
+        )
 
     @app.exception_handler(RPCError)
-    async def temporal_error(_: Request, err: RPCError) -> JSONResponse:
-        return _temporal_error_response(err)
+    async def temporal_error(request: Request, err: RPCError) -> JSONResponse:
+        return _temporal_error_response(err, request.url.path)
 
     @app.exception_handler(WorkflowUpdateRPCTimeoutOrCancelledError)
-    async def update_timed_out(_: Request, err: Exception) -> JSONResponse:
+    async def update_timed_out(request: Request, err: Exception) -> JSONResponse:
         log.warning("temporal update timed out: %s", err)
-        return error_response(503, "worker_unavailable", "no worker answered in time; retry")
+        return error_response(
+            503, "worker_unavailable", "no worker answered in time; retry", path=request.url.path
+        )
 
     @app.exception_handler(asyncpg.DataError)
-    async def unstorable(_: Request, err: Exception) -> JSONResponse:
+    async def unstorable(request: Request, err: Exception) -> JSONResponse:
         return error_response(
-            400, "invalid_request", f"the request holds a value the store can't keep: {err}"
+            400,
+            "invalid_request",
+            f"the request holds a value the store can't keep: {err}",
+            path=request.url.path,
         )
 
     @app.exception_handler(asyncpg.PostgresConnectionError)
     @app.exception_handler(asyncpg.CannotConnectNowError)  # starting up
     @app.exception_handler(asyncpg.AdminShutdownError)
     @app.exception_handler(asyncpg.CrashShutdownError)
-    async def postgres_down(_: Request, err: Exception) -> JSONResponse:
+    async def postgres_down(request: Request, err: Exception) -> JSONResponse:
         log.warning("postgres error: %s", err)
-        return error_response(503, "database_unavailable", "the database is unreachable")
+        return error_response(
+            503, "database_unavailable", "the database is unreachable", path=request.url.path
+        )
 
     @app.exception_handler(OSError)
-    async def connection_down(_: Request, err: OSError) -> JSONResponse:
+    async def connection_down(request: Request, err: OSError) -> JSONResponse:
         log.warning("connection error: %s", err)
-        return error_response(503, "unavailable", "a backing service is unreachable")
+        return error_response(
+            503, "unavailable", "a backing service is unreachable", path=request.url.path
+        )

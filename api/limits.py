@@ -26,7 +26,8 @@ class BodySizeLimit:
             return
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            await error_response(413, "request_too_large", self._message)(scope, receive, send)
+            refusal = error_response(413, "request_too_large", self._message, path=scope["path"])
+            await refusal(scope, receive, send)
             return
         seen = 0
 

@@ -31,6 +31,11 @@ _LINKS: dict[tuple[str, str, str], dict[str, tuple[str, str, dict[str, str]]]] =
         "GetChat": (_CHAT, "get", {"chat_id": "$response.body#/chats/0/id"}),
         "CreateChat": (_CHATS, "post", {}),
     },
+    (f"{_CHAT}/fork", "post", "201"): {
+        "GetChat": (_CHAT, "get", _CHAT_ID_FROM_BODY),
+        "SendMessage": (f"{_CHAT}/messages", "post", _CHAT_ID_FROM_BODY),
+        "ListMessages": (f"{_CHAT}/messages", "get", _CHAT_ID_FROM_BODY),
+    },
     (f"{_CHAT}/messages", "post", "202"): {
         "GetChat": (_CHAT, "get", _SAME_CHAT),
         "ListMessages": (f"{_CHAT}/messages", "get", _SAME_CHAT),

@@ -36,6 +36,7 @@ __all__ = [
     "ChatUsage",
     "CreateChat",
     "EditMessage",
+    "ForkChat",
     "MessageList",
     "SendMessage",
     "SendMessageResult",
@@ -178,6 +179,15 @@ class CreateChat(_Strict):
     )
     """Models to fall back on, in order, when a step's model stays down."""
     message: SendMessage | None = None
+
+
+class ForkChat(_Strict):
+    """Body of `POST /chats/{id}/fork`."""
+
+    message_id: int = Field(ge=1, le=2**63 - 1)
+    """The last message the fork keeps: its transcript is the chat's up to and including it."""
+    title: str | None = Field(default=None, max_length=200)
+    """The fork's title; the chat's when left out."""
 
 
 class ChatSettings(_Strict):

@@ -13,11 +13,13 @@ from api.hand_overs import HandOvers
 from api.quotas import ChatSends, KeyGate, LimitsCache, MessageGate, StreamSlots
 from api.shutdown import GatewayShutdown
 from api.stream_reads import SharedReads
+from chatd.models import ModelConfig
 from chatd.store.chats import ChatStore
 from chatd.store.events import EventLog
 from chatd.store.hub import NotifyHub
 from chatd.store.keys import KeyStore
 from chatd.store.quotas import QuotaStore
+from chatd.store.responses import ResponseStore
 from chatd.store.tool_decisions import ToolDecisionStore
 from chatd.store.transcript import TranscriptStore
 from chatd.store.turns import TurnStore
@@ -33,12 +35,16 @@ class GatewayState:
     stream_pool: asyncpg.Pool
     """For the chat streams' reads alone: under a burst they would hold every connection of
     `pool`, and each send's queries would wait behind them."""
+    hand_over_pool: asyncpg.Pool
+    """For the background hand-overs' reads and marks (`HandOvers`), apart from the sends."""
     temporal: Client
     task_queue: str
     hub: NotifyHub
     generate_titles: bool = True
     mcp_servers: frozenset[str] = frozenset()
     """Names of the operator's MCP servers, which a chat may select."""
+    model_aliases: dict[str, ModelConfig] = field(default_factory=dict)
+    """The operator's names for models (`CHATD_MODEL_ALIASES`), for Open Responses' `model`."""
     shutdown: GatewayShutdown = field(default_factory=GatewayShutdown)
     """Started when the server stops: streams end then (`api.shutdown`)."""
 
@@ -55,8 +61,9 @@ class GatewayState:
         self.key_gate = KeyGate(limits)
         self.message_gate = MessageGate(quotas, limits)
         self.chat_sends = ChatSends()
-        self.hand_overs = HandOvers()
+        self.hand_overs = HandOvers(TranscriptStore(self.hand_over_pool))
         self.stream_slots = StreamSlots(quotas, limits)
+        self.responses = ResponseStore(self.pool)
 
 
 def state_of(request: Request) -> GatewayState:

@@ -17,7 +17,7 @@ from chatd.store.chats import ChatRecord
 from chatd.store.pages import page_bytes
 from chatd.store.transcript import QueuedMessage
 
-__all__ = ["accept_message", "router"]
+__all__ = ["accept_message", "hand_over_stored", "router", "store_message"]
 
 router = APIRouter(prefix="/chats/{chat_id}/messages", tags=["messages"])
 
@@ -28,28 +28,36 @@ async def accept_message(
     """Store the message, then start its turn or queue it. A retried send (the same
     Idempotency-Key or `client_message_id`, and the same body) is answered as the first was,
     whatever the chat does now; the same key with another body is a 422."""
+    with state_of(request).chat_sends.slot(chat.id):
+        queued, created = await store_message(request, chat, body, idempotency_key)
+        return await hand_over_stored(request, chat, queued, created)
+
+
+async def store_message(
+    request: Request, chat: ChatRecord, body: SendMessage, idempotency_key: str | None
+) -> tuple[QueuedMessage, bool]:
+    """Store the message in the chat's queue (after the quota and `on_busy` checks), or find
+    the one a retry of this send stored; and whether this call stored it."""
     state = state_of(request)
-    with state.chat_sends.slot(chat.id):
-        client_id = idempotency_key or body.client_message_id
-        digest = request_digest(body)
-        if client_id is not None:
-            earlier = await state.transcript.sent(chat.id, client_id)
-            if earlier is not None:
-                check_same_request(earlier.request_digest, digest)
-                return await _hand_over(request, chat, earlier, created=False)
-        if body.on_busy == "reject" and chat.status in BUSY:
-            raise ApiError(409, "chat_busy", "a turn is running", {"status": chat.status})
-        await state.message_gate.admit(chat)  # before storing: a refused message leaves no trace
-        if body.on_busy == "interrupt" and chat.status in BUSY:
-            await interrupt_turn(state.temporal, state.turns, chat)
-        parts = body.user_parts()
-        queued, created = await state.transcript.enqueue(chat.id, parts, client_id, digest)
-        if not created:  # a concurrent send with the same key stored it first
-            check_same_request(queued.request_digest, digest)
-        return await _hand_over(request, chat, queued, created)
+    client_id = idempotency_key or body.client_message_id
+    digest = request_digest(body)
+    if client_id is not None:
+        earlier = await state.transcript.sent(chat.id, client_id)
+        if earlier is not None:
+            check_same_request(earlier.request_digest, digest)
+            return earlier, False
+    if body.on_busy == "reject" and chat.status in BUSY:
+        raise ApiError(409, "chat_busy", "a turn is running", {"status": chat.status})
+    await state.message_gate.admit(chat)  # before storing: a refused message leaves no trace
+    if body.on_busy == "interrupt" and chat.status in BUSY:
+        await interrupt_turn(state.temporal, state.turns, chat)
+    queued, created = await state.transcript.enqueue(chat.id, body.user_parts(), client_id, digest)
+    if not created:  # a concurrent send with the same key stored it first
+        check_same_request(queued.request_digest, digest)
+    return queued, created
 
 
-async def _hand_over(
+async def hand_over_stored(
     request: Request, chat: ChatRecord, queued: QueuedMessage, created: bool
 ) -> SendMessageResult:
     """Start the stored message's turn or queue it in the running one. A message stored by
@@ -130,4 +138,4 @@ async def edit_message(
         queued, created = await cut_and_queue(
             state.pool, chat.id, message_id, parts, idempotency_key, digest
         )
-        return await _hand_over(request, chat, queued, created)
+        return await hand_over_stored(request, chat, queued, created)

@@ -21,6 +21,10 @@ __all__ = [
 
 DEMO_MODEL = "demo"
 CURRENT_TIME_TOOL = "current_time"
+_WORKER_TOOLS = frozenset(
+    {CURRENT_TIME_TOOL, "read_file", "write_file", "edit_file", "list_files", "execute", "advisor"}
+)
+"""The built-in tools the workers run (the subagent tools end in `_agent`)."""
 _TOOL_WORDS = re.compile(r"\b(time|clock|date|tools?)\b", re.IGNORECASE)
 _DELTA_DELAY_S = 0.015
 TITLE_REQUEST = "Write a short title"
@@ -43,8 +47,13 @@ def demo_responder(request: FakeRequest) -> FakeResponse:
     if _system_text(request).startswith(TITLE_REQUEST):
         return _reply(demo_title(turn.user_text), request)
     if turn.tool_result is not None:
-        text = f"[demo model] The {CURRENT_TIME_TOOL} tool says: {turn.tool_result}"
+        text = f"[demo model] The tool says: {turn.tool_result}"
         return _reply(text, request)
+    offered = _client_tool(request)
+    if offered is not None:
+        name, schema = offered
+        call = FakeToolCall(name=name, arguments=_arguments(schema, turn.user_text))
+        return FakeResponse(parts=[call], usage=_usage(request), delta_delay_s=_DELTA_DELAY_S)
     if _TOOL_WORDS.search(turn.user_text):
         if CURRENT_TIME_TOOL in turn.tool_names:
             call = FakeToolCall(name=CURRENT_TIME_TOOL, arguments={})
@@ -57,6 +66,36 @@ def demo_responder(request: FakeRequest) -> FakeResponse:
         "set an API key to talk to a real one. Ask me for the time to see a tool call."
     )
     return _reply(text, request)
+
+
+def _client_tool(request: FakeRequest) -> tuple[str, dict[str, Any]] | None:
+    """The first tool offered that the client runs (not a built-in, MCP or subagent tool):
+    the demo calls it, so a client sees its function-call round trip."""
+    body = request.body
+    for tool in body.get("tools") or []:
+        if request.api == "openai_chat":
+            tool = tool.get("function") or {}
+        name = tool.get("name")
+        schema = tool.get("input_schema") or tool.get("parameters") or {}
+        if (
+            isinstance(name, str)
+            and name not in _WORKER_TOOLS
+            and not name.endswith(("_agent", "_agents"))
+            and "__" not in name  # an MCP server's tool
+            and "type" in schema
+        ):
+            return name, schema
+    return None
+
+
+def _arguments(schema: dict[str, Any], said: str) -> dict[str, Any]:
+    """Arguments for the demo's call: the user's words for each required string field."""
+    properties = schema.get("properties") or {}
+    return {
+        name: said
+        for name in schema.get("required") or []
+        if (properties.get(name) or {}).get("type") == "string"
+    }
 
 
 def demo_title(message: str) -> str:

@@ -155,7 +155,15 @@ def build_anthropic_messages(messages: list[Message]) -> list[dict[str, Any]]:
             out[-1]["content"].extend(blocks)
         else:
             out.append({"role": role, "content": blocks})
+    if out and out[0]["role"] == "assistant":
+        # Anthropic's messages begin with the user's; a history given as input (Open
+        # Responses) may begin with the model's.
+        out.insert(0, {"role": "user", "content": [{"type": "text", "text": LEADING_USER_TEXT}]})
     return out
+
+
+LEADING_USER_TEXT = "(The conversation so far:)"
+"""The user turn put before a transcript that opens with the model's turn."""
 
 
 def _answered_provider_calls(messages: list[Message]) -> set[str]:

@@ -231,6 +231,27 @@ class ChatStore:
             await append_events(conn, chat_id, [("chat", changes)])
             return _record(row)
 
+    async def reconfigure(
+        self,
+        chat_id: uuid.UUID,
+        *,
+        model: ModelConfig,
+        system_prompt: str | None,
+        dynamic_tools: list[DynamicTool],
+    ) -> ChatRecord | None:
+        """Set the model, system prompt and client tools the chat's next turn uses (an Open
+        Responses request names them each time); None unless the chat is idle (`waiting`)."""
+        row = await self._pool.fetchrow(
+            """UPDATE chats SET model = $2, system_prompt = $3, dynamic_tools = $4,
+                      updated_at = now()
+               WHERE id = $1 AND status = 'waiting' RETURNING *""",
+            chat_id,
+            model.model_dump(exclude_none=True),
+            system_prompt,
+            [t.model_dump() for t in dynamic_tools],
+        )
+        return _record(row) if row else None
+
     async def get(self, chat_id: uuid.UUID, owner: str | None = None) -> ChatRecord | None:
         """The chat, or None if it doesn't exist (or belongs to another owner)."""
         row = await self._pool.fetchrow(

@@ -4,45 +4,16 @@ clients resume exactly where they were on another gateway (`Last-Event-ID`)."""
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import httpx
 from harness import SseEvent, Stack, sse_events
+from support.api_process import chatd_api, until_ready
 
 from chatd.devstack.ports import free_port
 from chatd.devstack.temporal import TemporalDevServer
-
-
-def _chatd_api(
-    database_url: str, temporal: TemporalDevServer, port: int, log: Path
-) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "DATABASE_URL": database_url, "TEMPORAL_ADDRESS": temporal.address}
-    with log.open("wb") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "chatd.cli", "api", "--port", str(port)],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-
-
-async def _ready(base: str, process: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 60
-    async with httpx.AsyncClient(base_url=base) as http:
-        while True:
-            assert process.poll() is None, "chatd api exited: see its log, " + str(log)
-            try:
-                if (await http.get("/readyz")).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "chatd api not ready: see its log, " + str(log)
-            await asyncio.sleep(0.1)
 
 
 async def _read_until_stopped(
@@ -74,9 +45,9 @@ async def test_sigterm_ends_open_streams_and_the_gateway_exits(
 ) -> None:
     chat = await stack.create_chat(message={"content": "hello"})
     port, log = free_port(), tmp_path / "api.log"
-    gateway = _chatd_api(database_url, temporal_server, port, log)
+    gateway = chatd_api(database_url, temporal_server, port, log)
     try:
-        await _ready(f"http://127.0.0.1:{port}", gateway, log)
+        await until_ready(f"http://127.0.0.1:{port}", gateway, log)
         headers = {"Authorization": f"Bearer {stack.key}"}
         base = f"http://127.0.0.1:{port}/api/v1"
         async with httpx.AsyncClient(base_url=base, headers=headers) as http:

@@ -1,0 +1,362 @@
+"""Making a response: the chat it continues (or a new one, or a fork), the turn's settings,
+and the client input handed to the chat through the same doors as the native API's.
+
+A chain of responses is a chat. A response whose input is a user message starts a turn (or
+waits behind the running one); a response whose input answers the previous response's
+function calls resumes that turn through the validated tool-results update.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from fastapi import Request
+
+from api.errors import ApiError
+from api.idempotency import check_same_request, request_digest
+from api.open_responses.inputs import ParsedInput, parse_input
+from api.open_responses.model_names import resolve_model
+from api.open_responses.requests import CreateResponse
+from api.open_responses.resource import APPROVAL_PREFIX, MCP_SEPARATOR
+from api.routes.messages import hand_over_stored, store_message
+from api.state import GatewayState, state_of
+from api.turns import submit_tool_approvals, submit_tool_results
+from chatd.models import ModelConfig
+from chatd.store.chats import ChatRecord, DynamicTool
+from chatd.store.client_results import ClientResultStaging
+from chatd.store.forks import ForkRefused, ForkStore
+from chatd.store.responses import NewResponse, ResponseRecord, new_response_id
+from chatd.tool_policy import PolicyDecision
+from workflows.payloads import SubmittedToolResult, SubmitToolApprovalsInput, ToolApproval
+
+__all__ = ["create_response"]
+
+_THINKING_BUDGETS = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 16384}
+"""Anthropic's thinking budget for a Responses `reasoning.effort`."""
+
+
+async def create_response(
+    request: Request, owner: str, key: str, body: CreateResponse, idempotency_key: str | None
+) -> ResponseRecord:
+    """Store the response and hand its input to the chat; a retry with the same
+    Idempotency-Key (and body) gets the response the first call made."""
+    state = state_of(request)
+    digest = request_digest(body)
+    if idempotency_key is not None:
+        earlier = await state.responses.by_key(owner, idempotency_key)
+        if earlier is not None:
+            check_same_request(earlier.request_digest, digest)
+            return earlier
+    model = _model(body, resolve_model(body.model, state.model_aliases))
+    response_id = new_response_id()
+    parsed = parse_input(body.input, response_id.removeprefix("resp_"))
+    chat = await _continued_chat(request, owner, body)
+    base = NewResponse(
+        id=response_id,
+        chat_id=uuid.UUID(int=0),
+        owner=owner,
+        turn_id="",
+        after_message_id=None,
+        after_event_seq=0,
+        previous_response_id=body.previous_response_id,
+        request=_echoed(body),
+        input_items=parsed.items,
+        idempotency_key=idempotency_key,
+        request_digest=digest,
+    )
+    if chat is not None and chat.status == "requires_action":
+        return await _answer_calls(request, key, chat, parsed, base)
+    if parsed.message is None:
+        raise ApiError(
+            400,
+            "no_pending_calls",
+            "function_call_output items answer the previous response's function calls,"
+            " and it made none that wait for an answer",
+            {"param": "input"},
+        )
+    if chat is not None and chat.status != "waiting":
+        raise ApiError(
+            409,
+            "response_in_progress",
+            "the previous response is still in progress: wait for it, or cancel it",
+            {"param": "previous_response_id", "status": chat.status},
+        )
+    system = "\n\n".join(t for t in [body.instructions or "", *parsed.system] if t) or None
+    tools = [] if body.tool_choice == "none" else _dynamic_tools(body)
+    if chat is None:
+        await state.message_gate.admit_turn(owner)
+        chat = await state.chats.create(
+            owner=owner,
+            model=model,
+            system_prompt=system,
+            dynamic_tools=tools,
+            active_tools=body.chatd_tools or [],
+            # "auto": compact at 70 % of the window; "disabled": only past an overflow.
+            compaction_threshold=0.7 if body.truncation == "auto" else 1.0,
+            tool_policy=_tool_policy(body),
+            mcp_servers=_mcp_servers(state, body),
+            subagents=body.chatd_subagents,
+            fallback_models=[
+                resolve_model(name, state.model_aliases)
+                for name in body.chatd_fallback_models or []
+            ],
+        )
+    else:
+        reconfigured = await state.chats.reconfigure(
+            chat.id, model=model, system_prompt=system, dynamic_tools=tools
+        )
+        if reconfigured is None:
+            raise ApiError(
+                409, "response_in_progress", "the previous response is still in progress"
+            )
+        chat = reconfigured
+    with state.chat_sends.slot(chat.id):
+        # Stored (past the quotas) before the history: a refused message leaves no history.
+        queued, created = await store_message(request, chat, parsed.message, idempotency_key)
+        for index, message in enumerate(parsed.history if created else []):
+            await state.transcript.save(
+                chat.id,
+                turn_id=f"input:{response_id}",
+                step_key=f"input:{response_id}:{index}",
+                role=message.role,
+                parts=message.parts,
+            )
+        after_event_seq = await state.events.last_seq(chat.id)
+        record, _ = await state.responses.create(
+            base.model_copy(
+                update={
+                    "chat_id": chat.id,
+                    "turn_id": str(queued.id),
+                    "after_event_seq": after_event_seq,
+                }
+            )
+        )
+        await hand_over_stored(request, chat, queued, created)
+    return record
+
+
+async def _continued_chat(request: Request, owner: str, body: CreateResponse) -> ChatRecord | None:
+    """The chat `previous_response_id` or `conversation` continues. A previous response that
+    is not its chat's latest forks the chat at that response's end."""
+    state = state_of(request)
+    if body.conversation is not None:
+        chat = await _owned_chat(state, owner, body.conversation)
+        if chat is None:
+            raise ApiError(
+                404, "conversation_not_found", f"conversation {body.conversation!r} not found",
+                {"param": "conversation"},
+            )  # fmt: skip
+        return chat
+    if body.previous_response_id is None:
+        return None
+    previous = await state.responses.get(owner, body.previous_response_id)
+    if previous is None:
+        raise ApiError(
+            400,
+            "previous_response_not_found",
+            f"Previous response with id {body.previous_response_id!r} not found.",
+            {"param": "previous_response_id"},
+        )
+    if await state.responses.latest_in_chat(previous.chat_id) == previous.id:
+        return await state.chats.get(previous.chat_id, owner)
+    return await _fork_at(state, owner, previous)
+
+
+async def _fork_at(state: GatewayState, owner: str, previous: ResponseRecord) -> ChatRecord:
+    """A new chat whose transcript is the conversation up to the end of `previous`."""
+    if previous.ended_at is None:
+        raise ApiError(
+            409,
+            "response_in_progress",
+            "that response is still in progress: a continuation can fork it once it ends",
+            {"param": "previous_response_id"},
+        )
+    messages = await state.responses.output_messages(previous)
+    last = messages[-1].id if messages else await _input_end(state, previous)
+    try:
+        fork = await ForkStore(state.pool).fork(
+            previous.chat_id,
+            owner,
+            last,
+            title=None,
+            idempotency_key=None,
+            request_digest="",
+        )
+    except ForkRefused as err:
+        raise ApiError(409, err.code, err.message, {"param": "previous_response_id"}) from err
+    chat = await state.chats.get(fork.chat_id, owner)
+    assert chat is not None
+    return chat
+
+
+async def _input_end(state: GatewayState, previous: ResponseRecord) -> int:
+    """The last transcript message of a response that produced no output: its input."""
+    value = await state.pool.fetchval(
+        "SELECT max(id) FROM messages WHERE chat_id = $1 AND turn_id = $2",
+        previous.chat_id,
+        previous.turn_id,
+    )
+    if value is None:
+        raise ApiError(
+            409, "response_in_progress", "that response's input is not in the conversation yet"
+        )
+    return int(value)
+
+
+async def _answer_calls(
+    request: Request, key: str, chat: ChatRecord, parsed: ParsedInput, base: NewResponse
+) -> ResponseRecord:
+    """Hand the client's answers to the turn waiting for them: function results through the
+    validated tool-results update, a person's decisions through the approvals update (both
+    first submission wins; a missing, extra or unknown id is a 400)."""
+    state = state_of(request)
+    pending = chat.pending_tool_calls or []
+    calls = [c["id"] for c in pending if c.get("action") == "client_tool"]
+    asks = [c["id"] for c in pending if c.get("action") == "approval"]
+    if parsed.message is not None or not (parsed.outputs or parsed.approvals):
+        raise ApiError(
+            400,
+            "function_calls_pending",
+            f"the previous response waits for the results of function calls {calls} and"
+            f" approvals of calls {asks}: send a function_call_output or mcp_approval_response"
+            " item for each (and nothing else)",
+            {"param": "input", "pending_call_ids": calls + asks},
+        )
+    answered = [o.call_id for o in parsed.outputs]
+    decided = [a.approval_request_id.removeprefix(APPROVAL_PREFIX) for a in parsed.approvals]
+    for given, expected, kind in ((answered, calls, "function_call_output"),
+                                  (decided, asks, "mcp_approval_response")):  # fmt: skip
+        if sorted(given) != sorted(expected):
+            raise ApiError(
+                400,
+                "invalid_tool_results",
+                f"{kind} items must answer each pending call exactly once:"
+                f" expected {expected}, received {given}",
+                {"param": "input", "expected": expected, "received": given},
+            )
+    assert chat.turn_id is not None
+    record, created = await state.responses.create(
+        base.model_copy(
+            update={
+                "chat_id": chat.id,
+                "turn_id": chat.turn_id,
+                "after_message_id": await state.responses.last_message_id(chat.id),
+                "after_event_seq": await state.events.last_seq(chat.id),
+                "answered_call_ids": answered,
+            }
+        )
+    )
+    if not created:
+        return record
+    try:
+        if parsed.outputs:
+            results = [
+                SubmittedToolResult(tool_call_id=o.call_id, output=o.text()) for o in parsed.outputs
+            ]
+            await submit_tool_results(
+                state.temporal, ClientResultStaging(state.pool), chat, results
+            )
+        if parsed.approvals:
+            await _approve(state, key, chat, parsed)
+    except ApiError:
+        await state.responses.discard(record.id)
+        raise
+    return record
+
+
+async def _approve(state: GatewayState, key: str, chat: ChatRecord, parsed: ParsedInput) -> None:
+    """The decisions, recorded with the key that sent them (the approval audit)."""
+    key_id = await state.keys.id_of(key)
+    decisions = [
+        ToolApproval(
+            tool_call_id=a.approval_request_id.removeprefix(APPROVAL_PREFIX),
+            decision="approve" if a.approve else "deny",
+            message=None if a.approve else a.reason,
+        )
+        for a in parsed.approvals
+    ]
+    approvals = SubmitToolApprovalsInput(
+        decisions=decisions, key_id=str(key_id) if key_id else None, owner=chat.owner
+    )
+    await submit_tool_approvals(state.temporal, str(chat.id), approvals)
+
+
+async def _owned_chat(state: GatewayState, owner: str, chat_id: str) -> ChatRecord | None:
+    try:
+        key = uuid.UUID(chat_id)
+    except ValueError:
+        return None
+    return await state.chats.get(key, owner)
+
+
+def _model(body: CreateResponse, model: ModelConfig) -> ModelConfig:
+    """The model with the request's sampling, output limit and reasoning effort."""
+    effort = body.reasoning.effort if body.reasoning else None
+    changes: dict[str, Any] = {
+        "max_output_tokens": body.max_output_tokens,
+        "temperature": body.temperature,
+        "top_p": body.top_p,
+        "chatd:events": body.chatd_events,
+    }
+    if effort and effort != "none":
+        if model.provider == "anthropic":
+            changes["thinking_budget_tokens"] = _THINKING_BUDGETS[effort]
+        else:
+            changes["reasoning_effort"] = effort
+    return model.model_copy(update={k: v for k, v in changes.items() if v is not None})
+
+
+def _dynamic_tools(body: CreateResponse) -> list[DynamicTool]:
+    return [
+        DynamicTool(
+            name=tool.name,
+            description=tool.description or "",
+            input_schema=tool.parameters or {"type": "object"},
+        )
+        for tool in body.function_tools()
+    ]
+
+
+def _mcp_servers(state: GatewayState, body: CreateResponse) -> list[str]:
+    """`chatd:mcp_servers` and the `mcp` tools' `server_label`s: servers the operator
+    configured, by name."""
+    names = [*(body.chatd_mcp_servers or []), *(t.server_label for t in body.mcp_tools())]
+    unknown = [n for n in names if n not in state.mcp_servers]
+    if unknown:
+        raise ApiError(
+            400,
+            "invalid_request",
+            f"unknown MCP servers {unknown}: a chat selects servers the operator configured",
+            {"param": "tools", "known": sorted(state.mcp_servers)},
+        )
+    return list(dict.fromkeys(names))
+
+
+def _tool_policy(body: CreateResponse) -> dict[str, PolicyDecision]:
+    """`chatd:tool_policy`, with each `mcp` tool's `require_approval` for its server's
+    tools."""
+    policy: dict[str, PolicyDecision] = {}
+    for tool in body.mcp_tools():
+        if tool.require_approval is not None:
+            decision: PolicyDecision = "ask" if tool.require_approval == "always" else "auto"
+            policy[f"{tool.server_label}{MCP_SEPARATOR}*"] = decision
+    return {**policy, **(body.chatd_tool_policy or {})}
+
+
+def _echoed(body: CreateResponse) -> dict[str, Any]:
+    """The request fields a Response object repeats."""
+    return {
+        "model": body.model,
+        "instructions": body.instructions,
+        "tools": [tool.model_dump() for tool in body.function_tools()],
+        "tool_choice": body.tool_choice,
+        "truncation": body.truncation,
+        "max_output_tokens": body.max_output_tokens,
+        "reasoning": body.reasoning.model_dump() if body.reasoning else None,
+        "metadata": body.metadata,
+        "background": body.background,
+        "temperature": body.temperature,
+        "top_p": body.top_p,
+        "chatd:events": body.chatd_events,
+    }

@@ -1,0 +1,325 @@
+"""A response's stream: the chat's events after the response began, as Open Responses events.
+
+The translation is a pure function of the chat's event log, so the same events always get
+the same sequence numbers: a client resuming with `starting_after=N` (after a dropped
+connection, a gateway restart or a worker crash) gets exactly the events after N.
+
+- Each model step's parts become items: reasoning, assistant messages (`output_text`) and
+  the client's function calls. Deltas stream as the model writes them; the persisted step
+  closes them with its durable text.
+- Tools the workers ran become items when their results are persisted (`mcp_call` for an
+  MCP server's, `chatd:tool_call` for a built-in one).
+- A step attempt abandoned by a crashed worker (the chat's `reset`): its open items are
+  closed `incomplete` and a `chatd:reset` event names them; the retry streams new items. A
+  client that ignores `chatd:` events still ends with the canonical output, because an
+  incomplete item is dropped from it (`GET` shows the transcript's items only).
+- `retry`, `queue` and `subagent` go out as `chatd:retry`, `chatd:queue` and
+  `chatd:subagent`.
+
+`chatd:` events go out only to a client that asked (`"chatd:events": true`): clients that
+check every event against the spec's list refuse the rest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from api.open_responses.resource import (
+    APPROVAL_PREFIX,
+    ItemIds,
+    approval_request_item,
+    function_call_item,
+    message_item,
+    reasoning_item,
+    tool_call_item,
+)
+from chatd.parts import Part, ReasoningPart, TextPart, ToolCallPart, ToolResultPart
+from chatd.store.events import ChatEvent
+from chatd.store.transcript import StoredMessage
+
+__all__ = ["TERMINAL_CHAT_STATUSES", "ResponseEvents"]
+
+TERMINAL_CHAT_STATUSES = frozenset({"waiting", "requires_action", "error"})
+"""The chat statuses that end a response: its turn waits for the client, or ended."""
+
+
+@dataclass
+class _OpenItem:
+    """An item whose deltas are streaming."""
+
+    kind: str
+    """reasoning, message or function_call."""
+    item_id: str
+    output_index: int
+    text: str = ""
+    call: ToolCallPart | None = None
+
+
+@dataclass
+class ResponseEvents:
+    """Turns chat events into the response's events, numbering them from 0."""
+
+    response_id: str
+    turn_id: str
+    client_tools: set[str]
+    answered_call_ids: set[str]
+    extensions: bool = False
+    """Whether the client asked for `chatd:` events (`chatd:events`)."""
+    ended: bool = False
+    _sequence: int = 0
+    _ids: ItemIds = field(init=False)
+    _outputs: int = 0
+    _open: dict[int, _OpenItem] = field(default_factory=dict)
+    _calls: dict[str, ToolCallPart] = field(default_factory=dict)
+    _results: set[str] = field(default_factory=set)
+    _began: bool = False
+    _awaits_client: bool = False
+    """The turn stopped for the client (its function results or a person's approvals)."""
+
+    def __post_init__(self) -> None:
+        self._ids = ItemIds(self.response_id)
+
+    def opening(self, resource: dict[str, Any]) -> list[dict[str, Any]]:
+        """`response.created` (and `response.queued` for a queued response)."""
+        events = [self._event("response.created", response=resource)]
+        if resource["status"] == "queued":
+            events.append(self._event("response.queued", response=resource))
+        return events
+
+    def feed(self, event: ChatEvent, resource: dict[str, Any]) -> list[dict[str, Any]]:
+        """The response's events for one chat event; `resource` is the response as of now
+        (the in-progress snapshot `response.in_progress` carries)."""
+        data = event.data
+        match event.event:
+            case "status":
+                return self._status(data, resource)
+            case "message_part" if data.get("role") == "assistant":
+                return self._delta(data.get("part") or {})
+            case "message":
+                # Published without its empty fields (a user message has no usage).
+                return self._message(StoredMessage.model_validate({"usage": None, **data}))
+            case "reset":
+                return self._reset()
+            case "retry" | "queue" | "subagent" if self.extensions:
+                return [self._event(f"chatd:{event.event}", data=data)]
+        return []
+
+    def closing(self, resource: dict[str, Any]) -> list[dict[str, Any]]:
+        """The terminal event for the response as it ended (its items are closed already)."""
+        kind = {
+            "completed": "response.completed",
+            "failed": "response.failed",
+        }.get(resource["status"], "response.incomplete")
+        events = [e for item in self._open.values() for e in self._close(item, "incomplete")]
+        self._open.clear()
+        if self._awaits_client:
+            for call in self._calls.values():
+                if call.name in self.client_tools or call.id in self._results:
+                    continue
+                if call.provider_executed:
+                    continue
+                item = _OpenItem("mcp_approval_request", APPROVAL_PREFIX + call.id, self._outputs)
+                self._outputs += 1
+                request = approval_request_item(call)
+                events.append(self._item_event("response.output_item.added", item, request))
+                events.append(self._item_event("response.output_item.done", item, request))
+        return [*events, self._event(kind, response=resource)]
+
+    def _status(self, data: dict[str, Any], resource: dict[str, Any]) -> list[dict[str, Any]]:
+        if data.get("turn_id") != self.turn_id:
+            return []
+        if data.get("status") == "running" and not self._began:
+            self._began = True
+            return [self._event("response.in_progress", response=resource)]
+        if data.get("status") in TERMINAL_CHAT_STATUSES:
+            self.ended = True
+            self._awaits_client = data.get("status") == "requires_action"
+        return []
+
+    def _delta(self, part: dict[str, Any]) -> list[dict[str, Any]]:
+        index = part.get("index")
+        if not isinstance(index, int):
+            return []  # a compaction's progress: not an output item
+        events: list[dict[str, Any]] = []
+        item = self._open.get(index)
+        kind = part.get("type")
+        if item is None:
+            if kind == "tool_call" and part.get("name") not in self.client_tools:
+                return []  # a tool the workers run: an item once its result is persisted
+            opened = self._begin(kind, part)
+            if opened is None:
+                return []
+            item, events = opened
+            self._open[index] = item
+        if kind in ("text", "reasoning") and part.get("text"):
+            item.text += part["text"]
+            name = "response.output_text.delta" if kind == "text" else "response.reasoning.delta"
+            events.append(self._part_event(name, item, delta=part["text"]))
+        elif kind == "tool_call" and part.get("args_delta"):
+            item.text += part["args_delta"]
+            events.append(
+                self._event(
+                    "response.function_call_arguments.delta",
+                    item_id=item.item_id,
+                    output_index=item.output_index,
+                    delta=part["args_delta"],
+                )
+            )
+        return events
+
+    def _begin(
+        self, kind: Any, part: dict[str, Any]
+    ) -> tuple[_OpenItem, list[dict[str, Any]]] | None:
+        """Open an item: its `output_item.added` (and `content_part.added`)."""
+        output_index = self._outputs
+        if kind == "text":
+            item = _OpenItem("message", self._ids.next("msg"), output_index)
+            added = message_item(item.item_id, "", "in_progress")
+            content: dict[str, Any] = {"type": "output_text", "text": "", "annotations": []}
+        elif kind == "reasoning":
+            item = _OpenItem("reasoning", self._ids.next("rs"), output_index)
+            added = reasoning_item(item.item_id, "")
+            content = {"type": "reasoning_text", "text": ""}
+        elif kind == "tool_call":
+            call = ToolCallPart(id=part.get("id") or "", name=part.get("name") or "")
+            item = _OpenItem("function_call", self._ids.next("fc"), output_index, call=call)
+            added = function_call_item(item.item_id, call, "in_progress")
+            self._outputs += 1
+            return item, [self._item_event("response.output_item.added", item, added)]
+        else:
+            return None
+        self._outputs += 1
+        return item, [
+            self._item_event("response.output_item.added", item, added),
+            self._part_event("response.content_part.added", item, part=content),
+        ]
+
+    def _message(self, message: StoredMessage) -> list[dict[str, Any]]:
+        """A persisted message: a model step closes its items with the durable parts; a
+        tool message adds an item per result of a tool the workers ran."""
+        if message.turn_id != self.turn_id:
+            return []
+        events: list[dict[str, Any]] = []
+        if message.role == "assistant":
+            for index, part in enumerate(message.parts):
+                events += self._persisted(index, part)
+            for item in self._open.values():  # streamed, then not kept: close as incomplete
+                events += self._close(item, "incomplete")
+            self._open.clear()
+        elif message.role == "tool":
+            for part in message.parts:
+                if isinstance(part, ToolResultPart):
+                    self._results.add(part.tool_call_id)
+                if (
+                    isinstance(part, ToolResultPart)
+                    and part.tool_call_id not in self.answered_call_ids
+                    and not part.provider_executed
+                    and part.name not in self.client_tools
+                ):
+                    item_id = self._ids.next("tc")
+                    done = tool_call_item(item_id, self._calls.get(part.tool_call_id), part)
+                    item = _OpenItem(done["type"], item_id, self._outputs)
+                    self._outputs += 1
+                    events.append(self._item_event("response.output_item.added", item, done))
+                    events.append(self._item_event("response.output_item.done", item, done))
+        return events
+
+    def _persisted(self, index: int, part: Part) -> list[dict[str, Any]]:
+        """Close the item of a step's part (opening it first if nothing streamed)."""
+        if isinstance(part, ToolCallPart):
+            self._calls[part.id] = part
+            if part.provider_executed or part.name not in self.client_tools:
+                return []
+            kind, text = "tool_call", part.arguments
+        elif isinstance(part, TextPart):
+            kind, text = "text", part.text
+        elif isinstance(part, ReasoningPart):
+            kind, text = "reasoning", part.text
+        else:
+            return []
+        events: list[dict[str, Any]] = []
+        item = self._open.pop(index, None)
+        if item is None or item.kind != _KINDS[kind]:
+            if item is not None:
+                events += self._close(item, "incomplete")
+            opened = self._begin(kind, part.model_dump())
+            assert opened is not None
+            item, events_added = opened
+            events += events_added
+        if text != item.text:  # the durable text completes what streamed
+            rest = text.removeprefix(item.text) if text.startswith(item.text) else text
+            events += self._delta_of(kind, item, rest)
+            item.text = text
+        if isinstance(part, ToolCallPart):
+            item.call = part
+        return events + self._close(item, "completed")
+
+    def _delta_of(self, kind: str, item: _OpenItem, delta: str) -> list[dict[str, Any]]:
+        if kind == "tool_call":
+            return [
+                self._event(
+                    "response.function_call_arguments.delta",
+                    item_id=item.item_id,
+                    output_index=item.output_index,
+                    delta=delta,
+                )
+            ]
+        name = "response.output_text.delta" if kind == "text" else "response.reasoning.delta"
+        return [self._part_event(name, item, delta=delta)]
+
+    def _close(self, item: _OpenItem, status: str) -> list[dict[str, Any]]:
+        """The `done` events of an item (and of its content part)."""
+        if item.kind == "function_call":
+            assert item.call is not None
+            call = item.call.model_copy(update={"arguments": item.text})
+            return [
+                self._event(
+                    "response.function_call_arguments.done",
+                    item_id=item.item_id,
+                    output_index=item.output_index,
+                    arguments=item.text,
+                ),
+                self._item_event(
+                    "response.output_item.done",
+                    item,
+                    function_call_item(item.item_id, call, status),
+                ),
+            ]
+        if item.kind == "message":
+            content = {"type": "output_text", "text": item.text, "annotations": []}
+            done = message_item(item.item_id, item.text, status)
+            text_done = self._part_event("response.output_text.done", item, text=item.text)
+        else:
+            content = {"type": "reasoning_text", "text": item.text}
+            done = reasoning_item(item.item_id, item.text)
+            text_done = self._part_event("response.reasoning.done", item, text=item.text)
+        return [
+            text_done,
+            self._part_event("response.content_part.done", item, part=content),
+            self._item_event("response.output_item.done", item, done),
+        ]
+
+    def _reset(self) -> list[dict[str, Any]]:
+        abandoned = list(self._open.values())
+        self._open.clear()
+        events = [e for item in abandoned for e in self._close(item, "incomplete")]
+        if self.extensions:
+            events.append(self._event("chatd:reset", item_ids=[i.item_id for i in abandoned]))
+        return events
+
+    def _item_event(self, kind: str, item: _OpenItem, body: dict[str, Any]) -> dict[str, Any]:
+        return self._event(kind, output_index=item.output_index, item=body)
+
+    def _part_event(self, kind: str, item: _OpenItem, **fields: Any) -> dict[str, Any]:
+        return self._event(
+            kind, item_id=item.item_id, output_index=item.output_index, content_index=0, **fields
+        )
+
+    def _event(self, kind: str, **fields: Any) -> dict[str, Any]:
+        event = {"type": kind, "sequence_number": self._sequence, **fields}
+        self._sequence += 1
+        return event
+
+
+_KINDS = {"text": "message", "reasoning": "reasoning", "tool_call": "function_call"}

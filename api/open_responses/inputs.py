@@ -1,0 +1,208 @@
+"""A response's `input` items as the chat sees them: system text, history to seed the
+transcript with, the user message that starts the turn, or the client's function results.
+
+Every refusal is a 400 naming the item (`input[2]`), raised before anything is stored."""
+
+from __future__ import annotations
+
+import mimetypes
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
+
+from api.errors import ApiError
+from api.open_responses.requests import (
+    ApprovalResponseItem,
+    FunctionCallItem,
+    FunctionCallOutputItem,
+    InputFile,
+    InputImage,
+    InputItem,
+    InputText,
+    MessageItem,
+)
+from api.schemas import SendMessage
+from api.user_parts import UserFilePart, UserPart, UserTextPart
+from chatd.parts import Part, Role, TextPart, ToolCallPart, ToolResultPart
+
+__all__ = ["HistoryMessage", "ParsedInput", "parse_input"]
+
+_ITEMS: TypeAdapter[InputItem] = TypeAdapter(InputItem)
+_DATA_URL = re.compile(r"^data:(?P<type>[\w.+-]+/[\w.+-]+);base64,(?P<data>.*)$", re.DOTALL)
+
+
+@dataclass
+class HistoryMessage:
+    """An earlier message given inline, stored in the transcript before the turn."""
+
+    role: Role
+    parts: list[Part]
+
+
+@dataclass
+class ParsedInput:
+    """What `input` asks of the chat."""
+
+    system: list[str] = field(default_factory=list)
+    """System and developer messages' text, in order (after `instructions`)."""
+    history: list[HistoryMessage] = field(default_factory=list)
+    message: SendMessage | None = None
+    """The user message that starts the turn; None when `input` answers function calls."""
+    outputs: list[FunctionCallOutputItem] = field(default_factory=list)
+    """Function results for the calls the chat waits on (a continuation's answer)."""
+    approvals: list[ApprovalResponseItem] = field(default_factory=list)
+    """Decisions on the calls waiting for approval (a continuation's answer)."""
+    items: list[dict[str, Any]] = field(default_factory=list)
+    """The items as `input_items` lists them: each with an id and a status."""
+
+
+def parse_input(raw: str | list[dict[str, Any]], response_hex: str) -> ParsedInput:
+    """Check and sort the items. The last item is the new user message, or every item is a
+    function result (the answer to the previous response's calls)."""
+    if isinstance(raw, str):
+        raw = [{"type": "message", "role": "user", "content": raw}]
+    items = [_item(index, entry) for index, entry in enumerate(raw)]
+    parsed = ParsedInput()
+    parsed.items = [_listed(item, f"{response_hex}_{i}") for i, item in enumerate(items)]
+    answers = (FunctionCallOutputItem, ApprovalResponseItem)
+    if all(isinstance(item, answers) for item in items):
+        parsed.outputs = [item for item in items if isinstance(item, FunctionCallOutputItem)]
+        parsed.approvals = [item for item in items if isinstance(item, ApprovalResponseItem)]
+        return parsed
+    last = items[-1]
+    if not (isinstance(last, MessageItem) and last.role == "user"):
+        raise _refusal(
+            len(items) - 1,
+            "the last input item must be a user message (or every item a"
+            " function_call_output or mcp_approval_response)",
+        )
+    call_names: dict[str, str] = {}
+    for index, item in enumerate(items[:-1]):
+        _add_history(parsed, index, item, call_names)
+    parsed.message = _user_message(len(items) - 1, last)
+    return parsed
+
+
+def _item(index: int, entry: Any) -> InputItem:
+    if isinstance(entry, dict) and "type" not in entry and "role" in entry:
+        entry = {**entry, "type": "message"}
+    if isinstance(entry, dict) and entry.get("type") in (None, "item_reference"):
+        raise _refusal(index, "item references are not supported: send the item itself")
+    try:
+        return _ITEMS.validate_python(entry)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = "".join(f"[{x}]" if isinstance(x, int) else f".{x}" for x in first["loc"])
+        raise _refusal(index, f"{where.lstrip('.')}: {first['msg']}".lstrip(": ")) from err
+
+
+def _add_history(
+    parsed: ParsedInput, index: int, item: InputItem, call_names: dict[str, str]
+) -> None:
+    """An earlier item into the history (or the system text), merging a model's calls into
+    its message and a run of results into one tool message, as the transcript holds them."""
+    history = parsed.history
+    if isinstance(item, MessageItem):
+        if item.role in ("system", "developer"):
+            parsed.system.append(_plain_text(item))
+        elif item.role == "assistant":
+            history.append(HistoryMessage("assistant", [TextPart(text=_plain_text(item))]))
+        else:
+            history.append(HistoryMessage("user", list(_user_message(index, item).user_parts())))
+    elif isinstance(item, ApprovalResponseItem):
+        raise _refusal(index, "an mcp_approval_response answers the previous response only")
+    elif isinstance(item, FunctionCallItem):
+        call = ToolCallPart(id=item.call_id, name=item.name, arguments=item.arguments)
+        call_names[item.call_id] = item.name
+        if history and history[-1].role == "assistant":
+            history[-1].parts.append(call)
+        else:
+            history.append(HistoryMessage("assistant", [call]))
+    else:
+        if item.call_id not in call_names:
+            raise _refusal(index, f"no function_call with call_id {item.call_id!r} before it")
+        result = ToolResultPart(
+            tool_call_id=item.call_id, name=call_names[item.call_id], output=item.text()
+        )
+        if history and history[-1].role == "tool":
+            history[-1].parts.append(result)
+        else:
+            history.append(HistoryMessage("tool", [result]))
+
+
+def _plain_text(item: MessageItem) -> str:
+    if isinstance(item.content, str):
+        return item.content
+    return "".join(getattr(part, "text", "") for part in item.content)
+
+
+def _user_message(index: int, item: MessageItem) -> SendMessage:
+    """The user message's parts, checked as the native API checks a sent message."""
+    content = item.content
+    if isinstance(content, str):
+        parts: list[UserPart] = [UserTextPart(type="text", text=content)] if content else []
+    else:
+        parts = [_user_part(index, part) for part in content]
+    try:
+        return SendMessage(parts=parts)
+    except ValidationError as err:
+        message = str(err.errors()[0]["msg"]).removeprefix("Value error, ")
+        raise _refusal(index, message) from err
+
+
+def _user_part(index: int, part: Any) -> UserPart:
+    if isinstance(part, InputText):
+        return UserTextPart(type="text", text=part.text)
+    if isinstance(part, InputImage):
+        return _file(index, part.image_url, None, "image_url")
+    if isinstance(part, InputFile):
+        return _file(index, part.file_data, part.filename, "file_data")
+    raise _refusal(index, f"a user message can't hold {getattr(part, 'type', part)!r}")
+
+
+def _file(index: int, data: str | None, filename: str | None, name: str) -> UserFilePart:
+    """A data URL (or bare base64 named by `filename`) as a file part; URLs to fetch are
+    refused: the server fetches nothing on a client's behalf."""
+    if not data:
+        raise _refusal(index, f"{name} is required (a data: URL)")
+    found = _DATA_URL.match(data)
+    if found:
+        media_type, payload = found["type"], found["data"]
+    elif filename and not data.startswith(("http://", "https://")):
+        media_type, payload = mimetypes.guess_type(filename)[0] or "", data
+    else:
+        raise _refusal(index, f"{name} must be a data: URL (base64); URLs are not fetched")
+    try:
+        return UserFilePart(type="file", media_type=media_type, data=payload, name=filename)
+    except ValidationError as err:
+        raise _refusal(index, str(err.errors()[0]["msg"])) from err
+
+
+def _listed(item: InputItem, item_id: str) -> dict[str, Any]:
+    """The item as `input_items` shows it: with an id and a status, content as parts."""
+    listed = item.model_dump(exclude_none=True)
+    listed.setdefault("id", f"{_PREFIXES[item.type]}_{item_id}")
+    listed.setdefault("status", "completed")
+    if isinstance(item, MessageItem) and isinstance(item.content, str):
+        kind = "output_text" if item.role == "assistant" else "input_text"
+        part: dict[str, Any] = {"type": kind, "text": item.content}
+        if kind == "output_text":
+            part["annotations"] = []
+        listed["content"] = [part]
+    return listed
+
+
+_PREFIXES = {
+    "message": "msg",
+    "function_call": "fc",
+    "function_call_output": "fco",
+    "mcp_approval_response": "mcpr",
+}
+
+
+def _refusal(index: int, message: str) -> ApiError:
+    return ApiError(
+        400, "invalid_request", f"input[{index}]: {message}", {"param": f"input[{index}]"}
+    )

@@ -1,0 +1,260 @@
+"""The body of `POST /v1/responses`, as Open Responses defines it, less what we refuse.
+
+A field we don't support is refused by name (400), never ignored: a client that asks for
+something gets it or learns it can't. Items in `input` are checked here; turning them into
+transcript parts is `api.open_responses.inputs`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from chatd.tool_policy import ToolPolicy
+
+__all__ = [
+    "ApprovalResponseItem",
+    "AssistantContent",
+    "CreateResponse",
+    "FunctionCallItem",
+    "FunctionCallOutputItem",
+    "FunctionTool",
+    "InputItem",
+    "McpTool",
+    "MessageItem",
+    "UserContent",
+]
+
+_STRICT = ConfigDict(extra="forbid")
+_NAME = r"^[A-Za-z0-9_-]+$"
+
+
+class InputText(BaseModel):
+    model_config = _STRICT
+    type: Literal["input_text"]
+    text: str
+
+
+class InputImage(BaseModel):
+    model_config = _STRICT
+    type: Literal["input_image"]
+    image_url: str | None = None
+    """A `data:image/...;base64,` URL (the server fetches nothing on a client's behalf)."""
+    detail: Literal["low", "high", "auto"] | None = None
+
+
+class InputFile(BaseModel):
+    model_config = _STRICT
+    type: Literal["input_file"]
+    filename: str | None = Field(default=None, max_length=255)
+    file_data: str | None = None
+    """A `data:<media type>;base64,` URL, or bare base64 with a `filename` to name its type."""
+
+
+class OutputText(BaseModel):
+    model_config = _STRICT
+    type: Literal["output_text"]
+    text: str
+    annotations: list[dict[str, Any]] = []
+    logprobs: list[dict[str, Any]] | None = None
+
+
+UserContent = Annotated[InputText | InputImage | InputFile, Field(discriminator="type")]
+AssistantContent = OutputText
+
+
+class MessageItem(BaseModel):
+    """A message; `type` may be left out."""
+
+    model_config = _STRICT
+    type: Literal["message"] = "message"
+    id: str | None = None
+    status: str | None = None
+    role: Literal["user", "assistant", "system", "developer"]
+    content: str | list[UserContent] | list[AssistantContent]
+    phase: Literal["commentary", "final_answer"] | None = None
+
+    @model_validator(mode="after")
+    def _content_fits_role(self) -> MessageItem:
+        if isinstance(self.content, str):
+            return self
+        kinds = {part.type for part in self.content}
+        allowed = {
+            "user": {"input_text", "input_image", "input_file"},
+            "assistant": {"output_text"},
+            "system": {"input_text"},
+            "developer": {"input_text"},
+        }[self.role]
+        if not kinds <= allowed:
+            raise ValueError(
+                f"a {self.role} message's content holds {sorted(allowed)} only,"
+                f" not {sorted(kinds - allowed)}"
+            )
+        return self
+
+
+class FunctionCallItem(BaseModel):
+    """A function call the model made earlier, given back as history."""
+
+    model_config = _STRICT
+    type: Literal["function_call"]
+    id: str | None = None
+    call_id: str = Field(min_length=1, max_length=64)
+    name: str = Field(min_length=1, max_length=64, pattern=_NAME)
+    arguments: str
+    status: str | None = None
+
+
+class FunctionCallOutputItem(BaseModel):
+    """The client's result of a function call."""
+
+    model_config = _STRICT
+    type: Literal["function_call_output"]
+    id: str | None = None
+    call_id: str = Field(min_length=1, max_length=64)
+    output: str | list[InputText]
+    status: str | None = None
+
+    def text(self) -> str:
+        if isinstance(self.output, str):
+            return self.output
+        return "".join(part.text for part in self.output)
+
+
+class ApprovalResponseItem(BaseModel):
+    """A person's decision on a call waiting for approval (an `mcp_approval_request` item,
+    for MCP and built-in tools alike)."""
+
+    model_config = _STRICT
+    type: Literal["mcp_approval_response"]
+    id: str | None = None
+    approval_request_id: str = Field(min_length=1, max_length=200)
+    approve: bool
+    reason: str | None = Field(default=None, max_length=4000)
+
+
+InputItem = Annotated[
+    MessageItem | FunctionCallItem | FunctionCallOutputItem | ApprovalResponseItem,
+    Field(discriminator="type"),
+]
+
+
+class FunctionTool(BaseModel):
+    """A function the client runs: the model's call ends the response `completed` with a
+    `function_call` item, and the client answers with `function_call_output`."""
+
+    model_config = _STRICT
+    type: Literal["function"] = "function"
+    name: str = Field(min_length=1, max_length=64, pattern=_NAME)
+    description: str | None = Field(default=None, max_length=4096)
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+    @model_validator(mode="after")
+    def _parameters_are_a_schema(self) -> FunctionTool:
+        if self.parameters is not None:
+            try:
+                Draft202012Validator.check_schema(self.parameters)
+            except SchemaError as err:
+                raise ValueError(f"parameters is not a JSON Schema: {err.message}") from err
+            if self.parameters.get("type", "object") != "object":
+                raise ValueError("parameters must describe an object")
+        return self
+
+
+class McpTool(BaseModel):
+    """An MCP server the operator configured, by its name (`server_label`): the chat offers
+    its tools; `require_approval: always` asks a person before each call."""
+
+    model_config = _STRICT
+    type: Literal["mcp"]
+    server_label: str = Field(min_length=1, max_length=100)
+    require_approval: Literal["always", "never"] | None = None
+
+
+class Reasoning(BaseModel):
+    model_config = _STRICT
+    effort: Literal["none", "minimal", "low", "medium", "high"] | None = None
+    summary: Literal["auto", "concise", "detailed"] | None = None
+
+
+class TextFormat(BaseModel):
+    model_config = _STRICT
+    type: Literal["text"]
+
+
+class TextOptions(BaseModel):
+    """Only plain text output: structured output formats are refused by name."""
+
+    model_config = _STRICT
+    format: TextFormat | None = None
+
+
+class CreateResponse(BaseModel):
+    """Body of `POST /v1/responses`. Extensions are the `chatd:`-prefixed fields."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    model: str = Field(min_length=1, max_length=200)
+    input: str | list[Annotated[dict[str, Any], Field()]] = Field(min_length=1)
+    """Checked item by item in `api.open_responses.inputs` (so an error names the item)."""
+    instructions: str | None = Field(default=None, max_length=200_000)
+    tools: list[Annotated[FunctionTool | McpTool, Field(discriminator="type")]] = Field(
+        default_factory=list, max_length=64
+    )
+    tool_choice: Literal["auto", "none"] = "auto"
+    parallel_tool_calls: Literal[True] = True
+    max_output_tokens: int | None = Field(default=None, ge=16, le=1_000_000)
+    reasoning: Reasoning | None = None
+    truncation: Literal["auto", "disabled"] = "disabled"
+    metadata: dict[str, Annotated[str, Field(max_length=512)]] = Field(
+        default_factory=dict, max_length=16
+    )
+    store: Literal[True] = True
+    background: bool = False
+    stream: bool = False
+    previous_response_id: str | None = Field(default=None, max_length=200)
+    conversation: str | None = Field(default=None, max_length=200)
+    """A chat id: the response continues that chat."""
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, ge=0, le=1)
+    text: TextOptions | None = None
+    chatd_tool_policy: ToolPolicy | None = Field(default=None, alias="chatd:tool_policy")
+    chatd_tools: list[str] | None = Field(default=None, alias="chatd:tools", max_length=64)
+    """Built-in tools the chat offers (none unless named), run by the workers."""
+    chatd_mcp_servers: list[str] | None = Field(
+        default=None, alias="chatd:mcp_servers", max_length=32
+    )
+    chatd_subagents: bool = Field(default=False, alias="chatd:subagents")
+    chatd_fallback_models: list[str] | None = Field(
+        default=None, alias="chatd:fallback_models", max_length=8
+    )
+    chatd_events: bool = Field(default=False, alias="chatd:events")
+    """Stream `chatd:` events too (`chatd:retry`, `chatd:queue`, `chatd:reset`): off by
+    default, as clients that validate every event against the spec refuse unknown ones."""
+
+    @field_validator("tools", mode="before")
+    @classmethod
+    def _function_by_default(cls, tools: Any) -> Any:
+        """A tool without a `type` is a function (as the specification's default says)."""
+        if isinstance(tools, list):
+            return [
+                {**t, "type": "function"} if isinstance(t, dict) and "type" not in t else t
+                for t in tools
+            ]
+        return tools
+
+    def function_tools(self) -> list[FunctionTool]:
+        return [tool for tool in self.tools if isinstance(tool, FunctionTool)]
+
+    def mcp_tools(self) -> list[McpTool]:
+        return [tool for tool in self.tools if isinstance(tool, McpTool)]
+
+    @model_validator(mode="after")
+    def _one_way_to_continue(self) -> CreateResponse:
+        if self.previous_response_id and self.conversation:
+            raise ValueError("give `previous_response_id` or `conversation`, not both")
+        return self

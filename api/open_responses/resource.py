@@ -1,0 +1,258 @@
+"""The Response object: a response's row and its transcript messages, in the shape Open
+Responses defines (every field present; nullable ones as null).
+
+Output items are read from the transcript only, so `GET /v1/responses/{id}` shows what the
+chat durably holds: an attempt abandoned by a crashed worker is not in it. Item ids are
+`<kind>_<response hex>_<n>`, n counting the response's items in order, as its stream does.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from chatd.models import ModelError
+from chatd.parts import ReasoningPart, TextPart, ToolCallPart, ToolResultPart, Usage
+from chatd.store.responses import ResponseRecord
+from chatd.store.transcript import StoredMessage
+
+__all__ = [
+    "APPROVAL_PREFIX",
+    "MCP_SEPARATOR",
+    "ItemIds",
+    "ResponseStatus",
+    "approval_request_item",
+    "build_resource",
+    "output_items",
+    "response_status",
+    "tool_call_item",
+    "usage_of",
+]
+
+APPROVAL_PREFIX = "mcpr_"
+"""An approval request's id: this, then the id of the call it asks about."""
+MCP_SEPARATOR = "__"
+"""Between an MCP server's name and its tool's, in the name the model sees."""
+
+ResponseStatus = str
+"""queued, in_progress, completed, failed, cancelled or incomplete."""
+
+_ERROR_CODES = {
+    "rate_limit": "rate_limit_exceeded",
+    "context_exceeded": "context_length_exceeded",
+    "invalid_request": "invalid_prompt",
+    "auth": "server_error",
+    "overloaded": "server_error",
+    "unavailable": "server_error",
+    "internal": "server_error",
+}
+"""Our error kinds as the codes OpenAI's failed responses carry (the rest: `kind` itself)."""
+
+
+class ItemIds:
+    """Ids for a response's output items, in order."""
+
+    def __init__(self, response_id: str) -> None:
+        self._hex = response_id.removeprefix("resp_")
+        self._count = 0
+
+    def next(self, prefix: str) -> str:
+        item_id = f"{prefix}_{self._hex}_{self._count}"
+        self._count += 1
+        return item_id
+
+
+def message_item(item_id: str, text: str, status: str) -> dict[str, Any]:
+    return {
+        "type": "message",
+        "id": item_id,
+        "status": status,
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": text, "annotations": []}] if text else [],
+    }
+
+
+def reasoning_item(item_id: str, text: str) -> dict[str, Any]:
+    content = [{"type": "reasoning_text", "text": text}] if text else []
+    return {"type": "reasoning", "id": item_id, "summary": [], "content": content}
+
+
+def function_call_item(item_id: str, call: ToolCallPart, status: str) -> dict[str, Any]:
+    return {
+        "type": "function_call",
+        "id": item_id,
+        "call_id": call.id,
+        "name": call.name,
+        "arguments": call.arguments,
+        "status": status,
+    }
+
+
+def tool_call_item(
+    item_id: str, call: ToolCallPart | None, result: ToolResultPart
+) -> dict[str, Any]:
+    """A tool the workers ran: an MCP server's as an `mcp_call` item; a built-in one
+    (workspace tools, `execute`, subagents, the advisor) as the extension `chatd:tool_call`."""
+    server, separator, tool = result.name.partition(MCP_SEPARATOR)
+    if separator:
+        output = result.output if isinstance(result.output, str) else json.dumps(result.output)
+        return {
+            "type": "mcp_call",
+            "id": item_id,
+            "server_label": server,
+            "name": tool,
+            "arguments": call.arguments if call else "",
+            "output": None if result.is_error else output,
+            "error": output if result.is_error else None,
+        }
+    return {
+        "type": "chatd:tool_call",
+        "id": item_id,
+        "status": "incomplete" if result.is_error else "completed",
+        "call_id": result.tool_call_id,
+        "name": result.name,
+        "arguments": call.arguments if call else "",
+        "output": result.output,
+        "is_error": result.is_error,
+    }
+
+
+def approval_request_item(call: ToolCallPart) -> dict[str, Any]:
+    """A call waiting for a person's approval: an MCP server's tool (`<server>__<tool>`) or
+    a built-in one (server label `chatd`). Its id names the call, so the answer maps back."""
+    server, separator, tool = call.name.partition(MCP_SEPARATOR)
+    return {
+        "type": "mcp_approval_request",
+        "id": f"{APPROVAL_PREFIX}{call.id}",
+        "server_label": server if separator else "chatd",
+        "name": tool if separator else call.name,
+        "arguments": call.arguments,
+    }
+
+
+def output_items(
+    record: ResponseRecord, messages: list[StoredMessage], client_tools: set[str]
+) -> list[dict[str, Any]]:
+    """The response's output: each model step's reasoning, text and client function calls,
+    then the results of the tools the workers ran for it."""
+    ids = ItemIds(record.id)
+    answered = set(record.answered_call_ids)
+    calls: dict[str, ToolCallPart] = {}
+    results: set[str] = set()
+    items: list[dict[str, Any]] = []
+    for message in messages:
+        for part in message.parts:
+            if isinstance(part, ReasoningPart) and message.role == "assistant":
+                items.append(reasoning_item(ids.next("rs"), part.text))
+            elif isinstance(part, TextPart) and message.role == "assistant":
+                items.append(message_item(ids.next("msg"), part.text, "completed"))
+            elif isinstance(part, ToolCallPart) and not part.provider_executed:
+                calls[part.id] = part
+                if part.name in client_tools:
+                    items.append(function_call_item(ids.next("fc"), part, "completed"))
+            elif isinstance(part, ToolResultPart):
+                results.add(part.tool_call_id)
+            if (
+                isinstance(part, ToolResultPart)
+                and part.tool_call_id not in answered
+                and not part.provider_executed
+                and part.name not in client_tools
+            ):
+                call = calls.get(part.tool_call_id)
+                items.append(tool_call_item(ids.next("tc"), call, part))
+    if record.ended_status == "requires_action":
+        items += [
+            approval_request_item(call)
+            for call in calls.values()
+            if call.name not in client_tools
+            and call.id not in results
+            and not call.provider_executed
+        ]
+    return items
+
+
+def usage_of(messages: list[StoredMessage]) -> dict[str, Any]:
+    total = Usage()
+    for message in messages:
+        if message.usage is not None:
+            total = total + message.usage
+    return {
+        "input_tokens": total.input_tokens,
+        "output_tokens": total.output_tokens,
+        "total_tokens": total.input_tokens + total.output_tokens,
+        "input_tokens_details": {"cached_tokens": total.cache_read_tokens},
+        "output_tokens_details": {"reasoning_tokens": total.reasoning_tokens},
+    }
+
+
+def response_status(
+    record: ResponseRecord, messages: list[StoredMessage], running_turn: str | None
+) -> tuple[ResponseStatus, dict[str, Any] | None]:
+    """The status, and `incomplete_details` when incomplete. A response whose turn hasn't
+    begun is queued; one whose model stopped at `max_output_tokens` is incomplete."""
+    if record.ended_at is None:
+        return ("in_progress" if running_turn == record.turn_id else "queued"), None
+    if record.cancel_requested_at is not None:
+        return "cancelled", None
+    if record.ended_status == "error":
+        return "failed", None
+    limit = record.request.get("max_output_tokens")
+    last = next((m for m in reversed(messages) if m.role == "assistant"), None)
+    if limit and last and last.usage and last.usage.output_tokens >= limit:
+        return "incomplete", {"reason": "max_output_tokens"}
+    return "completed", None
+
+
+def error_of(error: ModelError | None) -> dict[str, Any] | None:
+    if error is None:
+        return None
+    return {"code": _ERROR_CODES.get(error.kind, error.kind), "message": error.message}
+
+
+def build_resource(
+    record: ResponseRecord,
+    *,
+    status: ResponseStatus,
+    output: list[dict[str, Any]],
+    usage: dict[str, Any] | None,
+    incomplete: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The Response object; `status` decides `completed_at`, `error` and what else shows."""
+    request = record.request
+    ended = status in ("completed", "failed", "cancelled", "incomplete")
+    return {
+        "id": record.id,
+        "object": "response",
+        "created_at": int(record.created_at.timestamp()),
+        "completed_at": int(record.ended_at.timestamp()) if ended and record.ended_at else None,
+        "status": status,
+        "incomplete_details": incomplete,
+        "model": request["model"],
+        "previous_response_id": record.previous_response_id,
+        "instructions": request.get("instructions"),
+        "output": output,
+        "error": error_of(record.ended_error) if status == "failed" else None,
+        "tools": request.get("tools", []),
+        "tool_choice": request.get("tool_choice", "auto"),
+        "truncation": request.get("truncation", "disabled"),
+        "parallel_tool_calls": True,
+        "text": {"format": {"type": "text"}},
+        "top_p": request.get("top_p") if request.get("top_p") is not None else 1.0,
+        "presence_penalty": 0.0,
+        "frequency_penalty": 0.0,
+        "top_logprobs": 0,
+        "temperature": (
+            request.get("temperature") if request.get("temperature") is not None else 1.0
+        ),
+        "reasoning": request.get("reasoning"),
+        "usage": usage,
+        "max_output_tokens": request.get("max_output_tokens"),
+        "max_tool_calls": None,
+        "store": True,
+        "background": request.get("background", False),
+        "service_tier": "default",
+        "metadata": request.get("metadata", {}),
+        "safety_identifier": None,
+        "prompt_cache_key": None,
+        "conversation": {"id": str(record.chat_id)},
+    }

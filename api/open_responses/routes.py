@@ -1,0 +1,147 @@
+"""Open Responses at `/v1`: every response is a durable chat turn (see `creation`)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Header, Path, Query, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from api.access import Owner
+from api.auth import BearerKey
+from api.errors import ApiError
+from api.open_responses.creation import create_response
+from api.open_responses.requests import CreateResponse
+from api.open_responses.views import current_resource, event_stream, until_ended
+from api.routes.stream import SlotStream
+from api.state import GatewayState, state_of
+from api.turns import interrupt_turn
+from chatd.store.keys import hash_key
+from chatd.store.responses import ResponseRecord
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/v1", tags=["open-responses"])
+
+ResponseId = Annotated[str, Path(max_length=200)]
+
+
+async def _stream(
+    state: GatewayState, key: str, record: ResponseRecord, starting_after: int | None
+) -> StreamingResponse:
+    """The response's events, holding one of the key's stream slots while open."""
+    slot = await state.stream_slots.take(hash_key(key), record.owner, record.chat_id)
+    return SlotStream(state, slot, event_stream(state, record, starting_after, slot))
+
+
+async def _owned(state: GatewayState, owner: str, response_id: str) -> ResponseRecord:
+    record = await state.responses.get(owner, response_id)
+    if record is None:
+        raise ApiError(
+            404,
+            "response_not_found",
+            f"No response found with id {response_id!r}.",
+            {"param": "response_id"},
+        )
+    return record
+
+
+@router.post("/responses", response_model=None)
+async def create(
+    body: CreateResponse,
+    request: Request,
+    owner: Owner,
+    key: BearerKey,
+    idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+) -> Response:
+    """Create a response. With `stream`, its events as SSE; with `background`, the response
+    at once (queued); otherwise the response once it has ended. A client that goes away
+    stops nothing: the response is a durable turn, readable later."""
+    state = state_of(request)
+    record = await create_response(request, owner, key, body, idempotency_key)
+    if body.stream:
+        try:
+            return await _stream(state, key, record, None)
+        except ApiError as refusal:  # over the key's streams: the response runs all the same
+            refusal.message += f"; response {record.id} was created: read it with GET"
+            raise
+    if not body.background:
+        record = await until_ended(state, record)
+    return JSONResponse(await current_resource(state, record))
+
+
+@router.get("/responses/{response_id}", response_model=None)
+async def retrieve(
+    response_id: ResponseId,
+    request: Request,
+    owner: Owner,
+    key: BearerKey,
+    stream: bool = False,
+    starting_after: Annotated[int | None, Query(ge=-1)] = None,
+) -> Response:
+    """The response as it is now; with `stream=true`, its events after `starting_after`."""
+    state = state_of(request)
+    record = await _owned(state, owner, response_id)
+    if stream:
+        return await _stream(state, key, record, starting_after)
+    return JSONResponse(await current_resource(state, record))
+
+
+@router.post("/responses/{response_id}/cancel", response_model=None)
+async def cancel(response_id: ResponseId, request: Request, owner: Owner) -> JSONResponse:
+    """Interrupt the response's turn: its partial output is kept, its status `cancelled`.
+    A response that has ended is returned as it is."""
+    state = state_of(request)
+    record = await _owned(state, owner, response_id)
+    if record.ended_at is None:
+        await state.responses.request_cancel(record.id)
+        chat = await state.chats.get(record.chat_id, owner)
+        if chat is not None and chat.turn_id == record.turn_id:
+            await interrupt_turn(state.temporal, state.turns, chat)
+        elif await state.transcript.drop_queued(record.chat_id, uuid.UUID(record.turn_id)):
+            await state.responses.end_unstarted(record.id)  # its turn will never begin
+        record = await until_ended(state, record)
+    return JSONResponse(await current_resource(state, record))
+
+
+@router.delete("/responses/{response_id}", response_model=None)
+async def delete(response_id: ResponseId, request: Request, owner: Owner) -> JSONResponse:
+    """Delete the response: it is no longer readable (its chat's transcript stays)."""
+    if not await state_of(request).responses.delete(owner, response_id):
+        raise ApiError(
+            404,
+            "response_not_found",
+            f"No response found with id {response_id!r}.",
+            {"param": "response_id"},
+        )
+    return JSONResponse({"id": response_id, "object": "response", "deleted": True})
+
+
+@router.get("/responses/{response_id}/input_items", response_model=None)
+async def input_items(
+    response_id: ResponseId,
+    request: Request,
+    owner: Owner,
+    after: Annotated[str | None, Query(max_length=200)] = None,
+    limit: Annotated[int, Query(ge=1, le=100)] = 20,
+    order: Literal["asc", "desc"] = "desc",
+) -> JSONResponse:
+    """The response's own input items (not its chain's), paged by item id."""
+    record = await _owned(state_of(request), owner, response_id)
+    items = record.input_items if order == "asc" else list(reversed(record.input_items))
+    if after is not None:
+        ids = [item["id"] for item in items]
+        if after not in ids:
+            raise ApiError(400, "invalid_request", f"no input item {after!r}", {"param": "after"})
+        items = items[ids.index(after) + 1 :]
+    page = items[:limit]
+    return JSONResponse(
+        {
+            "object": "list",
+            "data": page,
+            "first_id": page[0]["id"] if page else None,
+            "last_id": page[-1]["id"] if page else None,
+            "has_more": len(items) > limit,
+        }
+    )

@@ -1,0 +1,121 @@
+"""Reading a response: the Response object as of now, waiting for its end, and its event
+stream (from the start, or after a client's `starting_after`)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from api.open_responses.events import ResponseEvents
+from api.open_responses.resource import (
+    build_resource,
+    output_items,
+    response_status,
+    usage_of,
+)
+from api.quotas import StreamSlot
+from api.state import GatewayState
+from chatd.store.responses import ResponseRecord
+
+__all__ = ["current_resource", "event_stream", "until_ended"]
+
+WAKE_AT_LEAST_S = 15.0
+"""A wait for the chat's next notification looks again after this long (a missed one)."""
+
+
+def client_tools(record: ResponseRecord) -> set[str]:
+    return {tool["name"] for tool in record.request.get("tools", [])}
+
+
+async def current_resource(state: GatewayState, record: ResponseRecord) -> dict[str, Any]:
+    """The Response object as the transcript and the response's row hold it now."""
+    messages = await state.responses.output_messages(record)
+    chat = await state.chats.get(record.chat_id)
+    running = chat.turn_id if chat is not None else None
+    status, incomplete = response_status(record, messages, running)
+    ended = record.ended_at is not None
+    return build_resource(
+        record,
+        status=status,
+        output=output_items(record, messages, client_tools(record)),
+        usage=usage_of(messages) if ended else None,
+        incomplete=incomplete,
+    )
+
+
+async def until_ended(state: GatewayState, record: ResponseRecord) -> ResponseRecord:
+    """The response once it has ended (its turn waits for the client, or ended)."""
+    with state.hub.subscribe(record.chat_id) as wake:
+        while True:
+            wake.clear()  # before reading, so a notification during the read is not missed
+            current = await state.responses.get(record.owner, record.id)
+            if current is None or current.ended_at is not None:
+                return current or record
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake.wait(), WAKE_AT_LEAST_S)
+
+
+def _snapshot(record: ResponseRecord) -> dict[str, Any]:
+    """The response as its stream's opening events show it: the same on every replay."""
+    status = "queued" if record.request.get("background") else "in_progress"
+    return build_resource(record, status=status, output=[], usage=None)
+
+
+async def event_stream(
+    state: GatewayState, record: ResponseRecord, starting_after: int | None, slot: StreamSlot
+) -> AsyncIterator[str]:
+    """The response's events as SSE frames, each frame one write, ending with `[DONE]`.
+
+    Events numbered up to `starting_after` are not sent again. The chat's events are read
+    from the response's start each time: the numbering is theirs, so a resumed stream
+    continues exactly where the client's left off.
+    """
+    skip = -1 if starting_after is None else starting_after
+    translator = ResponseEvents(
+        record.id,
+        record.turn_id,
+        client_tools(record),
+        set(record.answered_call_ids),
+        extensions=bool(record.request.get("chatd:events")),
+    )
+    opening = _snapshot(record)
+    in_progress = {**opening, "status": "in_progress"}
+    frames = _frames(translator.opening(opening), skip)
+    if frames:
+        yield frames
+    cursor = record.after_event_seq
+    with state.hub.subscribe(record.chat_id) as wake, state.shutdown.watch(wake):
+        slot.wake_with(wake)
+        while not (translator.ended or slot.ended or state.shutdown.started):
+            wake.clear()
+            events = await state.events.read_after(record.chat_id, cursor)
+            out: list[dict[str, Any]] = []
+            for event in events:
+                out += translator.feed(event, in_progress)
+                cursor = event.seq
+                if translator.ended:
+                    break
+            frames = _frames(out, skip)
+            if frames:
+                yield frames
+            if not events:
+                try:
+                    await asyncio.wait_for(wake.wait(), WAKE_AT_LEAST_S)
+                except TimeoutError:
+                    yield ": keep-alive\n\n"
+        if not translator.ended:
+            return  # the gateway stops, or the key was revoked: resumable with `starting_after`
+    ended = await until_ended(state, record)
+    closing = translator.closing(await current_resource(state, ended))
+    yield _frames(closing, skip) + "data: [DONE]\n\n"
+
+
+def _frames(events: list[dict[str, Any]], skip: int) -> str:
+    return "".join(
+        f"event: {e['type']}\ndata: {json.dumps(e, separators=(',', ':'))}\n\n"
+        for e in events
+        if e["sequence_number"] > skip
+    )

@@ -1,0 +1,145 @@
+"""POST -> first text delta through Open Responses (`/v1/responses`, `stream: true`) against the
+native API (`POST /chats/{id}/messages`, the chat's SSE stream connected first), side by side.
+
+`chatd dev` runs as a subprocess, its worker's `anthropic` provider pointed at a fake provider
+in a child process that answers at once; the clients are this process, on kept-alive
+connections. Each round measures one native turn and one `/v1` response, in alternating
+order, both on chats of their own:
+
+- native: the chat is created and its stream connected before the clock starts; the clock
+  runs from the POST of the message to the first `message_part` on the stream;
+- `/v1`: the clock runs from the POST (which creates the chat) to the first
+  `response.output_text.delta` of its own stream; and, continuing the chat with
+  `previous_response_id`, the same for a second response (the chat exists then, as the
+  native one does).
+
+Pass rule: the `/v1` p50s are within 5 ms of the native p50 of the same run.
+
+    python bench/responses_first_delta.py [--rounds 40] [--runs 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+from _chatd_dev import FAKE_MODEL, ChatdDev, chatd_dev
+from _stack import SseListener, percentile, say
+from _timed_fake import serve_timed_fake
+
+REPLY = "Hello from the fake provider, answering at once."
+V1_MODEL = f"{FAKE_MODEL['provider']}/{FAKE_MODEL['name']}"
+LIMIT_MS = 5.0
+
+
+async def _native(http: httpx.AsyncClient, streams: httpx.AsyncClient) -> float:
+    """POST a message -> its first delta on the chat's stream (connected first), in ms."""
+    created = await http.post("/api/v1/chats", json={"model": FAKE_MODEL, "title": "bench"})
+    chat_id = created.json()["id"]
+    async with SseListener(streams, chat_id) as sse:
+        started = time.perf_counter()
+        sent = await http.post(f"/api/v1/chats/{chat_id}/messages", json={"content": "hi"})
+        if sent.status_code != 202:
+            raise RuntimeError(f"send answered {sent.status_code}: {sent.text}")
+        first = await sse.until(lambda e: e.event == "message_part")
+        elapsed = (first.at - started) * 1000
+        await sse.until(lambda e: e.event == "status" and e.data["status"] == "waiting")
+    return elapsed
+
+
+async def _v1(http: httpx.AsyncClient, previous: str | None) -> tuple[float, str]:
+    """POST a streamed response -> its first text delta, in ms; and the response's id."""
+    body: dict[str, Any] = {"model": V1_MODEL, "input": "hi", "stream": True}
+    if previous is not None:
+        body["previous_response_id"] = previous
+    started = time.perf_counter()
+    first: float | None = None
+    response_id = ""
+    async with http.stream("POST", "/v1/responses", json=body) as response:
+        if response.status_code != 200:
+            raise RuntimeError(f"/v1 answered {response.status_code}: {await response.aread()}")
+        async for line in response.aiter_lines():
+            if not line.startswith("data: {"):
+                continue
+            event = json.loads(line.removeprefix("data: "))
+            if event["type"] == "response.created":
+                response_id = event["response"]["id"]
+            if event["type"] == "response.output_text.delta" and first is None:
+                first = (time.perf_counter() - started) * 1000
+    if first is None:
+        raise RuntimeError("the /v1 stream had no text delta")
+    return first, response_id
+
+
+async def _run(run: int, rounds: int, warmup: int, fake_command: list[str]) -> dict[str, float]:
+    async with chatd_dev(fake_command) as dev:
+        samples = await _measure(dev, rounds, warmup)
+    p50 = {shape: percentile(values, 50) for shape, values in samples.items()}
+    say(
+        f"run {run}: POST -> first delta p50 native {p50['native']:.1f} ms,"
+        f" /v1 new chat {p50['v1_new']:.1f} ms, /v1 continued {p50['v1_continued']:.1f} ms"
+        f" ({rounds} rounds; p90 native {percentile(samples['native'], 90):.1f},"
+        f" /v1 new {percentile(samples['v1_new'], 90):.1f},"
+        f" /v1 continued {percentile(samples['v1_continued'], 90):.1f})"
+    )
+    return p50
+
+
+async def _measure(dev: ChatdDev, rounds: int, warmup: int) -> dict[str, list[float]]:
+    root = dev.api_url.removesuffix("/api/v1")
+    headers = {"Authorization": f"Bearer {dev.api_key}"}
+    samples: dict[str, list[float]] = {"native": [], "v1_new": [], "v1_continued": []}
+    async with (
+        httpx.AsyncClient(base_url=root, headers=headers, timeout=60) as http,
+        httpx.AsyncClient(base_url=f"{root}/api/v1", headers=headers, timeout=60) as streams,
+    ):
+        for index in range(warmup + rounds):
+            if index % 2:
+                native = await _native(http, streams)
+                new, response_id = await _v1(http, None)
+            else:
+                new, response_id = await _v1(http, None)
+                native = await _native(http, streams)
+            continued, _ = await _v1(http, response_id)
+            if index >= warmup:
+                samples["native"].append(native)
+                samples["v1_new"].append(new)
+                samples["v1_continued"].append(continued)
+    return samples
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=40)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--serve-fake", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve_fake is not None:
+        serve_timed_fake(args.serve_fake, REPLY)
+        return 0
+    fake_command = [sys.executable, str(Path(__file__).resolve()), "--serve-fake"]
+    results = [
+        asyncio.run(_run(run, args.rounds, args.warmup, fake_command))
+        for run in range(1, args.runs + 1)
+    ]
+    print("\nrun  native p50  /v1 new chat p50  /v1 continued p50  (ms)")
+    passed = True
+    for run, p50 in enumerate(results, 1):
+        print(
+            f"{run:>3}  {p50['native']:>10.1f}  {p50['v1_new']:>16.1f}"
+            f"  {p50['v1_continued']:>17.1f}"
+        )
+        passed &= all(abs(p50[s] - p50["native"]) <= LIMIT_MS for s in ("v1_new", "v1_continued"))
+    print(f"\n/v1 within {LIMIT_MS:.0f} ms of native at p50 in every run: {'PASS' if passed else 'FAIL'}")
+    return 0 if passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
