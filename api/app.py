@@ -70,14 +70,12 @@ def create_app(config: GatewayConfig) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         pool = await connect_pool(config.database_url)
         stream_pool = await connect_pool(config.database_url, min_size=1, max_size=10)
-        hand_over_pool = await connect_pool(config.database_url, min_size=1, max_size=5)
         hub = NotifyHub(config.database_url, NOTIFY_CHANNEL, wake_all_on_reconnect=True)
         await hub.start()
         client = await connect_temporal(config.temporal)
         app.state.gateway = GatewayState(
             pool=pool,
             stream_pool=stream_pool,
-            hand_over_pool=hand_over_pool,
             temporal=client,
             task_queue=config.temporal.task_queue,
             hub=hub,
@@ -92,7 +90,6 @@ def create_app(config: GatewayConfig) -> FastAPI:
             await app.state.gateway.hand_overs.drain(HAND_OVER_DRAIN_S)
             await hub.stop()
             await stream_pool.close()
-            await hand_over_pool.close()
             await pool.close()
 
     app = FastAPI(

@@ -17,7 +17,6 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterator
 
-from chatd.store.transcript import TranscriptStore
 from chatd.telemetry import METRICS
 
 __all__ = ["BEHIND_FOR_S", "WAITING_AT_ONCE", "HandOvers"]
@@ -26,7 +25,7 @@ log = logging.getLogger("chatd.api.hand_overs")
 
 BEHIND_FOR_S = 2.0
 """After a hand-over timed out, how long sends are answered without waiting for one."""
-WAITING_AT_ONCE = 5
+WAITING_AT_ONCE = 20
 """Sends waiting for a worker at once: the next one doesn't wait (the first wave of a burst
 would otherwise all wait out the send's wait before any of them learned it is a burst)."""
 IN_FLIGHT = 50
@@ -36,13 +35,9 @@ ATTEMPTS = 5
 
 
 class HandOvers:
-    """The gateway's view of its workers' pace, and its hand-overs in the background.
+    """The gateway's view of its workers' pace, and its hand-overs in the background."""
 
-    `transcript` is for the background hand-overs' reads and marks: on a pool of their own,
-    so a burst's hand-overs never hold the connections its sends are answered with."""
-
-    def __init__(self, transcript: TranscriptStore) -> None:
-        self.transcript = transcript
+    def __init__(self) -> None:
         self._behind_until = 0.0
         self._waiting = 0
         self._pending: set[asyncio.Task[None]] = set()

@@ -35,8 +35,6 @@ class GatewayState:
     stream_pool: asyncpg.Pool
     """For the chat streams' reads alone: under a burst they would hold every connection of
     `pool`, and each send's queries would wait behind them."""
-    hand_over_pool: asyncpg.Pool
-    """For the background hand-overs' reads and marks (`HandOvers`), apart from the sends."""
     temporal: Client
     task_queue: str
     hub: NotifyHub
@@ -61,7 +59,7 @@ class GatewayState:
         self.key_gate = KeyGate(limits)
         self.message_gate = MessageGate(quotas, limits)
         self.chat_sends = ChatSends()
-        self.hand_overs = HandOvers(TranscriptStore(self.hand_over_pool))
+        self.hand_overs = HandOvers()
         self.stream_slots = StreamSlots(quotas, limits)
         self.responses = ResponseStore(self.pool)
 

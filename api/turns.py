@@ -98,9 +98,7 @@ async def submit_message(
             return result
     hand_overs.in_background(
         str(queued_id),
-        lambda: _queue_in_order(
-            client, task_queue, hand_overs.transcript, chat, name_chat=name_chat
-        ),
+        lambda: _queue_in_order(client, task_queue, transcript, chat, name_chat=name_chat),
     )
     return None
 

@@ -137,7 +137,8 @@ def main() -> int:
             f"  {p50['v1_continued']:>17.1f}"
         )
         passed &= all(abs(p50[s] - p50["native"]) <= LIMIT_MS for s in ("v1_new", "v1_continued"))
-    print(f"\n/v1 within {LIMIT_MS:.0f} ms of native at p50 in every run: {'PASS' if passed else 'FAIL'}")
+    verdict = "PASS" if passed else "FAIL"
+    print(f"\n/v1 within {LIMIT_MS:.0f} ms of native at p50 in every run: {verdict}")
     return 0 if passed else 1
 
 

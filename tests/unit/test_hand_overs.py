@@ -4,19 +4,12 @@ in the background."""
 from __future__ import annotations
 
 import contextlib
-from typing import cast
-
-import asyncpg
 
 from api.hand_overs import WAITING_AT_ONCE, HandOvers
-from chatd.store.transcript import TranscriptStore
-
-_UNUSED_STORE = TranscriptStore(cast(asyncpg.Pool, None))
-"""These tests hand over nothing through the store."""
 
 
 async def test_the_gateway_is_behind_while_enough_sends_wait_or_after_one_timed_out() -> None:
-    hand_overs = HandOvers(_UNUSED_STORE)
+    hand_overs = HandOvers()
     assert not hand_overs.behind
     with contextlib.ExitStack() as waits:
         for _ in range(WAITING_AT_ONCE - 1):
@@ -30,7 +23,7 @@ async def test_the_gateway_is_behind_while_enough_sends_wait_or_after_one_timed_
 
 
 async def test_a_background_hand_over_is_retried_until_it_lands() -> None:
-    hand_overs = HandOvers(_UNUSED_STORE)
+    hand_overs = HandOvers()
     calls: list[int] = []
 
     async def flaky() -> None:
