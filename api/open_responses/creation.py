@@ -102,7 +102,7 @@ async def create_response(
                 for name in body.chatd_fallback_models or []
             ],
         )
-    else:
+    elif (chat.model, chat.system_prompt, chat.dynamic_tools) != (model, system, tools):
         reconfigured = await state.chats.reconfigure(
             chat.id, model=model, system_prompt=system, dynamic_tools=tools
         )

@@ -420,7 +420,7 @@ async def test_a_stream_resumes_on_another_gateway_after_its_own_was_killed(
         stack, FakeResponse(parts=[FakeText(text=long_text, chunk_size=6)], delta_delay_s=0.1)
     )
     port, log = free_port(), tmp_path / "api.log"
-    gateway = chatd_api(database_url, temporal_server, port, log)
+    gateway = chatd_api(database_url, temporal_server, port, log, stack.task_queue)
     seen: list[dict[str, Any]] = []
     try:
         await until_ready(f"http://127.0.0.1:{port}", gateway, log)

@@ -12,15 +12,25 @@ from pathlib import Path
 import httpx
 
 from chatd.devstack.temporal import TemporalDevServer
+from chatd.settings import DEFAULT_TASK_QUEUE
 
 __all__ = ["chatd_api", "until_ready"]
 
 
 def chatd_api(
-    database_url: str, temporal: TemporalDevServer, port: int, log: Path
+    database_url: str,
+    temporal: TemporalDevServer,
+    port: int,
+    log: Path,
+    task_queue: str = DEFAULT_TASK_QUEUE,
 ) -> subprocess.Popen[bytes]:
-    """Start `chatd api` on `port`, its output in `log`."""
-    env = {**os.environ, "DATABASE_URL": database_url, "TEMPORAL_ADDRESS": temporal.address}
+    """Start `chatd api` on `port`, handing turns to `task_queue`; its output in `log`."""
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "TEMPORAL_ADDRESS": temporal.address,
+        "CHATD_TASK_QUEUE": task_queue,
+    }
     with log.open("wb") as out:
         return subprocess.Popen(
             [sys.executable, "-m", "chatd.cli", "api", "--port", str(port)],
