@@ -65,6 +65,7 @@ class GatewayConfig:
 
 def create_app(config: GatewayConfig) -> FastAPI:
     """The FastAPI app; connections open in its lifespan."""
+    aliases = model_aliases()  # a malformed CHATD_MODEL_ALIASES stops the start here
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -81,7 +82,7 @@ def create_app(config: GatewayConfig) -> FastAPI:
             hub=hub,
             generate_titles=config.generate_titles,
             mcp_servers=frozenset(config.mcp_servers),
-            model_aliases=model_aliases(),
+            model_aliases=aliases,
         )
         try:
             async with watch.listening(app, config.database_url):
@@ -111,5 +112,7 @@ def create_app(config: GatewayConfig) -> FastAPI:
     for module in routers:
         app.include_router(module.router, prefix=API_PREFIX, responses=ERROR_RESPONSES)
     app.include_router(open_responses.router, responses=OPENAI_ERROR_RESPONSES)
-    app.openapi = lambda: openapi_document(app, config.mcp_servers)  # type: ignore[method-assign]
+    app.openapi = lambda: openapi_document(  # type: ignore[method-assign]
+        app, config.mcp_servers, sorted(aliases)
+    )
     return app

@@ -12,6 +12,8 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
+from api.open_responses.model_names import MODEL_PATTERN
+
 __all__ = ["openapi_document"]
 
 _CHATS = "/api/v1/chats"
@@ -68,8 +70,11 @@ _STRINGS = (
 )
 
 
-def openapi_document(app: FastAPI, mcp_servers: list[str]) -> dict[str, Any]:
-    """The document, built once per app; `mcp_servers` are the names a chat may select."""
+def openapi_document(
+    app: FastAPI, mcp_servers: list[str], model_aliases: list[str]
+) -> dict[str, Any]:
+    """The document, built once per app; `mcp_servers` are the names a chat may select,
+    `model_aliases` the operator's names for models (Open Responses' `model`)."""
     if app.openapi_schema is None:
         schema = get_openapi(
             title=app.title, version=app.version, description=app.description, routes=app.routes
@@ -79,6 +84,7 @@ def openapi_document(app: FastAPI, mcp_servers: list[str]) -> dict[str, Any]:
         _document_reused_keys(schema)
         _add_links(schema)
         _document_mcp_servers(schema, mcp_servers)
+        _document_responses_fields(schema, mcp_servers, model_aliases)
         app.openapi_schema = schema
     return app.openapi_schema
 
@@ -124,6 +130,29 @@ def _document_mcp_servers(schema: dict[str, Any], names: list[str]) -> None:
         field["items"] = {"type": "string", "enum": sorted(names)}
     else:
         field["maxItems"] = 0
+
+
+def _document_responses_fields(
+    schema: dict[str, Any], servers: list[str], aliases: list[str]
+) -> None:
+    """Open Responses' `model` is `<provider>/<name>` or an alias, and its MCP servers are
+    the operator's: the document says which."""
+    components = schema["components"]["schemas"]
+    fields = components["CreateResponse"]["properties"]
+    qualified = {"type": "string", "pattern": MODEL_PATTERN}
+    fields["model"] = (
+        {"anyOf": [qualified, {"type": "string", "enum": sorted(aliases)}]}
+        if aliases
+        else qualified
+    )
+    servers_field = fields["chatd:mcp_servers"]["anyOf"][0]
+    label = components["McpTool"]["properties"]["server_label"]
+    if servers:
+        servers_field["items"] = {"type": "string", "enum": sorted(servers)}
+        label["enum"] = sorted(servers)
+    else:
+        servers_field["maxItems"] = 0
+        label["enum"] = []
 
 
 def _add_links(schema: dict[str, Any]) -> None:

@@ -184,8 +184,9 @@ class CreateChat(_Strict):
 class ForkChat(_Strict):
     """Body of `POST /chats/{id}/fork`."""
 
-    message_id: int = Field(ge=1, le=2**63 - 1)
-    """The last message the fork keeps: its transcript is the chat's up to and including it."""
+    message_id: int = Field(ge=1, le=2**53 - 1)
+    """The last message the fork keeps: its transcript is the chat's up to and including it
+    (bounded by JSON's exact integers, far above any transcript id)."""
     title: str | None = Field(default=None, max_length=200)
     """The fork's title; the chat's when left out."""
 

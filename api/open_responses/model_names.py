@@ -13,10 +13,12 @@ from pydantic import ValidationError
 from api.errors import ApiError
 from chatd.models import ModelConfig, ProviderName
 
-__all__ = ["ALIASES_ENV", "model_aliases", "resolve_model"]
+__all__ = ["ALIASES_ENV", "MODEL_PATTERN", "model_aliases", "resolve_model"]
 
 ALIASES_ENV = "CHATD_MODEL_ALIASES"
 _PROVIDERS: tuple[str, ...] = get_args(ProviderName)
+MODEL_PATTERN = f"^({'|'.join(_PROVIDERS)})/[A-Za-z0-9._:/@+-]{{1,200}}$"
+"""`<provider>/<name>` in the characters a model name may hold (`ModelConfig.name`)."""
 
 
 def model_aliases() -> dict[str, ModelConfig]:

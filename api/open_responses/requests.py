@@ -199,7 +199,10 @@ class CreateResponse(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     model: str = Field(min_length=1, max_length=200)
-    input: str | list[Annotated[dict[str, Any], Field()]] = Field(min_length=1)
+    input: (
+        Annotated[str, Field(min_length=1)]
+        | Annotated[list[dict[str, Any]], Field(min_length=1, max_length=1000)]
+    )
     """Checked item by item in `api.open_responses.inputs` (so an error names the item)."""
     instructions: str | None = Field(default=None, max_length=200_000)
     tools: list[Annotated[FunctionTool | McpTool, Field(discriminator="type")]] = Field(
@@ -216,8 +219,8 @@ class CreateResponse(BaseModel):
     store: Literal[True] = True
     background: bool = False
     stream: bool = False
-    previous_response_id: str | None = Field(default=None, max_length=200)
-    conversation: str | None = Field(default=None, max_length=200)
+    previous_response_id: str | None = Field(default=None, min_length=1, max_length=200)
+    conversation: str | None = Field(default=None, min_length=1, max_length=200)
     """A chat id: the response continues that chat."""
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, ge=0, le=1)

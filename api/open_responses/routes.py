@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Header, Path, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -47,7 +47,15 @@ async def _owned(state: GatewayState, owner: str, response_id: str) -> ResponseR
     return record
 
 
-@router.post("/responses", response_model=None)
+_RESPONSE_OR_EVENTS: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "The response (JSON), or with `stream` its events (SSE)",
+        "content": {"application/json": {}, "text/event-stream": {}},
+    }
+}
+
+
+@router.post("/responses", response_model=None, responses=_RESPONSE_OR_EVENTS)
 async def create(
     body: CreateResponse,
     request: Request,
@@ -71,7 +79,7 @@ async def create(
     return JSONResponse(await current_resource(state, record))
 
 
-@router.get("/responses/{response_id}", response_model=None)
+@router.get("/responses/{response_id}", response_model=None, responses=_RESPONSE_OR_EVENTS)
 async def retrieve(
     response_id: ResponseId,
     request: Request,

@@ -49,7 +49,7 @@ def demo_responder(request: FakeRequest) -> FakeResponse:
     if turn.tool_result is not None:
         text = f"[demo model] The tool says: {turn.tool_result}"
         return _reply(text, request)
-    offered = _client_tool(request)
+    offered = _client_tool(request, turn.user_text)
     if offered is not None:
         name, schema = offered
         call = FakeToolCall(name=name, arguments=_arguments(schema, turn.user_text))
@@ -68,11 +68,12 @@ def demo_responder(request: FakeRequest) -> FakeResponse:
     return _reply(text, request)
 
 
-def _client_tool(request: FakeRequest) -> tuple[str, dict[str, Any]] | None:
-    """The first tool offered that the client runs (not a built-in, MCP or subagent tool):
-    the demo calls it, so a client sees its function-call round trip."""
-    body = request.body
-    for tool in body.get("tools") or []:
+def _client_tool(request: FakeRequest, said: str) -> tuple[str, dict[str, Any]] | None:
+    """The first tool offered that the client runs (not a built-in, MCP or subagent tool)
+    and the user's message names (a word of four letters or more of its name: "weather"
+    for `get_weather`): the demo calls it, so a client sees its function-call round trip."""
+    words = set(re.findall(r"[a-z]{4,}", said.lower()))
+    for tool in request.body.get("tools") or []:
         if request.api == "openai_chat":
             tool = tool.get("function") or {}
         name = tool.get("name")
@@ -83,6 +84,7 @@ def _client_tool(request: FakeRequest) -> tuple[str, dict[str, Any]] | None:
             and not name.endswith(("_agent", "_agents"))
             and "__" not in name  # an MCP server's tool
             and "type" in schema
+            and words & set(re.findall(r"[a-z]{4,}", name.lower()))
         ):
             return name, schema
     return None

@@ -31,6 +31,7 @@ SCENARIOS = 40
 STEPS_PER_SCENARIO = 8
 STREAM = "/api/v1/chats/{chat_id}/stream"
 WATCH = "/api/v1/stream"
+RESPONSES = "/v1/responses"
 _SETTINGS: dict[str, Any] = {
     "deadline": None,
     "database": None,
@@ -77,6 +78,7 @@ def _each_operation(root: str, key: str) -> tuple[set[str], list[str]]:
     # Phases after the first reuse the ids earlier answers held, and a request for an
     # existing chat's event stream would wait for the request timeout: the stream runs alone.
     schema = _schema(root, key).exclude(path=[STREAM, WATCH])
+    schema = schema.exclude(path=RESPONSES, method="POST")  # `_responses` runs it
     schema.config.phases.stateful.enabled = False  # the state machine below runs it
     # No crash cache on disk: a run replays only its own derandomized cases.
     schema.config.cache.enabled = False
@@ -118,6 +120,32 @@ def _stream(root: str, key: str) -> list[str]:
         try:
             check()
         except (Exception, BaseExceptionGroup) as err:  # report both modes' failures
+            failures.append(f"{mode.value}: {err}")
+    return failures
+
+
+def _responses(root: str, key: str) -> list[str]:
+    """Creating Open Responses: a schema-valid request may still be a 400 when it names a
+    previous response or conversation that doesn't exist, or answers calls that aren't
+    pending (OpenAI answers these with a 400 too); every other check holds."""
+    schema = _schema(root, key)
+    checks = schema.config.checks
+    checks.positive_data_acceptance.expected_statuses = [
+        *checks.positive_data_acceptance.expected_statuses,
+        "400",
+    ]
+    operation = schema[RESPONSES]["POST"]
+    failures: list[str] = []
+    for mode in GenerationMode:
+
+        @settings(max_examples=MAX_EXAMPLES * 3, phases=[Phase.generate], **_SETTINGS)
+        @given(case=operation.as_strategy(generation_mode=mode))
+        def check(case: schemathesis.Case) -> None:
+            case.call_and_validate()
+
+        try:
+            check()
+        except (Exception, BaseExceptionGroup) as err:
             failures.append(f"{mode.value}: {err}")
     return failures
 
@@ -167,12 +195,37 @@ def _linked_sequences(root: str, key: str) -> None:
     )
 
 
+@pytest.fixture(autouse=True)
+def _turns_give_up_soon(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Generated model names have no script at the fake provider: their turns retry, then
+    fail in seconds instead of the default 30 minutes, so a response the fuzzer waits for
+    ends, and no chat is left running."""
+    monkeypatch.setenv("CHATD_RETRY_DEADLINE_S", "3")
+
+
+async def _no_chat_left_running(stack: Stack) -> None:
+    for _ in range(600):
+        running = await stack.pool.fetchval("SELECT count(*) FROM chats WHERE status = 'running'")
+        if running == 0:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{running} chats still running a minute after the fuzzing")
+
+
 @pytest.mark.slow
 async def test_each_operation_keeps_its_documented_contract(stack: Stack) -> None:
     root = stack.base_url.removesuffix("/api/v1")
     tested, failures = await asyncio.to_thread(_each_operation, root, stack.key)
-    assert "POST /api/v1/chats" in tested and len(tested) >= 11, tested
+    assert "POST /api/v1/chats" in tested and len(tested) >= 15, tested
     assert not failures, "\n\n".join(failures)
+
+
+@pytest.mark.slow
+async def test_creating_responses_keeps_its_documented_contract(stack: Stack) -> None:
+    root = stack.base_url.removesuffix("/api/v1")
+    failures = await asyncio.to_thread(_responses, root, stack.key)
+    assert not failures, "\n\n".join(failures)
+    await _no_chat_left_running(stack)
 
 
 async def test_the_event_stream_keeps_its_documented_contract(stack: Stack) -> None:
