@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+import weakref
 from typing import Any
 
 from chatd.store.events import EventLog
@@ -27,6 +28,19 @@ class EventBatcher:
         self._writer: asyncio.Task[None] | None = None
         self._failed: dict[uuid.UUID, Exception] = {}
         """Chats whose events were lost in a failed write: their step must start over."""
+        self._latest: weakref.WeakValueDictionary[uuid.UUID, DeltaPublisher] = (
+            weakref.WeakValueDictionary()
+        )
+        """Each chat's newest step publisher on this worker (gone with its step)."""
+
+    def claim(self, chat_id: uuid.UUID, publisher: DeltaPublisher) -> None:
+        """Make `publisher` the chat's only one: an older attempt this worker still runs
+        (abandoned, its cancellation not yet delivered) publishes nothing after the new
+        attempt's `reset`."""
+        self._latest[chat_id] = publisher
+
+    def is_latest(self, chat_id: uuid.UUID, publisher: DeltaPublisher) -> bool:
+        return self._latest.get(chat_id) is publisher
 
     def raise_if_lost(self, chat_id: uuid.UUID) -> None:
         """Raise the write error that lost some of this chat's events, once."""
@@ -79,10 +93,14 @@ class DeltaPublisher:
         self._batcher = batcher
         self._chat_id = chat_id
         batcher.forget_losses(chat_id)  # a loss in an earlier step is that step's concern
+        batcher.claim(chat_id, self)
 
     def add(self, event: str, data: dict[str, Any]) -> None:
         """Queue an event of this chat; raise if earlier ones were lost (clients would miss
-        them, so the attempt fails and is retried from a `reset`)."""
+        them, so the attempt fails and is retried from a `reset`). A publisher a newer
+        attempt on this worker has replaced publishes nothing."""
+        if not self._batcher.is_latest(self._chat_id, self):
+            return
         self._batcher.raise_if_lost(self._chat_id)
         self._batcher.add(self._chat_id, event, data)
 

@@ -192,16 +192,12 @@ async def _fork_at(state: GatewayState, owner: str, previous: ResponseRecord) ->
 
 async def _input_end(state: GatewayState, previous: ResponseRecord) -> int:
     """The last transcript message of a response that produced no output: its input."""
-    value = await state.pool.fetchval(
-        "SELECT max(id) FROM messages WHERE chat_id = $1 AND turn_id = $2",
-        previous.chat_id,
-        previous.turn_id,
-    )
-    if value is None:
+    last = await state.responses.last_turn_message_id(previous)
+    if last is None:
         raise ApiError(
             409, "response_in_progress", "that response's input is not in the conversation yet"
         )
-    return int(value)
+    return last
 
 
 async def _answer_calls(

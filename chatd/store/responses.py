@@ -186,6 +186,15 @@ class ResponseStore:
         )
         return [StoredMessage.model_validate(dict(row)) for row in rows]
 
+    async def last_turn_message_id(self, response: ResponseRecord) -> int | None:
+        """The newest transcript message of the response's turn."""
+        value = await self._pool.fetchval(
+            "SELECT max(id) FROM messages WHERE chat_id = $1 AND turn_id = $2",
+            response.chat_id,
+            response.turn_id,
+        )
+        return int(value) if value is not None else None
+
     async def last_message_id(self, chat_id: uuid.UUID) -> int | None:
         """The newest transcript message of the chat."""
         value = await self._pool.fetchval(

@@ -20,11 +20,13 @@ HTTP_TESTS = (
 
 
 def _suite() -> Path:
-    """Where the suite is: `OPENRESPONSES_SUITE`, or `shared/openresponses` beside the
-    repository. Missing, the test fails: CI must not pass without it."""
+    """Where the suite is: `OPENRESPONSES_SUITE`, `shared/openresponses` beside the
+    repository, or this project's machines' `/work/shared/openresponses` (a clone made
+    elsewhere). Missing, the test fails: CI must not pass without it."""
     configured = os.environ.get("OPENRESPONSES_SUITE")
     repo = Path(__file__).resolve().parents[2]
-    for candidate in [configured, repo.parent / "shared" / "openresponses"]:
+    beside = repo.parent / "shared" / "openresponses"
+    for candidate in [configured, beside, Path("/work/shared/openresponses")]:
         if candidate and (Path(candidate) / "run.sh").is_file():
             return Path(candidate)
     raise AssertionError(

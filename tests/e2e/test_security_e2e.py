@@ -62,7 +62,7 @@ class Operation:
                 return known[name]
             return "1" if params.get(name, {}).get("type") == "integer" else str(uuid.uuid4())
 
-        return _PARAM.sub(value, self.path.removeprefix(API_PREFIX))
+        return _PARAM.sub(value, self.path)
 
     def body(self) -> dict[str, Any] | None:
         """A valid JSON body, if the operation takes one."""
@@ -105,8 +105,9 @@ async def _answer(
     base_url: str, key: str | None, operation: Operation, url: str
 ) -> tuple[int, dict[str, Any]]:
     headers = {"Authorization": f"Bearer {key}"} if key is not None else {}
+    root = base_url.removesuffix(API_PREFIX)  # the native API's routes and Open Responses'
     async with (
-        httpx.AsyncClient(base_url=base_url, headers=headers, timeout=10) as http,
+        httpx.AsyncClient(base_url=root, headers=headers, timeout=10) as http,
         http.stream(operation.method, url, json=operation.body()) as response,
     ):
         kind = response.headers.get("content-type", "")

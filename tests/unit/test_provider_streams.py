@@ -343,6 +343,12 @@ async def test_hang_times_out(adapter: Adapters, server: FakeProviderServer, api
 async def test_demo_model_via_make_provider(adapter: Adapters, server: FakeProviderServer) -> None:
     settings = ProviderSettings(demo_base_url=server.base_url)
     provider = make_provider(ModelConfig(provider="demo", name="demo"), settings)
-    parts, finish = await run(provider, ask("demo"))
+    hello = [Message(role="user", parts=[TextPart(text="hello")])]
+    parts, finish = await run(provider, ask("demo", hello))
     assert isinstance(parts[0], TextPart) and "[demo model]" in parts[0].text
     assert finish.stop_reason == "end_turn"
+    # A message that names a client tool ("weather in Paris?", get_weather) gets it called.
+    parts, finish = await run(provider, ask("demo"))
+    assert isinstance(parts[0], ToolCallPart) and parts[0].name == TOOL.name
+    assert json.loads(parts[0].arguments or "{}") == {}  # it requires no field
+    assert finish.stop_reason == "tool_use"
