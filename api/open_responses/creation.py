@@ -9,6 +9,7 @@ function calls resumes that turn through the validated tool-results update.
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import Request
@@ -23,6 +24,7 @@ from api.routes.messages import hand_over_stored, store_message
 from api.state import GatewayState, state_of
 from api.turns import submit_tool_approvals, submit_tool_results
 from chatd.models import ModelConfig
+from chatd.store.chat_creations import ChatCreations
 from chatd.store.chats import ChatRecord, DynamicTool
 from chatd.store.client_results import ClientResultStaging
 from chatd.store.forks import ForkRefused, ForkStore
@@ -84,33 +86,11 @@ async def create_response(
         )
     system = "\n\n".join(t for t in [body.instructions or "", *parsed.system] if t) or None
     tools = [] if body.tool_choice == "none" else _dynamic_tools(body)
+    settings = _TurnSettings(model, system, tools)
     if chat is None:
-        await state.message_gate.admit_turn(owner)
-        chat = await state.chats.create(
-            owner=owner,
-            model=model,
-            system_prompt=system,
-            dynamic_tools=tools,
-            active_tools=body.chatd_tools or [],
-            # "auto": compact at 70 % of the window; "disabled": only past an overflow.
-            compaction_threshold=0.7 if body.truncation == "auto" else 1.0,
-            tool_policy=_tool_policy(body),
-            mcp_servers=_mcp_servers(state, body),
-            subagents=body.chatd_subagents,
-            fallback_models=[
-                resolve_model(name, state.model_aliases)
-                for name in body.chatd_fallback_models or []
-            ],
-        )
-    elif (chat.model, chat.system_prompt, chat.dynamic_tools) != (model, system, tools):
-        reconfigured = await state.chats.reconfigure(
-            chat.id, model=model, system_prompt=system, dynamic_tools=tools
-        )
-        if reconfigured is None:
-            raise ApiError(
-                409, "response_in_progress", "the previous response is still in progress"
-            )
-        chat = reconfigured
+        chat = await _new_chat(state, owner, body, settings, idempotency_key, digest)
+    else:
+        chat = await _reconfigured(state, chat, settings)
     with state.chat_sends.slot(chat.id):
         # Stored (past the quotas) before the history: a refused message leaves no history.
         queued, created = await store_message(request, chat, parsed.message, idempotency_key)
@@ -133,7 +113,73 @@ async def create_response(
             )
         )
         await hand_over_stored(request, chat, queued, created)
+    if not created:  # a retry: the first call's message may have had its turn already
+        await state.responses.end_if_turn_over(record)
+        record = await state.responses.get(owner, record.id) or record
     return record
+
+
+@dataclass(frozen=True)
+class _TurnSettings:
+    """What a request sets for its turn: the model, the system prompt, the client tools."""
+
+    model: ModelConfig
+    system: str | None
+    tools: list[DynamicTool]
+
+
+async def _new_chat(
+    state: GatewayState,
+    owner: str,
+    body: CreateResponse,
+    settings: _TurnSettings,
+    idempotency_key: str | None,
+    digest: str,
+) -> ChatRecord:
+    """The chat a response without a previous one starts. Under an Idempotency-Key, a retry
+    whose first call died before writing the response's row gets the chat that call made
+    (and the message it stored under the same key)."""
+    chat_id = None
+    if idempotency_key is not None:
+        claim = await ChatCreations(state.pool).claim(owner, f"response:{idempotency_key}", digest)
+        check_same_request(claim.request_digest, digest)
+        chat_id = claim.chat_id
+    if chat_id is None or await state.chats.get(chat_id, owner) is None:
+        await state.message_gate.admit_turn(owner)
+    return await state.chats.create(
+        chat_id=chat_id,
+        owner=owner,
+        model=settings.model,
+        system_prompt=settings.system,
+        dynamic_tools=settings.tools,
+        active_tools=body.chatd_tools or [],
+        # "auto": compact at 70 % of the window; "disabled": only past an overflow.
+        compaction_threshold=0.7 if body.truncation == "auto" else 1.0,
+        tool_policy=_tool_policy(body),
+        mcp_servers=_mcp_servers(state, body),
+        subagents=body.chatd_subagents,
+        fallback_models=[
+            resolve_model(name, state.model_aliases) for name in body.chatd_fallback_models or []
+        ],
+    )
+
+
+async def _reconfigured(
+    state: GatewayState, chat: ChatRecord, settings: _TurnSettings
+) -> ChatRecord:
+    """The continued chat with this request's settings (rewritten only if they differ)."""
+    if (chat.model, chat.system_prompt, chat.dynamic_tools) == (
+        settings.model,
+        settings.system,
+        settings.tools,
+    ):
+        return chat
+    reconfigured = await state.chats.reconfigure(
+        chat.id, model=settings.model, system_prompt=settings.system, dynamic_tools=settings.tools
+    )
+    if reconfigured is None:
+        raise ApiError(409, "response_in_progress", "the previous response is still in progress")
+    return reconfigured
 
 
 async def _continued_chat(request: Request, owner: str, body: CreateResponse) -> ChatRecord | None:

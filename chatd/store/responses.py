@@ -155,6 +155,22 @@ class ResponseStore:
             response_id,
         )
 
+    async def end_if_turn_over(self, response: ResponseRecord) -> None:
+        """End a response written for a turn that already ran and ended (a retried create
+        whose first call died after its message was taken): the trigger saw that end
+        before this row existed."""
+        await self._pool.execute(
+            """UPDATE responses r
+                  SET ended_at = now(),
+                      ended_status = CASE WHEN c.status = 'error' THEN 'error' ELSE 'waiting' END,
+                      ended_error = CASE WHEN c.status = 'error' THEN c.last_error END
+                 FROM chats c, queued_messages q
+                WHERE r.id = $1 AND r.ended_at IS NULL AND c.id = r.chat_id
+                  AND q.id = r.turn_id::uuid AND q.promoted_at IS NOT NULL
+                  AND c.turn_id IS DISTINCT FROM r.turn_id""",
+            response.id,
+        )
+
     async def discard(self, response_id: str) -> None:
         """Remove a response whose input the chat refused (nothing ran for it)."""
         await self._pool.execute("DELETE FROM responses WHERE id = $1", response_id)

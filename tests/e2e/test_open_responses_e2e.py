@@ -447,3 +447,26 @@ async def test_a_stream_resumes_on_another_gateway_after_its_own_was_killed(
     final = _check_stream(seen + resumed)
     assert final["status"] == "completed"
     assert [i["content"][0]["text"] for i in final["output"]] == [long_text]
+
+
+async def test_a_retried_create_is_the_same_response_or_at_least_the_same_chat(
+    stack: Stack,
+) -> None:
+    """The same Idempotency-Key gets the first response; if the first call died before
+    writing the response's row (deleted here to stand for it), the retry still gets the
+    chat and message that call stored, not a second chat."""
+    model = _model(stack, _text("once"))
+    headers = {"Idempotency-Key": "create-1"}
+    async with _client(stack) as client:
+        first = await client.responses.create(model=model, input="hi", extra_headers=headers)
+        again = await client.responses.create(model=model, input="hi", extra_headers=headers)
+        assert again.id == first.id
+        await stack.pool.execute("DELETE FROM responses WHERE id = $1", first.id)
+        retried = await client.responses.create(model=model, input="hi", extra_headers=headers)
+        assert retried.id != first.id
+        assert retried.conversation.id == first.conversation.id  # type: ignore[union-attr]
+        chats = await stack.pool.fetchval("SELECT count(*) FROM chats WHERE owner = 'alice'")
+    messages = await stack.messages(first.conversation.id)  # type: ignore[union-attr]
+    assert [m["role"] for m in messages] == ["user", "assistant"]
+    assert chats == 1
+    assert len(stack.fake.requests(model.split("/", 1)[1])) == 1
