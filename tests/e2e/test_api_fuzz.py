@@ -108,11 +108,40 @@ def _failures(recorder: schemathesis.engine.recorder.ScenarioRecorder) -> list[s
 def _stream(root: str, key: str) -> list[str]:
     """Random valid and invalid requests for the event stream of chats that don't exist
     (an existing chat's stream never ends): its errors, auth and parameters."""
-    operation = _schema(root, key)[STREAM]["GET"]
+    return _generated(_schema(root, key)[STREAM]["GET"], MAX_EXAMPLES)
+
+
+def _responses(root: str, key: str) -> list[str]:
+    """Creating Open Responses: a schema-valid request may still be a 400 when it names a
+    previous response or conversation that doesn't exist, or answers calls that aren't
+    pending (OpenAI answers these with a 400 too); every other check holds."""
+    operation = _accepting_400(root, key)[RESPONSES]["POST"]
+    return _generated(operation, MAX_EXAMPLES * 3)
+
+
+def _watch(root: str, key: str) -> list[str]:
+    """The watch stream with the key's stream limit at 0 (a valid request is a 429, not a
+    stream that never ends); a cursor past the owner's last event is a 400 however valid."""
+    return _generated(_accepting_400(root, key)[WATCH]["GET"], MAX_EXAMPLES)
+
+
+def _accepting_400(root: str, key: str) -> OpenApiSchema:
+    """The document, its checks taking a 400 for a schema-valid request."""
+    schema = _schema(root, key)
+    checks = schema.config.checks
+    checks.positive_data_acceptance.expected_statuses = [
+        *checks.positive_data_acceptance.expected_statuses,
+        "400",
+    ]
+    return schema
+
+
+def _generated(operation: Any, max_examples: int) -> list[str]:
+    """Random valid, then invalid, requests to one operation; each mode's failures."""
     failures: list[str] = []
     for mode in GenerationMode:
 
-        @settings(max_examples=MAX_EXAMPLES, phases=[Phase.generate], **_SETTINGS)
+        @settings(max_examples=max_examples, phases=[Phase.generate], **_SETTINGS)
         @given(case=operation.as_strategy(generation_mode=mode))
         def check(case: schemathesis.Case) -> None:
             case.call_and_validate()
@@ -120,57 +149,6 @@ def _stream(root: str, key: str) -> list[str]:
         try:
             check()
         except (Exception, BaseExceptionGroup) as err:  # report both modes' failures
-            failures.append(f"{mode.value}: {err}")
-    return failures
-
-
-def _responses(root: str, key: str) -> list[str]:
-    """Creating Open Responses: a schema-valid request may still be a 400 when it names a
-    previous response or conversation that doesn't exist, or answers calls that aren't
-    pending (OpenAI answers these with a 400 too); every other check holds."""
-    schema = _schema(root, key)
-    checks = schema.config.checks
-    checks.positive_data_acceptance.expected_statuses = [
-        *checks.positive_data_acceptance.expected_statuses,
-        "400",
-    ]
-    operation = schema[RESPONSES]["POST"]
-    failures: list[str] = []
-    for mode in GenerationMode:
-
-        @settings(max_examples=MAX_EXAMPLES * 3, phases=[Phase.generate], **_SETTINGS)
-        @given(case=operation.as_strategy(generation_mode=mode))
-        def check(case: schemathesis.Case) -> None:
-            case.call_and_validate()
-
-        try:
-            check()
-        except (Exception, BaseExceptionGroup) as err:
-            failures.append(f"{mode.value}: {err}")
-    return failures
-
-
-def _watch(root: str, key: str) -> list[str]:
-    """The watch stream with the key's stream limit at 0 (a valid request is a 429, not a
-    stream that never ends); a cursor past the owner's last event is a 400 however valid."""
-    schema = _schema(root, key)
-    checks = schema.config.checks
-    checks.positive_data_acceptance.expected_statuses = [
-        *checks.positive_data_acceptance.expected_statuses,
-        "400",
-    ]
-    operation = schema[WATCH]["GET"]
-    failures: list[str] = []
-    for mode in GenerationMode:
-
-        @settings(max_examples=MAX_EXAMPLES, phases=[Phase.generate], **_SETTINGS)
-        @given(case=operation.as_strategy(generation_mode=mode))
-        def check(case: schemathesis.Case) -> None:
-            case.call_and_validate()
-
-        try:
-            check()
-        except (Exception, BaseExceptionGroup) as err:
             failures.append(f"{mode.value}: {err}")
     return failures
 
