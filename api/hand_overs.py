@@ -15,8 +15,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import uuid
 from collections.abc import Awaitable, Callable, Iterator
 
+from chatd.store.transcript import TranscriptStore
 from chatd.telemetry import METRICS
 
 __all__ = ["BEHIND_FOR_S", "WAITING_AT_ONCE", "HandOvers"]
@@ -32,6 +34,9 @@ IN_FLIGHT = 50
 """Background hand-overs sent at once: a burst's signals queue here, not all at Temporal."""
 ATTEMPTS = 5
 """Tries of one background hand-over (1, 2, 4, 8 s apart) before the reconciler's turn."""
+MARK_EVERY_S = 0.1
+"""How long the background hand-overs' marks gather before one write records them all (a
+burst's hand-overs would otherwise hold the sends' connections with a write each)."""
 
 
 class HandOvers:
@@ -42,6 +47,8 @@ class HandOvers:
         self._waiting = 0
         self._pending: set[asyncio.Task[None]] = set()
         self._in_flight = asyncio.Semaphore(IN_FLIGHT)
+        self._unmarked: list[uuid.UUID] = []
+        self._marking: asyncio.Task[None] | None = None
 
     @property
     def behind(self) -> bool:
@@ -67,6 +74,23 @@ class HandOvers:
         task = asyncio.create_task(self._hand_over(message_id, hand_over))
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
+
+    def mark_soon(self, transcript: TranscriptStore, queued_ids: list[uuid.UUID]) -> None:
+        """Record these messages handed over in the next batch of marks. A mark lost with
+        the gateway only hands a message over again, which its turn takes once."""
+        self._unmarked += queued_ids
+        if self._marking is None or self._marking.done():
+            self._marking = asyncio.create_task(self._mark(transcript))
+            self._pending.add(self._marking)
+            self._marking.add_done_callback(self._pending.discard)
+
+    async def _mark(self, transcript: TranscriptStore) -> None:
+        await asyncio.sleep(MARK_EVERY_S)
+        batch, self._unmarked = self._unmarked, []
+        try:
+            await transcript.handed_over(batch)
+        except Exception as err:  # the reconciler or a later send hands them over again
+            log.warning("%d hand-overs not recorded: %r", len(batch), err)
 
     async def drain(self, within_s: float) -> None:
         """Wait (up to `within_s`) for the background hand-overs, for a gateway's shutdown."""

@@ -98,7 +98,9 @@ async def submit_message(
             return result
     hand_overs.in_background(
         str(queued_id),
-        lambda: _queue_in_order(client, task_queue, transcript, chat, name_chat=name_chat),
+        lambda: _queue_in_order(
+            client, task_queue, transcript, chat, hand_overs, name_chat=name_chat
+        ),
     )
     return None
 
@@ -129,15 +131,17 @@ async def _queue_in_order(
     task_queue: str,
     transcript: TranscriptStore,
     chat: ChatRecord,
+    hand_overs: HandOvers,
     *,
     name_chat: bool,
 ) -> None:
     """Every message of the chat not handed over yet (this send's among them, unless a
-    later send's hand-over took it already), oldest first, by signal-with-start."""
+    later send's hand-over took it already), oldest first, by signal-with-start; marked in
+    the gateway's next batch of marks."""
     waiting = await transcript.not_handed_over(chat.id)
     for message_id in waiting:
         await queue_message(client, task_queue, chat, str(message_id), name_chat=name_chat)
-    await transcript.handed_over(waiting)
+    hand_overs.mark_soon(transcript, waiting)
 
 
 async def until_begun(
