@@ -29,9 +29,11 @@ from api.open_responses.resource import (
     APPROVAL_PREFIX,
     ItemIds,
     approval_request_item,
+    awaits_approval,
     function_call_item,
     message_item,
     reasoning_item,
+    shows_as_tool_run,
     tool_call_item,
 )
 from chatd.parts import Part, ReasoningPart, TextPart, ToolCallPart, ToolResultPart
@@ -115,9 +117,7 @@ class ResponseEvents:
         self._open.clear()
         if self._awaits_client:
             for call in self._calls.values():
-                if call.name in self.client_tools or call.id in self._results:
-                    continue
-                if call.provider_executed:
+                if not awaits_approval(call, self.client_tools, self._results):
                     continue
                 item = _OpenItem("mcp_approval_request", APPROVAL_PREFIX + call.id, self._outputs)
                 self._outputs += 1
@@ -211,11 +211,8 @@ class ResponseEvents:
             for part in message.parts:
                 if isinstance(part, ToolResultPart):
                     self._results.add(part.tool_call_id)
-                if (
-                    isinstance(part, ToolResultPart)
-                    and part.tool_call_id not in self.answered_call_ids
-                    and not part.provider_executed
-                    and part.name not in self.client_tools
+                if isinstance(part, ToolResultPart) and shows_as_tool_run(
+                    part, self.client_tools, self.answered_call_ids
                 ):
                     item_id = self._ids.next("tc")
                     done = tool_call_item(item_id, self._calls.get(part.tool_call_id), part)

@@ -22,9 +22,11 @@ __all__ = [
     "ItemIds",
     "ResponseStatus",
     "approval_request_item",
+    "awaits_approval",
     "build_resource",
     "output_items",
     "response_status",
+    "shows_as_tool_run",
     "tool_call_item",
     "usage_of",
 ]
@@ -130,6 +132,22 @@ def approval_request_item(call: ToolCallPart) -> dict[str, Any]:
     }
 
 
+def shows_as_tool_run(part: ToolResultPart, client_tools: set[str], answered: set[str]) -> bool:
+    """Whether a result is an item of its own: a tool the workers ran, not the client's
+    answer (that is input) nor a provider's (its call carries it)."""
+    return (
+        part.tool_call_id not in answered
+        and not part.provider_executed
+        and part.name not in client_tools
+    )
+
+
+def awaits_approval(call: ToolCallPart, client_tools: set[str], results: set[str]) -> bool:
+    """Whether a call a turn stopped on waits for a person (not for the client, and with no
+    result yet)."""
+    return call.name not in client_tools and call.id not in results and not call.provider_executed
+
+
 def output_items(
     record: ResponseRecord, messages: list[StoredMessage], client_tools: set[str]
 ) -> list[dict[str, Any]]:
@@ -152,21 +170,14 @@ def output_items(
                     items.append(function_call_item(ids.next("fc"), part, "completed"))
             elif isinstance(part, ToolResultPart):
                 results.add(part.tool_call_id)
-            if (
-                isinstance(part, ToolResultPart)
-                and part.tool_call_id not in answered
-                and not part.provider_executed
-                and part.name not in client_tools
-            ):
+            if isinstance(part, ToolResultPart) and shows_as_tool_run(part, client_tools, answered):
                 call = calls.get(part.tool_call_id)
                 items.append(tool_call_item(ids.next("tc"), call, part))
     if record.ended_status == "requires_action":
         items += [
             approval_request_item(call)
             for call in calls.values()
-            if call.name not in client_tools
-            and call.id not in results
-            and not call.provider_executed
+            if awaits_approval(call, client_tools, results)
         ]
     return items
 

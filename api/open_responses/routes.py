@@ -38,13 +38,17 @@ async def _stream(
 async def _owned(state: GatewayState, owner: str, response_id: str) -> ResponseRecord:
     record = await state.responses.get(owner, response_id)
     if record is None:
-        raise ApiError(
-            404,
-            "response_not_found",
-            f"No response found with id {response_id!r}.",
-            {"param": "response_id"},
-        )
+        raise _not_found(response_id)
     return record
+
+
+def _not_found(response_id: str) -> ApiError:
+    return ApiError(
+        404,
+        "response_not_found",
+        f"No response found with id {response_id!r}.",
+        {"param": "response_id"},
+    )
 
 
 _RESPONSE_OR_EVENTS: dict[int | str, dict[str, Any]] = {
@@ -117,12 +121,7 @@ async def cancel(response_id: ResponseId, request: Request, owner: Owner) -> JSO
 async def delete(response_id: ResponseId, request: Request, owner: Owner) -> JSONResponse:
     """Delete the response: it is no longer readable (its chat's transcript stays)."""
     if not await state_of(request).responses.delete(owner, response_id):
-        raise ApiError(
-            404,
-            "response_not_found",
-            f"No response found with id {response_id!r}.",
-            {"param": "response_id"},
-        )
+        raise _not_found(response_id)
     return JSONResponse({"id": response_id, "object": "response", "deleted": True})
 
 
