@@ -11,6 +11,7 @@ from temporalio import activity
 from activities.failures import classified_failures, model_failure
 from activities.heartbeat import heartbeating
 from chatd.context import (
+    SUMMARY_PREAMBLE,
     context_limit,
     estimate_message_tokens,
     estimate_tokens,
@@ -32,11 +33,6 @@ from workflows.payloads import CompactInput, CompactResult, TitleInput
 __all__ = ["SUMMARY_PREAMBLE", "CompactionActivities", "summarise_transcript"]
 
 SUMMARY_TOOL = "chat_summarized"
-SUMMARY_PREAMBLE = (
-    "[This message summarises the earlier conversation, which was compacted to fit the "
-    "context window. The assistant was actively working when this happened: continue the "
-    "work described below from where it stopped.]"
-)
 SUMMARY_INSTRUCTIONS = """\
 Summarise the conversation so far so that the work can continue seamlessly from this summary
 alone. Include:

@@ -89,7 +89,7 @@ async def owned_chats(
 async def load_chat(request: Request, chat_id: uuid.UUID, owner: str) -> ChatRecord:
     """The owner's chat (read again); another owner's chat is a 404 like a missing one."""
     chat = await state_of(request).chats.get(chat_id, owner)
-    if chat is None:
+    if chat is None or chat.discard_at is not None:  # a `store: false` response's chat
         raise _not_found(chat_id)
     return chat
 

@@ -19,6 +19,7 @@ from api.errors import (
 )
 from api.limits import BodySizeLimit
 from api.open_responses import routes as open_responses
+from api.open_responses import sockets as open_responses_sockets
 from api.open_responses.model_names import model_aliases
 from api.openapi import openapi_document
 from api.routes import (
@@ -112,6 +113,7 @@ def create_app(config: GatewayConfig) -> FastAPI:
     for module in routers:
         app.include_router(module.router, prefix=API_PREFIX, responses=ERROR_RESPONSES)
     app.include_router(open_responses.router, responses=OPENAI_ERROR_RESPONSES)
+    app.include_router(open_responses_sockets.router)
     app.openapi = lambda: openapi_document(  # type: ignore[method-assign]
         app, config.mcp_servers, sorted(aliases)
     )

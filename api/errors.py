@@ -23,6 +23,7 @@ __all__ = [
     "ApiError",
     "ErrorBody",
     "OpenAIErrorBody",
+    "as_api_error",
     "error_response",
     "install_error_handlers",
     "openai_error_body",
@@ -194,7 +195,39 @@ later. Any other status is an answer, and asking again gets the same one."""
 _TEMPORAL_REFUSALS = frozenset({RPCStatusCode.INVALID_ARGUMENT, RPCStatusCode.OUT_OF_RANGE})
 
 
-def _temporal_error_response(err: RPCError, path: str) -> JSONResponse:
+def as_api_error(err: Exception) -> ApiError:
+    """What the client is told of an exception raised while serving it (for the HTTP
+    handlers and the WebSocket alike): an outage of a backing service is a 503, never a
+    500. An exception of no known kind is re-raised."""
+    if isinstance(err, ApiError):
+        return err
+    if isinstance(err, RPCError):
+        return _temporal_error(err)
+    if isinstance(err, WorkflowUpdateRPCTimeoutOrCancelledError):
+        log.warning("temporal update timed out: %s", err)
+        return ApiError(503, "worker_unavailable", "no worker answered in time; retry")
+    if isinstance(err, asyncpg.DataError):
+        message = f"the request holds a value the store can't keep: {err}"
+        return ApiError(400, "invalid_request", message)
+    if isinstance(err, _POSTGRES_DOWN):
+        log.warning("postgres error: %s", err)
+        return ApiError(503, "database_unavailable", "the database is unreachable")
+    if isinstance(err, OSError):
+        log.warning("connection error: %s", err)
+        return ApiError(503, "unavailable", "a backing service is unreachable")
+    raise err
+
+
+_POSTGRES_DOWN = (
+    asyncpg.PostgresConnectionError,
+    asyncpg.CannotConnectNowError,  # starting up
+    asyncpg.AdminShutdownError,
+    asyncpg.CrashShutdownError,
+)
+_NO_RETRY = {"x-should-retry": "false"}
+
+
+def _temporal_error(err: RPCError) -> ApiError:
     """503 only for an outage. A request Temporal refused is a 400 (every client value that
     reaches Temporal is validated first, so one that still fails its limits is a value we
     let through: the client can change it); any other answer is our bug, a 500. Neither
@@ -202,16 +235,14 @@ def _temporal_error_response(err: RPCError, path: str) -> JSONResponse:
     detail = {"temporal_status": err.status.name}
     if err.status in _TEMPORAL_OUTAGES:
         log.warning("temporal unavailable: %s", err)
-        return error_response(
-            503, "temporal_unavailable", "Temporal is unreachable", detail, path=path
-        )
+        return ApiError(503, "temporal_unavailable", "Temporal is unreachable", detail)
     if err.status in _TEMPORAL_REFUSALS:
         log.warning("temporal refused a request: %s", err)
         message = f"Temporal refused the request: {err.message}"
-        return error_response(400, "invalid_request", message, detail, retry=False, path=path)
+        return ApiError(400, "invalid_request", message, detail, headers=_NO_RETRY)
     log.error("temporal answered %s: %s", err.status.name, err)
     message = f"Temporal answered {err.status.name}: {err.message}"
-    return error_response(500, "temporal_error", message, detail, retry=False, path=path)
+    return ApiError(500, "temporal_error", message, detail, headers=_NO_RETRY)
 
 
 def _allowed_methods(request: Request) -> str:
@@ -262,39 +293,15 @@ def install_error_handlers(app: FastAPI) -> None:
             err.status_code, code, str(err.detail), headers=headers, path=request.url.path
         )
 
-    @app.exception_handler(RPCError)
-    async def temporal_error(request: Request, err: RPCError) -> JSONResponse:
-        return _temporal_error_response(err, request.url.path)
+    for kind in (
+        RPCError,
+        WorkflowUpdateRPCTimeoutOrCancelledError,
+        asyncpg.DataError,
+        *_POSTGRES_DOWN,
+        OSError,
+    ):
+        app.add_exception_handler(kind, _mapped)
 
-    @app.exception_handler(WorkflowUpdateRPCTimeoutOrCancelledError)
-    async def update_timed_out(request: Request, err: Exception) -> JSONResponse:
-        log.warning("temporal update timed out: %s", err)
-        return error_response(
-            503, "worker_unavailable", "no worker answered in time; retry", path=request.url.path
-        )
 
-    @app.exception_handler(asyncpg.DataError)
-    async def unstorable(request: Request, err: Exception) -> JSONResponse:
-        return error_response(
-            400,
-            "invalid_request",
-            f"the request holds a value the store can't keep: {err}",
-            path=request.url.path,
-        )
-
-    @app.exception_handler(asyncpg.PostgresConnectionError)
-    @app.exception_handler(asyncpg.CannotConnectNowError)  # starting up
-    @app.exception_handler(asyncpg.AdminShutdownError)
-    @app.exception_handler(asyncpg.CrashShutdownError)
-    async def postgres_down(request: Request, err: Exception) -> JSONResponse:
-        log.warning("postgres error: %s", err)
-        return error_response(
-            503, "database_unavailable", "the database is unreachable", path=request.url.path
-        )
-
-    @app.exception_handler(OSError)
-    async def connection_down(request: Request, err: OSError) -> JSONResponse:
-        log.warning("connection error: %s", err)
-        return error_response(
-            503, "unavailable", "a backing service is unreachable", path=request.url.path
-        )
+async def _mapped(request: Request, err: Exception) -> JSONResponse:
+    return await _api_error(request, as_api_error(err))

@@ -3,16 +3,19 @@ the quota gates."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 import asyncpg
-from fastapi import Request
+from starlette.requests import HTTPConnection
 from temporalio.client import Client
 
 from api.hand_overs import HandOvers
+from api.open_responses.sealing import CompactionSeal
 from api.quotas import ChatSends, KeyGate, LimitsCache, MessageGate, StreamSlots
 from api.shutdown import GatewayShutdown
 from api.stream_reads import SharedReads
+from chatd.codec import KEYS_ENV, CodecKeys
 from chatd.models import ModelConfig
 from chatd.store.chats import ChatStore
 from chatd.store.events import EventLog
@@ -62,9 +65,19 @@ class GatewayState:
         self.hand_overs = HandOvers()
         self.stream_slots = StreamSlots(quotas, limits)
         self.responses = ResponseStore(self.pool)
+        self._seal: CompactionSeal | None = None
+
+    async def compaction_seal(self) -> CompactionSeal:
+        """What seals and opens `compaction` items (loaded on first use)."""
+        if self._seal is None:
+            codec_keys = os.environ.get(KEYS_ENV, "").strip()
+            self._seal = await CompactionSeal.load(
+                self.pool, CodecKeys.parse(codec_keys) if codec_keys else None
+            )
+        return self._seal
 
 
-def state_of(request: Request) -> GatewayState:
-    """The gateway state of the app serving `request`."""
-    state: GatewayState = request.app.state.gateway
+def state_of(connection: HTTPConnection) -> GatewayState:
+    """The gateway state of the app serving a request or a WebSocket."""
+    state: GatewayState = connection.app.state.gateway
     return state

@@ -17,12 +17,21 @@ __all__ = [
     "DEFAULT_CONTEXT_LIMIT",
     "FAILED_LOOKUP_TTL_S",
     "KNOWN_CONTEXT_LIMITS",
+    "SUMMARY_PREAMBLE",
     "context_limit",
     "estimate_message_tokens",
     "estimate_tokens",
     "newest_that_fit",
     "reported_context_limit",
 ]
+
+SUMMARY_PREAMBLE = (
+    "[This message summarises the earlier conversation, which was compacted to fit the "
+    "context window. The assistant was actively working when this happened: continue the "
+    "work described below from where it stopped.]"
+)
+"""Opens the user-role message that stands for compacted context (the chat's own
+compaction, or a `compaction` item given as input)."""
 
 DEFAULT_CONTEXT_LIMIT = 128_000
 """Used when neither the model config nor the built-in table knows the model."""

@@ -9,6 +9,10 @@ sweep at a time. It ends a turn only when the chat has not changed for a grace p
 says the chat's workflow has no open run, through the turn's own finish, which applies only
 while the chat is still in that turn: a turn begun meanwhile is never touched.
 
+The chats of `store: false` responses are deleted here once past their `discard_at` with no
+turn running (the gateway sets it when the response has been delivered, or its connection
+closed; at creation, to the latest moment any connection may still continue it).
+
 A gateway stores a message before it hands it over (under a burst it answers the send in
 between); if it dies first, the chat's next send hands the message over before its own, and
 with no next send the message waits in Postgres with no workflow to take it. A message no
@@ -22,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -99,6 +103,10 @@ class Reconciler:
                 _every(self._settings.hand_over_after / 2, self.hand_over_stranded),
                 name="chatd-reconciler-hand-overs",
             ),
+            asyncio.create_task(
+                _every(self._settings.hand_over_after / 2, self.delete_discarded),
+                name="chatd-reconciler-discards",
+            ),
         ]
         try:
             yield
@@ -140,6 +148,11 @@ class Reconciler:
             await self._transcript.handed_over(handed_over)
             self._after_message = messages[-1] if len(messages) == batch else None
             return handed_over
+
+    async def delete_discarded(self) -> Sequence[uuid.UUID]:
+        """Delete a batch of `store: false` responses' chats that are past their
+        `discard_at` and settled (no turn running, nothing queued)."""
+        return await self._chats.delete_discarded(self._settings.batch)
 
     async def _hand_over(self, message: WaitingMessage) -> bool:
         """Signal-with-start the message's chat workflow with it; False if the chat is gone."""

@@ -9,10 +9,13 @@ function calls resumes that turn through the validated tool-results update.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
-from fastapi import Request
+from starlette.requests import HTTPConnection
 
 from api.errors import ApiError
 from api.idempotency import check_same_request, request_digest
@@ -32,17 +35,30 @@ from chatd.store.responses import NewResponse, ResponseRecord, new_response_id
 from chatd.tool_policy import PolicyDecision
 from workflows.payloads import SubmittedToolResult, SubmitToolApprovalsInput, ToolApproval
 
-__all__ = ["create_response"]
+__all__ = ["UNSTORED_LIFETIME", "create_response", "unstored_deadline"]
+
+UNSTORED_LIFETIME = timedelta(minutes=65)
+"""The latest a `store: false` response's chat is deleted (once its turn has ended): a
+WebSocket, the one way to continue it, lives at most 60 minutes. Its connection's end, or
+the end of the HTTP request that made it, brings that forward to then."""
 
 _THINKING_BUDGETS = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 16384}
 """Anthropic's thinking budget for a Responses `reasoning.effort`."""
 
 
 async def create_response(
-    request: Request, owner: str, key: str, body: CreateResponse, idempotency_key: str | None
+    request: HTTPConnection,
+    owner: str,
+    key: str,
+    body: CreateResponse,
+    idempotency_key: str | None,
+    connection_responses: Mapping[str, ResponseRecord] | None = None,
 ) -> ResponseRecord:
     """Store the response and hand its input to the chat; a retry with the same
-    Idempotency-Key (and body) gets the response the first call made."""
+    Idempotency-Key (and body) gets the response the first call made.
+
+    `connection_responses` are those a WebSocket made: the only way to continue a
+    `store: false` one."""
     state = state_of(request)
     digest = request_digest(body)
     if idempotency_key is not None:
@@ -52,8 +68,11 @@ async def create_response(
             return earlier
     model = _model(body, resolve_model(body.model, state.model_aliases))
     response_id = new_response_id()
-    parsed = parse_input(body.input, response_id.removeprefix("resp_"))
-    chat = await _continued_chat(request, owner, body)
+    seal = await state.compaction_seal()
+    parsed = parse_input(body.input, response_id.removeprefix("resp_"), partial(seal.open, owner))
+    chat = await _continued_chat(state, owner, body, connection_responses or {})
+    if chat is None and parsed.message is None:
+        chat = await _waiting_on_answers(state, owner, parsed)
     base = NewResponse(
         id=response_id,
         chat_id=uuid.UUID(int=0),
@@ -66,6 +85,7 @@ async def create_response(
         input_items=parsed.items,
         idempotency_key=idempotency_key,
         request_digest=digest,
+        store=body.store,
     )
     if chat is not None and chat.status == "requires_action":
         return await _answer_calls(request, key, chat, parsed, base)
@@ -115,7 +135,7 @@ async def create_response(
         await hand_over_stored(request, chat, queued, created)
     if not created:  # a retry: the first call's message may have had its turn already
         await state.responses.end_if_turn_over(record)
-        record = await state.responses.get(owner, record.id) or record
+        record = await state.responses.reread(record) or record
     return record
 
 
@@ -149,6 +169,7 @@ async def _new_chat(
     return await state.chats.create(
         chat_id=chat_id,
         owner=owner,
+        discard_at=None if body.store else unstored_deadline(),
         model=settings.model,
         system_prompt=settings.system,
         dynamic_tools=settings.tools,
@@ -182,10 +203,15 @@ async def _reconfigured(
     return reconfigured
 
 
-async def _continued_chat(request: Request, owner: str, body: CreateResponse) -> ChatRecord | None:
+async def _continued_chat(
+    state: GatewayState,
+    owner: str,
+    body: CreateResponse,
+    connection_responses: Mapping[str, ResponseRecord],
+) -> ChatRecord | None:
     """The chat `previous_response_id` or `conversation` continues. A previous response that
-    is not its chat's latest forks the chat at that response's end."""
-    state = state_of(request)
+    is not its chat's latest forks the chat at that response's end; so does one stored
+    differently (`store`) from this one, so that neither chat holds the other's kind."""
     if body.conversation is not None:
         chat = await _owned_chat(state, owner, body.conversation)
         if chat is None:
@@ -196,7 +222,11 @@ async def _continued_chat(request: Request, owner: str, body: CreateResponse) ->
         return chat
     if body.previous_response_id is None:
         return None
-    previous = await state.responses.get(owner, body.previous_response_id)
+    remembered = connection_responses.get(body.previous_response_id)
+    if remembered is not None:
+        previous = await state.responses.reread(remembered)
+    else:
+        previous = await state.responses.get(owner, body.previous_response_id)
     if previous is None:
         raise ApiError(
             400,
@@ -204,9 +234,34 @@ async def _continued_chat(request: Request, owner: str, body: CreateResponse) ->
             f"Previous response with id {body.previous_response_id!r} not found.",
             {"param": "previous_response_id"},
         )
-    if await state.responses.latest_in_chat(previous.chat_id) == previous.id:
+    latest = await state.responses.latest_in_chat(previous.chat_id) == previous.id
+    if latest and previous.store == body.store:
         return await state.chats.get(previous.chat_id, owner)
-    return await _fork_at(state, owner, previous)
+    fork = await _fork_at(state, owner, previous)
+    if not body.store:
+        await state.chats.discard_after(fork.id, unstored_deadline())
+    return fork
+
+
+async def _waiting_on_answers(
+    state: GatewayState, owner: str, parsed: ParsedInput
+) -> ChatRecord | None:
+    """The chat waiting on the calls the input answers, for clients that send their whole
+    conversation each time instead of `previous_response_id`."""
+    call_ids = [o.call_id for o in parsed.outputs] + [
+        a.approval_request_id.removeprefix(APPROVAL_PREFIX) for a in parsed.approvals
+    ]
+    chat = await state.chats.waiting_on(owner, call_ids)
+    if chat is None:
+        raise ApiError(
+            400,
+            "no_pending_calls",
+            f"no response waits for the results of calls {call_ids}: answer a response's"
+            " function calls while it waits for them (with its previous_response_id, or"
+            " the whole conversation), or end the input with a user message",
+            {"param": "input"},
+        )
+    return chat
 
 
 async def _fork_at(state: GatewayState, owner: str, previous: ResponseRecord) -> ChatRecord:
@@ -236,6 +291,10 @@ async def _fork_at(state: GatewayState, owner: str, previous: ResponseRecord) ->
     return chat
 
 
+def unstored_deadline() -> datetime:
+    return datetime.now(UTC) + UNSTORED_LIFETIME
+
+
 async def _input_end(state: GatewayState, previous: ResponseRecord) -> int:
     """The last transcript message of a response that produced no output: its input."""
     last = await state.responses.last_turn_message_id(previous)
@@ -247,7 +306,7 @@ async def _input_end(state: GatewayState, previous: ResponseRecord) -> int:
 
 
 async def _answer_calls(
-    request: Request, key: str, chat: ChatRecord, parsed: ParsedInput, base: NewResponse
+    request: HTTPConnection, key: str, chat: ChatRecord, parsed: ParsedInput, base: NewResponse
 ) -> ResponseRecord:
     """Hand the client's answers to the turn waiting for them: function results through the
     validated tool-results update, a person's decisions through the approvals update (both

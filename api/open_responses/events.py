@@ -40,7 +40,10 @@ from chatd.parts import Part, ReasoningPart, TextPart, ToolCallPart, ToolResultP
 from chatd.store.events import ChatEvent
 from chatd.store.transcript import StoredMessage
 
-__all__ = ["TERMINAL_CHAT_STATUSES", "ResponseEvents"]
+__all__ = ["TERMINAL_CHAT_STATUSES", "TERMINAL_EVENTS", "ResponseEvents"]
+
+TERMINAL_EVENTS = frozenset({"response.completed", "response.failed", "response.incomplete"})
+"""The events that end a response's stream (one of them, once)."""
 
 TERMINAL_CHAT_STATUSES = frozenset({"waiting", "requires_action", "error"})
 """The chat statuses that end a response: its turn waits for the client, or ended."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import mimetypes
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,16 +16,19 @@ from pydantic import TypeAdapter, ValidationError
 from api.errors import ApiError
 from api.open_responses.requests import (
     ApprovalResponseItem,
+    CompactionItem,
     FunctionCallItem,
     FunctionCallOutputItem,
     InputFile,
     InputImage,
     InputItem,
     InputText,
+    ItemReference,
     MessageItem,
 )
 from api.schemas import SendMessage
 from api.user_parts import UserFilePart, UserPart, UserTextPart
+from chatd.context import SUMMARY_PREAMBLE
 from chatd.parts import Part, Role, TextPart, ToolCallPart, ToolResultPart
 
 __all__ = ["HistoryMessage", "ParsedInput", "parse_input"]
@@ -56,20 +60,32 @@ class ParsedInput:
     """Decisions on the calls waiting for approval (a continuation's answer)."""
     items: list[dict[str, Any]] = field(default_factory=list)
     """The items as `input_items` lists them: each with an id and a status."""
+    restated: bool = False
+    """The answers came after the client's own copy of the conversation (not used)."""
 
 
-def parse_input(raw: str | list[dict[str, Any]], response_hex: str) -> ParsedInput:
-    """Check and sort the items. The last item is the new user message, or every item is a
-    function result (the answer to the previous response's calls)."""
+def parse_input(
+    raw: str | list[dict[str, Any]], response_hex: str, unseal: Callable[[str], str]
+) -> ParsedInput:
+    """Check and sort the items. The last item is the new user message, or the last items
+    are function results (the answer to the calls a response waits on). `unseal` reads a
+    `compaction` item's summary (ValueError if this server did not make it)."""
     if isinstance(raw, str):
         raw = [{"type": "message", "role": "user", "content": raw}]
     items = [_item(index, entry) for index, entry in enumerate(raw)]
     parsed = ParsedInput()
     parsed.items = [_listed(item, f"{response_hex}_{i}") for i, item in enumerate(items)]
     answers = (FunctionCallOutputItem, ApprovalResponseItem)
-    if all(isinstance(item, answers) for item in items):
-        parsed.outputs = [item for item in items if isinstance(item, FunctionCallOutputItem)]
-        parsed.approvals = [item for item in items if isinstance(item, ApprovalResponseItem)]
+    first_answer = len(items)
+    while first_answer and isinstance(items[first_answer - 1], answers):
+        first_answer -= 1
+    if first_answer < len(items):
+        # Clients that keep the conversation themselves send all of it each time: what
+        # comes before the answers is their copy of what the waiting chat already holds.
+        answered = items[first_answer:]
+        parsed.outputs = [item for item in answered if isinstance(item, FunctionCallOutputItem)]
+        parsed.approvals = [item for item in answered if isinstance(item, ApprovalResponseItem)]
+        parsed.restated = first_answer > 0
         return parsed
     last = items[-1]
     if not (isinstance(last, MessageItem) and last.role == "user"):
@@ -80,7 +96,7 @@ def parse_input(raw: str | list[dict[str, Any]], response_hex: str) -> ParsedInp
         )
     call_names: dict[str, str] = {}
     for index, item in enumerate(items[:-1]):
-        _add_history(parsed, index, item, call_names)
+        _add_history(parsed, index, item, call_names, unseal)
     parsed.message = _user_message(len(items) - 1, last)
     return parsed
 
@@ -88,8 +104,8 @@ def parse_input(raw: str | list[dict[str, Any]], response_hex: str) -> ParsedInp
 def _item(index: int, entry: Any) -> InputItem:
     if isinstance(entry, dict) and "type" not in entry and "role" in entry:
         entry = {**entry, "type": "message"}
-    if isinstance(entry, dict) and entry.get("type") in (None, "item_reference"):
-        raise _refusal(index, "item references are not supported: send the item itself")
+    if isinstance(entry, dict) and "type" not in entry and "id" in entry:
+        entry = {**entry, "type": "item_reference"}  # the specification's default
     try:
         return _ITEMS.validate_python(entry)
     except ValidationError as err:
@@ -99,12 +115,18 @@ def _item(index: int, entry: Any) -> InputItem:
 
 
 def _add_history(
-    parsed: ParsedInput, index: int, item: InputItem, call_names: dict[str, str]
+    parsed: ParsedInput,
+    index: int,
+    item: InputItem,
+    call_names: dict[str, str],
+    unseal: Callable[[str], str],
 ) -> None:
     """An earlier item into the history (or the system text), merging a model's calls into
     its message and a run of results into one tool message, as the transcript holds them."""
     history = parsed.history
-    if isinstance(item, MessageItem):
+    if isinstance(item, CompactionItem | ItemReference):
+        history.append(_summary(index, item, unseal))
+    elif isinstance(item, MessageItem):
         if item.role in ("system", "developer"):
             parsed.system.append(_plain_text(item))
         elif item.role == "assistant":
@@ -130,6 +152,23 @@ def _add_history(
             history[-1].parts.append(result)
         else:
             history.append(HistoryMessage("tool", [result]))
+
+
+def _summary(
+    index: int, item: CompactionItem | ItemReference, unseal: Callable[[str], str]
+) -> HistoryMessage:
+    """A compaction item's summary, as the transcript holds a summary: a user message."""
+    if isinstance(item, ItemReference):
+        raise _refusal(
+            index,
+            "an item_reference is taken only before the function_call_output items that"
+            " continue a response: send the item itself",
+        )
+    try:
+        summary = unseal(item.encrypted_content)
+    except ValueError as err:
+        raise _refusal(index, f"encrypted_content: {err}") from err
+    return HistoryMessage("user", [TextPart(text=f"{SUMMARY_PREAMBLE}\n\n{summary}")])
 
 
 def _plain_text(item: MessageItem) -> str:
@@ -199,6 +238,8 @@ _PREFIXES = {
     "function_call": "fc",
     "function_call_output": "fco",
     "mcp_approval_response": "mcpr",
+    "compaction": "cmp",
+    "item_reference": "ref",
 }
 
 

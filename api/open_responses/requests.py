@@ -18,11 +18,13 @@ from chatd.tool_policy import ToolPolicy
 __all__ = [
     "ApprovalResponseItem",
     "AssistantContent",
+    "CompactionItem",
     "CreateResponse",
     "FunctionCallItem",
     "FunctionCallOutputItem",
     "FunctionTool",
     "InputItem",
+    "ItemReference",
     "McpTool",
     "MessageItem",
     "UserContent",
@@ -136,8 +138,34 @@ class ApprovalResponseItem(BaseModel):
     reason: str | None = Field(default=None, max_length=4000)
 
 
+class CompactionItem(BaseModel):
+    """A summary of earlier context made by `POST /v1/responses/compact`: opaque to the
+    client, read only by this server (`api.open_responses.sealing`)."""
+
+    model_config = _STRICT
+    type: Literal["compaction"]
+    id: str | None = None
+    encrypted_content: str = Field(min_length=1, max_length=1_000_000)
+    created_by: str | None = None
+
+
+class ItemReference(BaseModel):
+    """An earlier output item by id, as clients send their copy of a conversation. Taken
+    only where that copy is not needed: before the function results that continue the
+    response waiting for them."""
+
+    model_config = _STRICT
+    type: Literal["item_reference"]
+    id: str = Field(min_length=1, max_length=200)
+
+
 InputItem = Annotated[
-    MessageItem | FunctionCallItem | FunctionCallOutputItem | ApprovalResponseItem,
+    MessageItem
+    | FunctionCallItem
+    | FunctionCallOutputItem
+    | ApprovalResponseItem
+    | CompactionItem
+    | ItemReference,
     Field(discriminator="type"),
 ]
 
@@ -216,7 +244,9 @@ class CreateResponse(BaseModel):
     metadata: dict[str, Annotated[str, Field(max_length=512)]] = Field(
         default_factory=dict, max_length=16
     )
-    store: Literal[True] = True
+    store: bool = True
+    """False: once the response has ended its chat is readable through no API and is
+    deleted; only a continuation on the WebSocket that made it may reference it."""
     background: bool = False
     stream: bool = False
     previous_response_id: str | None = Field(default=None, min_length=1, max_length=200)
@@ -225,6 +255,14 @@ class CreateResponse(BaseModel):
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, ge=0, le=1)
     text: TextOptions | None = None
+    include: list[Literal["message.output_text.logprobs"]] = Field(default_factory=list)
+    """Extra output to include: none is offered (logprobs come back empty), so only the
+    empty list and the logprobs that are always an empty list are accepted."""
+    prompt_cache_key: str | None = Field(default=None, max_length=200)
+    """A provider cache hint: accepted and not used (the providers' own caching applies)."""
+    safety_identifier: str | None = Field(default=None, max_length=200)
+    user: str | None = Field(default=None, max_length=200)
+    """End-user identifiers for a provider's abuse checks: accepted and not forwarded."""
     chatd_tool_policy: ToolPolicy | None = Field(default=None, alias="chatd:tool_policy")
     chatd_tools: list[str] | None = Field(default=None, alias="chatd:tools", max_length=64)
     """Built-in tools the chat offers (none unless named), run by the workers."""
@@ -260,4 +298,11 @@ class CreateResponse(BaseModel):
     def _one_way_to_continue(self) -> CreateResponse:
         if self.previous_response_id and self.conversation:
             raise ValueError("give `previous_response_id` or `conversation`, not both")
+        if not self.store and self.background:
+            raise ValueError("a background response is read later, so it needs `store: true`")
+        if not self.store and self.conversation:
+            raise ValueError(
+                "`store: false` can't add to a stored conversation: continue it with"
+                " `previous_response_id` (the new response then forks it)"
+            )
         return self

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Header, Path, Query, Request
@@ -13,7 +14,7 @@ from api.auth import BearerKey
 from api.errors import ApiError
 from api.open_responses.creation import create_response
 from api.open_responses.requests import CreateResponse
-from api.open_responses.views import current_resource, event_stream, until_ended
+from api.open_responses.views import current_resource, discard_soon, event_stream, until_ended
 from api.routes.stream import SlotStream
 from api.state import GatewayState, state_of
 from api.turns import interrupt_turn
@@ -32,7 +33,22 @@ async def _stream(
 ) -> StreamingResponse:
     """The response's events, holding one of the key's stream slots while open."""
     slot = await state.stream_slots.take(hash_key(key), record.owner, record.chat_id)
-    return SlotStream(state, slot, event_stream(state, record, starting_after, slot))
+    frames = event_stream(state, record, starting_after, slot)
+    if not record.store:
+        frames = _then_discarded(state, record, frames)
+    return SlotStream(state, slot, frames)
+
+
+async def _then_discarded(
+    state: GatewayState, record: ResponseRecord, frames: AsyncIterator[str]
+) -> AsyncIterator[str]:
+    """The frames of a `store: false` response; then, however the stream ends, its chat is
+    discarded: over HTTP nothing can continue it."""
+    try:
+        async for frame in frames:
+            yield frame
+    finally:
+        discard_soon(state, record)
 
 
 async def _owned(state: GatewayState, owner: str, response_id: str) -> ResponseRecord:
@@ -79,7 +95,11 @@ async def create(
             refusal.message += f"; response {record.id} was created: read it with GET"
             raise
     if not body.background:
-        record = await until_ended(state, record)
+        try:
+            record = await until_ended(state, record)
+        finally:
+            if not record.store:
+                discard_soon(state, record)
     return JSONResponse(await current_resource(state, record))
 
 

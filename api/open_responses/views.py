@@ -9,7 +9,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from api.open_responses.events import ResponseEvents
+from api.open_responses.events import TERMINAL_EVENTS, ResponseEvents
 from api.open_responses.resource import (
     build_resource,
     output_items,
@@ -20,7 +20,7 @@ from api.quotas import StreamSlot
 from api.state import GatewayState
 from chatd.store.responses import ResponseRecord
 
-__all__ = ["current_resource", "event_stream", "until_ended"]
+__all__ = ["current_resource", "discard_soon", "event_stream", "response_events", "until_ended"]
 
 WAKE_AT_LEAST_S = 15.0
 """A wait for the chat's next notification looks again after this long (a missed one)."""
@@ -51,7 +51,7 @@ async def until_ended(state: GatewayState, record: ResponseRecord) -> ResponseRe
     with state.hub.subscribe(record.chat_id) as wake:
         while True:
             wake.clear()  # before reading, so a notification during the read is not missed
-            current = await state.responses.get(record.owner, record.id)
+            current = await state.responses.reread(record)
             if current is None or current.ended_at is not None:
                 return current or record
             with contextlib.suppress(TimeoutError):
@@ -64,10 +64,13 @@ def _snapshot(record: ResponseRecord) -> dict[str, Any]:
     return build_resource(record, status=status, output=[], usage=None)
 
 
-async def event_stream(
+async def response_events(
     state: GatewayState, record: ResponseRecord, starting_after: int | None, slot: StreamSlot
-) -> AsyncIterator[str]:
-    """The response's events as SSE frames, each frame one write, ending with `[DONE]`.
+) -> AsyncIterator[list[dict[str, Any]]]:
+    """The response's events in batches, the last one holding its terminal event; an empty
+    batch when nothing happened for a while. It stops early, without a terminal event, when
+    the gateway shuts down or the key's slot ends (the client resumes with
+    `starting_after`).
 
     Events numbered up to `starting_after` are not sent again. The chat's events are read
     from the response's start each time: the numbering is theirs, so a resumed stream
@@ -83,9 +86,9 @@ async def event_stream(
     )
     opening = _snapshot(record)
     in_progress = {**opening, "status": "in_progress"}
-    frames = _frames(translator.opening(opening), skip)
-    if frames:
-        yield frames
+    first = _after(translator.opening(opening), skip)
+    if first:
+        yield first
     cursor = record.after_event_seq
     with state.hub.subscribe(record.chat_id) as wake, state.shutdown.watch(wake):
         slot.wake_with(wake)
@@ -98,24 +101,48 @@ async def event_stream(
                 cursor = event.seq
                 if translator.ended:
                     break
-            frames = _frames(out, skip)
-            if frames:
-                yield frames
+            if out:
+                yield _after(out, skip)
             if not events:
                 try:
                     await asyncio.wait_for(wake.wait(), WAKE_AT_LEAST_S)
                 except TimeoutError:
-                    yield ": keep-alive\n\n"
+                    yield []
         if not translator.ended:
-            return  # the gateway stops, or the key was revoked: resumable with `starting_after`
+            return
     ended = await until_ended(state, record)
-    closing = translator.closing(await current_resource(state, ended))
-    yield _frames(closing, skip) + "data: [DONE]\n\n"
+    yield _after(translator.closing(await current_resource(state, ended)), skip)
 
 
-def _frames(events: list[dict[str, Any]], skip: int) -> str:
+async def event_stream(
+    state: GatewayState, record: ResponseRecord, starting_after: int | None, slot: StreamSlot
+) -> AsyncIterator[str]:
+    """The response's events as SSE frames, each batch one write, ending with `[DONE]` (or
+    a keep-alive comment when nothing happened for a while)."""
+    ended = False
+    async for batch in response_events(state, record, starting_after, slot):
+        ended = ended or any(e["type"] in TERMINAL_EVENTS for e in batch)
+        yield _frames(batch) if batch else ": keep-alive\n\n"
+    if ended:
+        yield "data: [DONE]\n\n"
+
+
+_DISCARDS: set[asyncio.Task[None]] = set()
+
+
+def discard_soon(state: GatewayState, record: ResponseRecord) -> None:
+    """Have a `store: false` response's chat deleted as soon as its turn has ended (the
+    reconciler deletes it then). Synchronous, for the end of a cancelled request."""
+    task = asyncio.create_task(state.chats.discard_after(record.chat_id))
+    _DISCARDS.add(task)
+    task.add_done_callback(_DISCARDS.discard)
+
+
+def _after(events: list[dict[str, Any]], skip: int) -> list[dict[str, Any]]:
+    return [e for e in events if e["sequence_number"] > skip]
+
+
+def _frames(events: list[dict[str, Any]]) -> str:
     return "".join(
-        f"event: {e['type']}\ndata: {json.dumps(e, separators=(',', ':'))}\n\n"
-        for e in events
-        if e["sequence_number"] > skip
+        f"event: {e['type']}\ndata: {json.dumps(e, separators=(',', ':'))}\n\n" for e in events
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Path, Query, Request
+from starlette.requests import HTTPConnection
 
 from api.access import OwnedChat
 from api.edits import BUSY, cut_and_queue
@@ -34,7 +35,7 @@ async def accept_message(
 
 
 async def store_message(
-    request: Request, chat: ChatRecord, body: SendMessage, idempotency_key: str | None
+    request: HTTPConnection, chat: ChatRecord, body: SendMessage, idempotency_key: str | None
 ) -> tuple[QueuedMessage, bool]:
     """Store the message in the chat's queue (after the quota and `on_busy` checks), or find
     the one a retry of this send stored; and whether this call stored it."""
@@ -58,7 +59,7 @@ async def store_message(
 
 
 async def hand_over_stored(
-    request: Request, chat: ChatRecord, queued: QueuedMessage, created: bool
+    request: HTTPConnection, chat: ChatRecord, queued: QueuedMessage, created: bool
 ) -> SendMessageResult:
     """Start the stored message's turn or queue it in the running one. A message stored by
     an earlier call (`created` False) is handed over again (the same update, which Temporal

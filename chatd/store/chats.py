@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal
 
@@ -82,6 +82,9 @@ class ChatRecord(BaseModel):
     """Whether the chat may spawn subagents (the operator's default may also allow it)."""
     fallback_models: list[ModelConfig] = Field(default_factory=list)
     """Models a step falls back on, in order, when the chat's own stays down."""
+    discard_at: datetime | None = None
+    """Set for the chat of a `store: false` response: hidden from the native API, and
+    deleted once past this time with no turn running (migration 024)."""
 
 
 class ChatSummary(BaseModel):
@@ -133,6 +136,7 @@ class ChatStore:
         subagents: bool = False,
         fallback_models: list[ModelConfig] | None = None,
         chat_id: uuid.UUID | None = None,
+        discard_at: datetime | None = None,
     ) -> ChatRecord:
         """Insert a new chat in `waiting`; with a `chat_id` inserted before (by a create that
         is being retried), that chat.
@@ -160,6 +164,7 @@ class ChatStore:
             parent_chat_id,
             subagents,
             [m.model_dump(exclude_none=True) for m in fallback_models or []],
+            discard_at,
         )
         if row is None:
             row = await self._pool.fetchrow("SELECT * FROM chats WHERE id = $1", chat_id)
@@ -268,7 +273,7 @@ class ChatStore:
         checks of a request about a chat in one query."""
         row = await self._pool.fetchrow(
             """SELECT k.owner AS key_owner, c.* FROM api_keys k
-               LEFT JOIN chats c ON c.id = $1 AND c.owner = k.owner
+               LEFT JOIN chats c ON c.id = $1 AND c.owner = k.owner AND c.discard_at IS NULL
                WHERE k.key_hash = $2 AND k.revoked_at IS NULL""",
             chat_id,
             key_hash,
@@ -304,6 +309,40 @@ class ChatStore:
             bool(rows[0]["more"]) if rows else False,
         )
 
+    async def waiting_on(self, owner: str, call_ids: Sequence[str]) -> ChatRecord | None:
+        """The owner's listed chat whose turn waits on (at least) these calls."""
+        row = await self._pool.fetchrow(
+            "SELECT * FROM chats WHERE owner = $1 AND status = 'requires_action'"
+            " AND discard_at IS NULL AND pending_tool_calls @> $2::jsonb LIMIT 1",
+            owner,
+            [{"id": call_id} for call_id in call_ids],
+        )
+        return _record(row) if row else None
+
+    async def discard_after(self, chat_id: uuid.UUID, at: datetime | None = None) -> None:
+        """Hide the chat and have it deleted once past `at` (now if None) and settled; an
+        earlier deadline stays."""
+        await self._pool.execute(
+            "UPDATE chats SET discard_at = least(discard_at, coalesce($2, now())) WHERE id = $1",
+            chat_id,
+            at,
+        )
+
+    async def delete_discarded(self, limit: int) -> Sequence[uuid.UUID]:
+        """Delete up to `limit` chats past their `discard_at` whose turn has ended and whose
+        queue is empty (their rows go with them); the ids deleted."""
+        rows = await self._pool.fetch(
+            """DELETE FROM chats WHERE id IN (
+                   SELECT c.id FROM chats c
+                    WHERE c.discard_at <= now() AND c.status IN ('waiting', 'error')
+                      AND NOT EXISTS (SELECT 1 FROM queued_messages q
+                                       WHERE q.chat_id = c.id AND q.promoted_at IS NULL)
+                    LIMIT $1 FOR UPDATE SKIP LOCKED)
+               RETURNING id""",
+            limit,
+        )
+        return [row["id"] for row in rows]
+
 
 # Inserting a chat, a child one level below its parent (read here, so a caller can't get the
 # depth wrong); nothing if the parent isn't the owner's, or the id was inserted before.
@@ -313,9 +352,10 @@ WITH parent AS (
 )
 INSERT INTO chats (id, owner, title, title_source, model, system_prompt, dynamic_tools,
                    active_tools, max_steps, action_timeout_s, compaction_threshold,
-                   tool_policy, mcp_servers, parent_chat_id, depth, subagents, fallback_models)
+                   tool_policy, mcp_servers, parent_chat_id, depth, subagents, fallback_models,
+                   discard_at)
 SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13,
-       parent.id, coalesce(parent.depth + 1, 0), $15, $16
+       parent.id, coalesce(parent.depth + 1, 0), $15, $16, $17
 FROM (SELECT) AS one LEFT JOIN parent ON true
 WHERE $14::uuid IS NULL OR parent.id IS NOT NULL
 ON CONFLICT (id) DO NOTHING RETURNING *
@@ -376,6 +416,7 @@ WITH candidate AS (
                + coalesce(octet_length(c.last_error::text), 0)) OVER w AS upto
     FROM chats c
     WHERE c.owner = $1 AND ($2::timestamptz IS NULL OR (c.created_at, c.id) < ($2, $3))
+      AND c.discard_at IS NULL
       {{roots}}
     WINDOW w AS (ORDER BY c.created_at DESC, c.id DESC ROWS UNBOUNDED PRECEDING)
     ORDER BY c.created_at DESC, c.id DESC

@@ -40,6 +40,8 @@ class NewResponse(BaseModel):
     answered_call_ids: list[str] = []
     idempotency_key: str | None = None
     request_digest: str | None = None
+    store: bool = True
+    """False: readable only through the connection that made it (migration 024)."""
 
 
 class ResponseRecord(NewResponse):
@@ -57,7 +59,7 @@ class ResponseRecord(NewResponse):
 _COLUMNS = (
     "id, chat_id, owner, turn_id, after_message_id, after_event_seq, previous_response_id,"
     " request, input_items, answered_call_ids, idempotency_key, request_digest, created_at,"
-    " cancel_requested_at, ended_at, ended_status, ended_error, deleted_at"
+    " cancel_requested_at, ended_at, ended_status, ended_error, deleted_at, store"
 )
 
 
@@ -77,8 +79,8 @@ class ResponseStore:
         row = await self._pool.fetchrow(
             f"""INSERT INTO responses (id, chat_id, owner, turn_id, after_message_id,
                    after_event_seq, previous_response_id, request, input_items,
-                   answered_call_ids, idempotency_key, request_digest)
-               VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+                   answered_call_ids, idempotency_key, request_digest, store)
+               VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
                ON CONFLICT (owner, idempotency_key) DO NOTHING
                RETURNING {_COLUMNS}""",
             response.id,
@@ -93,6 +95,7 @@ class ResponseStore:
             response.answered_call_ids,
             response.idempotency_key,
             response.request_digest,
+            response.store,
         )
         if row is not None:
             return _record(row), True
@@ -111,11 +114,21 @@ class ResponseStore:
         return _record(row) if row else None
 
     async def get(self, owner: str, response_id: str) -> ResponseRecord | None:
-        """The owner's response, unless deleted."""
+        """The owner's stored response, unless deleted (a `store: false` one is not
+        readable by id: only its connection holds it)."""
         row = await self._pool.fetchrow(
-            f"SELECT {_COLUMNS} FROM responses WHERE id = $1 AND owner = $2 AND deleted_at IS NULL",
+            f"SELECT {_COLUMNS} FROM responses"
+            " WHERE id = $1 AND owner = $2 AND deleted_at IS NULL AND store",
             response_id,
             owner,
+        )
+        return _record(row) if row else None
+
+    async def reread(self, response: ResponseRecord) -> ResponseRecord | None:
+        """The response as it is now, stored or not; None once deleted."""
+        row = await self._pool.fetchrow(
+            f"SELECT {_COLUMNS} FROM responses WHERE id = $1 AND deleted_at IS NULL",
+            response.id,
         )
         return _record(row) if row else None
 

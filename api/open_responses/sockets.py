@@ -1,0 +1,264 @@
+"""Open Responses over a WebSocket at `/v1/responses`: one socket, many responses, one after
+another, each streamed as the same events as over SSE (one event per text frame, no
+`[DONE]`), ending with its terminal `response.*` event or a single `error` event.
+
+A response made here is the same durable turn as one made over HTTP: a socket that closes
+mid-response stops nothing, and a stored one is read later with `GET ...?stream=true`. The
+socket remembers the responses it made, the only way to continue a `store: false` one; a
+continuation refused with an error forgets what it referenced. When the socket closes, its
+`store: false` chats are discarded (deleted once their turn has ended).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from collections import OrderedDict
+from typing import Any
+
+from fastapi import APIRouter, WebSocket
+from pydantic import ValidationError
+from starlette.websockets import WebSocketDisconnect, WebSocketState
+
+from api.auth import invalid_key
+from api.errors import ApiError, as_api_error, openai_error_body
+from api.open_responses.creation import create_response
+from api.open_responses.events import TERMINAL_EVENTS
+from api.open_responses.requests import CreateResponse
+from api.open_responses.views import response_events
+from api.quotas import StreamSlot
+from api.state import GatewayState, state_of
+from api.turns import interrupt_turn
+from chatd.store.keys import hash_key
+from chatd.store.responses import ResponseRecord
+
+__all__ = ["CONNECTION_LIMIT_S", "MAX_MESSAGE_BYTES", "router"]
+
+log = logging.getLogger("chatd.api.sockets")
+
+router = APIRouter(prefix="/v1")
+
+CONNECTION_LIMIT_S = 60 * 60
+"""A socket lives at most this long (the specification's limit); then the client reconnects."""
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+"""A larger client message closes the socket (1009): it is not read."""
+REMEMBERED_RESPONSES = 64
+"""Responses a socket remembers for continuation, newest first."""
+
+_POLICY_VIOLATION = 1008
+_TOO_BIG = 1009
+_SERVICE_RESTART = 1012
+
+
+@router.websocket("/responses")
+async def responses_socket(websocket: WebSocket) -> None:
+    """Serve `response.create` messages until the client closes the socket, its hour is up,
+    its key is revoked, or the gateway stops (close code 1012: reconnect)."""
+    state = state_of(websocket)
+    await websocket.accept()
+    try:
+        owner, key = await _authenticated(state, websocket)
+        slot = await state.stream_slots.take(hash_key(key), owner, uuid.uuid4())
+    except ApiError as refusal:
+        await _refuse(websocket, refusal)
+        return
+    connection = _Connection(state, websocket, owner, key, slot)
+    try:
+        await connection.serve()
+    except WebSocketDisconnect:
+        pass
+    finally:
+        state.stream_slots.release(slot)
+        await connection.discard_unstored()
+
+
+async def _authenticated(state: GatewayState, websocket: WebSocket) -> tuple[str, str]:
+    """The owner and key of the handshake's `Authorization: Bearer` header."""
+    scheme, _, key = websocket.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not key:
+        raise ApiError(401, "unauthorized", "missing bearer API key")
+    key_hash = hash_key(key)
+    if state.key_gate.recently_failed(key_hash):
+        raise invalid_key()
+    owner = await state.keys.owner_of(key)
+    if owner is None:
+        state.key_gate.failed(key_hash)
+        raise invalid_key()
+    await state.key_gate.authenticated(key_hash, owner)
+    return owner, key
+
+
+def error_event(err: ApiError) -> dict[str, Any]:
+    """The specification's WebSocket error envelope, with the fields of the SSE `error`
+    event beside it (what OpenAI's SDK reads)."""
+    body = openai_error_body(err.status, err.code, err.message, err.detail)["error"]
+    return {
+        "type": "error",
+        "status": err.status,
+        "error": body,
+        "code": body["code"],
+        "message": body["message"],
+        "param": body["param"],
+        "sequence_number": 0,
+    }
+
+
+async def _refuse(websocket: WebSocket, err: ApiError) -> None:
+    """Tell the client why, then close the socket."""
+    await websocket.send_text(json.dumps(error_event(err)))
+    await websocket.close(_POLICY_VIOLATION, err.code)
+
+
+class _Connection:
+    """One socket's responses, one at a time."""
+
+    def __init__(
+        self, state: GatewayState, websocket: WebSocket, owner: str, key: str, slot: StreamSlot
+    ) -> None:
+        self._state = state
+        self._socket = websocket
+        self._owner = owner
+        self._key = key
+        self._slot = slot
+        self._responses: OrderedDict[str, ResponseRecord] = OrderedDict()
+        self._unstored_chats: set[uuid.UUID] = set()
+        self._closes_at = time.monotonic() + CONNECTION_LIMIT_S
+
+    async def serve(self) -> None:
+        while True:
+            text = await self._next_message()
+            if text is None:
+                return
+            try:
+                body = self._create_request(text)
+            except ApiError as refusal:
+                await self._send(error_event(refusal))
+                continue
+            if not await self._respond(body):
+                return
+
+    async def _next_message(self) -> str | None:
+        """The client's next text (or binary) message; None when the socket is done."""
+        try:
+            message = await asyncio.wait_for(
+                self._socket.receive(), max(self._closes_at - time.monotonic(), 0)
+            )
+        except TimeoutError:
+            limit = ApiError(
+                400,
+                "websocket_connection_limit_reached",
+                f"a WebSocket lives {CONNECTION_LIMIT_S // 60} minutes: open a new one",
+            )
+            await self._send(error_event(limit))
+            await self._socket.close(1000, limit.code)
+            return None
+        if message["type"] == "websocket.disconnect":
+            return None
+        raw: str | bytes = message.get("text") or message.get("bytes") or ""
+        if len(raw) > MAX_MESSAGE_BYTES:
+            too_big = ApiError(
+                413, "request_too_large", f"a message holds at most {MAX_MESSAGE_BYTES} bytes"
+            )
+            await self._send(error_event(too_big))
+            await self._socket.close(_TOO_BIG, too_big.code)
+            return None
+        return raw.decode(errors="replace") if isinstance(raw, bytes) else raw
+
+    def _create_request(self, text: str) -> CreateResponse:
+        """The `response.create` message's body; a 400 for anything else."""
+        try:
+            message = json.loads(text)
+        except ValueError:
+            raise ApiError(400, "invalid_json", "a message is one JSON object") from None
+        if not isinstance(message, dict) or message.get("type") != "response.create":
+            kind = message.get("type") if isinstance(message, dict) else None
+            raise ApiError(
+                400,
+                "unknown_message_type",
+                f"unknown message type {kind!r}: send `response.create` messages",
+                {"param": "type"},
+            )
+        if message.get("background") or message.get("stream") is False:
+            field = "background" if message.get("background") else "stream"
+            raise ApiError(
+                400,
+                "invalid_request",
+                f"{field} is for HTTP requests: a response over a WebSocket always streams",
+                {"param": field},
+            )
+        for transport_field in ("type", "stream", "stream_options", "background"):
+            message.pop(transport_field, None)
+        try:
+            return CreateResponse.model_validate(message)
+        except ValidationError as err:
+            first = err.errors()[0]
+            where = ".".join(str(x) for x in first["loc"])
+            what = str(first["msg"]).removeprefix("Value error, ")
+            raise ApiError(
+                400, "invalid_request", f"request is invalid: {where}: {what}", {"param": where}
+            ) from None
+
+    async def _respond(self, body: CreateResponse) -> bool:
+        """Create the response and stream it; False when the socket is done."""
+        try:
+            self._state.key_gate.take(hash_key(self._key))
+            record = await create_response(
+                self._socket, self._owner, self._key, body, None, self._responses
+            )
+        except Exception as err:
+            if body.previous_response_id is not None:
+                self._responses.pop(body.previous_response_id, None)
+            await self._send(error_event(_client_error(err)))
+            return True
+        self._remember(record)
+        async for batch in response_events(self._state, record, None, self._slot):
+            for event in batch:
+                await self._send(event)
+                if event["type"] in TERMINAL_EVENTS:
+                    return True
+        # The stream stopped before the response ended: the gateway stops, or the key went.
+        if self._state.shutdown.started:
+            await self._socket.close(_SERVICE_RESTART, "the gateway is restarting: reconnect")
+        else:
+            await _refuse(self._socket, invalid_key())
+        return False
+
+    def _remember(self, record: ResponseRecord) -> None:
+        self._responses[record.id] = record
+        while len(self._responses) > REMEMBERED_RESPONSES:
+            self._responses.popitem(last=False)
+        if not record.store:
+            self._unstored_chats.add(record.chat_id)
+
+    async def _send(self, event: dict[str, Any]) -> None:
+        if self._socket.application_state != WebSocketState.CONNECTED:
+            raise WebSocketDisconnect(1006)
+        try:
+            await self._socket.send_text(json.dumps(event, separators=(",", ":")))
+        except (RuntimeError, OSError) as err:  # the client went away mid-send
+            raise WebSocketDisconnect(1006) from err
+
+    async def discard_unstored(self) -> None:
+        """The socket is gone, and with it the only way to continue its `store: false`
+        responses: their chats are deleted once their turns have ended, and a turn that
+        waits for the client's function results is interrupted (no one can send them)."""
+        for chat_id in self._unstored_chats:
+            try:
+                await self._state.chats.discard_after(chat_id)
+                chat = await self._state.chats.get(chat_id)
+                if chat is not None and chat.status == "requires_action":
+                    await interrupt_turn(self._state.temporal, self._state.turns, chat)
+            except Exception:  # the chat's creation deadline deletes it all the same
+                log.warning("discarding chat %s failed", chat_id, exc_info=True)
+
+
+def _client_error(err: Exception) -> ApiError:
+    """What the client is told of a failed `response.create` (a 500 for our bugs)."""
+    try:
+        return as_api_error(err)
+    except Exception:
+        log.exception("a WebSocket response.create failed")
+        return ApiError(500, "internal_error", "the server failed to create the response")
