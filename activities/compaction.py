@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import asyncpg
 from temporalio import activity
@@ -19,16 +20,22 @@ from chatd.context import (
     reported_context_limit,
 )
 from chatd.models import ModelConfig, ModelError
-from chatd.parts import Message, Part, PartDelta, TextPart
+from chatd.parts import Message, Part, PartDelta, TextPart, Usage
 from chatd.providers import make_provider
-from chatd.providers.base import ModelRequest, ProviderError
+from chatd.providers.base import ModelRequest, ProviderError, StepFinish
 from chatd.settings import ProviderSettings
 from chatd.store.chats import ChatStore
 from chatd.store.events import EventLog
 from chatd.store.step_keys import StepKey
 from chatd.store.transcript import TranscriptStore
 from chatd.telemetry import METRICS
-from workflows.payloads import CompactInput, CompactResult, TitleInput
+from workflows.payloads import (
+    CompactInput,
+    CompactResult,
+    SummariseWindowInput,
+    SummariseWindowResult,
+    TitleInput,
+)
 
 __all__ = ["SUMMARY_PREAMBLE", "CompactionActivities", "summarise_transcript"]
 
@@ -95,7 +102,7 @@ class CompactionActivities:
         model = chat.model_in_use(input.model_index) or chat.model
         limit = context_limit(model, await reported_context_limit(model, self._settings))
         try:
-            summary = await summarise_transcript(model, messages, limit, self._settings)
+            summary = (await summarise_transcript(model, messages, limit, self._settings)).text
         except ProviderError as err:
             # The transcript stays as it was: nothing is compressed without its summary.
             await self._events.publish(
@@ -113,6 +120,25 @@ class CompactionActivities:
         )
         METRICS.compactions.add(1)
         return CompactResult(message_id=saved.id, estimated_tokens=_estimate(saved.parts))
+
+    @activity.defn(name="summarise_window")
+    async def summarise_window(self, input: SummariseWindowInput) -> SummariseWindowResult:
+        """The summary `POST /v1/responses/compact` seals into a `compaction` item."""
+        async with heartbeating(), classified_failures("compaction"):
+            messages = []
+            if input.chat_id is not None:
+                messages = await self._transcript.for_model(
+                    uuid.UUID(input.chat_id), through=input.through_message_id
+                )
+            messages += input.messages
+            limit = context_limit(
+                input.model, await reported_context_limit(input.model, self._settings)
+            )
+            try:
+                done = await summarise_transcript(input.model, messages, limit, self._settings)
+            except ProviderError as err:
+                raise model_failure(err.error, non_retryable=not err.error.retryable) from None
+            return SummariseWindowResult(summary=done.text, usage=done.usage)
 
     @activity.defn(name="generate_title")
     async def generate_title(self, input: TitleInput) -> None:
@@ -133,7 +159,7 @@ class CompactionActivities:
             model=_title_model(chat.model), system=TITLE_INSTRUCTIONS, messages=[_user(first)]
         )
         try:
-            answer = await _complete(request, self._settings)
+            answer = (await _complete(request, self._settings)).text
         except ProviderError as err:
             raise model_failure(err.error, non_retryable=not err.error.retryable) from None
         title = _clean_title(answer) or _clean_title(first)
@@ -152,7 +178,7 @@ class CompactionActivities:
 
 async def summarise_transcript(
     model: ModelConfig, messages: list[Message], limit: int, settings: ProviderSettings
-) -> str:
+) -> Completion:
     """The summary of `messages`, from a request that fits the model's `limit`.
 
     The compaction that follows a "prompt too long" error must not send that prompt again:
@@ -171,7 +197,7 @@ async def summarise_transcript(
                 raise
             budget = sum(map(estimate_message_tokens, kept)) // 2  # our estimate was too low
             continue
-        if not summary:  # e.g. the model spent all its output tokens on reasoning
+        if not summary.text:  # e.g. the model spent all its output tokens on reasoning
             raise ProviderError(_no_summary(model))
         return summary
     raise ProviderError(_newest_too_long(model, limit))
@@ -219,13 +245,24 @@ def _no_summary(model: ModelConfig) -> ModelError:
     )
 
 
-async def _complete(request: ModelRequest, settings: ProviderSettings) -> str:
-    """The text of one non-tool model step; raises `ProviderError`."""
+@dataclass(frozen=True)
+class Completion:
+    """The text of a model step that calls no tools, and what it cost."""
+
+    text: str
+    usage: Usage
+
+
+async def _complete(request: ModelRequest, settings: ProviderSettings) -> Completion:
+    """One non-tool model step; raises `ProviderError`."""
     text: list[str] = []
+    usage = Usage()
     async for event in make_provider(request.model, settings).stream_step(request):
         if isinstance(event, PartDelta) and event.type == "text" and event.text:
             text.append(event.text)
-    return "".join(text).strip()
+        elif isinstance(event, StepFinish):
+            usage = event.usage
+    return Completion("".join(text).strip(), usage)
 
 
 def _user(text: str) -> Message:

@@ -46,6 +46,7 @@ from chatd.tools.base import ToolRegistry
 from chatd.tools.catalog import ToolCatalog
 from chatd.webhooks.delivery import WebhookSettings
 from workflows.chat_turn import ChatTurn
+from workflows.summarise_window import SummariseWindow
 from workflows.webhook_delivery import WebhookFanout, WebhookReplay
 
 __all__ = ["WorkerConfig", "build_worker", "run_until_signalled", "tuned_worker"]
@@ -138,7 +139,7 @@ def build_worker(
     return tuned_worker(
         client,
         config,
-        workflows=[ChatTurn, WebhookFanout, WebhookReplay],
+        workflows=[ChatTurn, SummariseWindow, WebhookFanout, WebhookReplay],
         activities=[
             model.stream_model_step,
             tools.execute_tool_call,
@@ -152,6 +153,7 @@ def build_worker(
             turn.set_status,
             turn.publish_retry,
             compaction.compact_context,
+            compaction.summarise_window,
             compaction.generate_title,
             webhooks.record_webhook_deliveries,
             webhooks.deliver_webhook,

@@ -11,7 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from chatd.models import ModelError
+from chatd.models import ModelConfig, ModelError
+from chatd.parts import Message, Usage
 from chatd.settings import DEFAULT_RETRY_DEADLINE_S
 
 __all__ = [
@@ -411,6 +412,24 @@ class CompactResult(_Payload):
 
     message_id: int
     estimated_tokens: int
+
+
+class SummariseWindowInput(_Payload):
+    """Summarise a conversation for `POST /v1/responses/compact`: a chat's context through
+    one of its messages (a previous response's conversation), then the given messages."""
+
+    model: ModelConfig
+    chat_id: str | None = None
+    through_message_id: int | None = None
+    messages: list[Message] = Field(default_factory=list)
+
+
+class SummariseWindowResult(_Payload):
+    """The summary and what it cost, or why there is none."""
+
+    summary: str = ""
+    usage: Usage = Field(default_factory=Usage)
+    error: ModelError | None = None
 
 
 class TitleInput(_Payload):

@@ -31,7 +31,7 @@ from api.user_parts import UserFilePart, UserPart, UserTextPart
 from chatd.context import SUMMARY_PREAMBLE
 from chatd.parts import Part, Role, TextPart, ToolCallPart, ToolResultPart
 
-__all__ = ["HistoryMessage", "ParsedInput", "parse_input"]
+__all__ = ["HistoryMessage", "ParsedInput", "parse_input", "parse_window"]
 
 _ITEMS: TypeAdapter[InputItem] = TypeAdapter(InputItem)
 _DATA_URL = re.compile(r"^data:(?P<type>[\w.+-]+/[\w.+-]+);base64,(?P<data>.*)$", re.DOTALL)
@@ -99,6 +99,21 @@ def parse_input(
         _add_history(parsed, index, item, call_names, unseal)
     parsed.message = _user_message(len(items) - 1, last)
     return parsed
+
+
+def parse_window(
+    raw: str | list[dict[str, Any]], unseal: Callable[[str], str]
+) -> list[HistoryMessage]:
+    """Every item as history, for a summary (`POST /v1/responses/compact`): system text
+    becomes a user message (the summary request has its own instructions)."""
+    if isinstance(raw, str):
+        raw = [{"type": "message", "role": "user", "content": raw}]
+    parsed = ParsedInput()
+    call_names: dict[str, str] = {}
+    for index, entry in enumerate(raw):
+        _add_history(parsed, index, _item(index, entry), call_names, unseal)
+    system = [HistoryMessage("user", [TextPart(text=text)]) for text in parsed.system]
+    return system + parsed.history
 
 
 def _item(index: int, entry: Any) -> InputItem:

@@ -18,6 +18,7 @@ from chatd.tool_policy import ToolPolicy
 __all__ = [
     "ApprovalResponseItem",
     "AssistantContent",
+    "CompactRequest",
     "CompactionItem",
     "CreateResponse",
     "FunctionCallItem",
@@ -305,4 +306,28 @@ class CreateResponse(BaseModel):
                 "`store: false` can't add to a stored conversation: continue it with"
                 " `previous_response_id` (the new response then forks it)"
             )
+        return self
+
+
+class CompactRequest(BaseModel):
+    """Body of `POST /v1/responses/compact`: the conversation to summarise is
+    `previous_response_id`'s, then `input`'s items."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(min_length=1, max_length=200)
+    input: (
+        Annotated[str, Field(min_length=1)]
+        | Annotated[list[dict[str, Any]], Field(min_length=1, max_length=1000)]
+        | None
+    ) = None
+    previous_response_id: str | None = Field(default=None, min_length=1, max_length=200)
+    instructions: str | None = Field(default=None, max_length=200_000)
+    """Accepted for the request's shape; the summary is written with our own prompt."""
+    prompt_cache_key: str | None = Field(default=None, max_length=200)
+
+    @model_validator(mode="after")
+    def _something_to_compact(self) -> CompactRequest:
+        if self.input is None and self.previous_response_id is None:
+            raise ValueError("give `input`, `previous_response_id`, or both")
         return self

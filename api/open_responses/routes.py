@@ -12,8 +12,9 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from api.access import Owner
 from api.auth import BearerKey
 from api.errors import ApiError
+from api.open_responses.compaction import compact
 from api.open_responses.creation import create_response
-from api.open_responses.requests import CreateResponse
+from api.open_responses.requests import CompactRequest, CreateResponse
 from api.open_responses.views import current_resource, discard_soon, event_stream, until_ended
 from api.routes.stream import SlotStream
 from api.state import GatewayState, state_of
@@ -101,6 +102,15 @@ async def create(
             if not record.store:
                 discard_soon(state, record)
     return JSONResponse(await current_resource(state, record))
+
+
+@router.post("/responses/compact", response_model=None)
+async def compact_conversation(
+    body: CompactRequest, request: Request, owner: Owner
+) -> JSONResponse:
+    """Summarise a conversation (`previous_response_id`'s, then `input`) into one
+    `compaction` item: given later as input, it stands for that context."""
+    return JSONResponse(await compact(state_of(request), owner, body))
 
 
 @router.get("/responses/{response_id}", response_model=None, responses=_RESPONSE_OR_EVENTS)

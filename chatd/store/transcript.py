@@ -291,9 +291,13 @@ class TranscriptStore:
         return Page([_stored(r) for r in rows], bool(rows[0]["more"]) if rows else False)
 
     async def for_model(
-        self, chat_id: uuid.UUID, *, turn_message: uuid.UUID | None = None
+        self,
+        chat_id: uuid.UUID,
+        *,
+        turn_message: uuid.UUID | None = None,
+        through: int | None = None,
     ) -> list[Message]:
-        """The messages the model sees: not compressed, in order.
+        """The messages the model sees: not compressed, in order (up to message `through`).
 
         With `turn_message`, that queued message comes last if it is not in the transcript
         yet: a turn's first step reads its context while it promotes the message. One
@@ -302,13 +306,14 @@ class TranscriptStore:
         rows = await self._pool.fetch(
             """SELECT role, parts, response_id FROM (
                    SELECT id, role, parts, response_id FROM messages
-                   WHERE chat_id = $1 AND NOT compressed
+                   WHERE chat_id = $1 AND NOT compressed AND ($3::bigint IS NULL OR id <= $3)
                    UNION ALL
                    SELECT NULL, 'user', parts, NULL FROM queued_messages
                    WHERE id = $2 AND chat_id = $1 AND promoted_at IS NULL
                ) AS context ORDER BY id NULLS LAST""",
             chat_id,
             turn_message,
+            through,
         )
         return [
             Message(

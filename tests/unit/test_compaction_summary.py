@@ -65,7 +65,7 @@ async def test_a_transcript_over_the_window_is_summarised_without_its_oldest_mes
     server.script(name, [FakeResponse.of_text("two notes")])
     model = ModelConfig(provider="anthropic", name=name)
     summary = await summarise_transcript(model, NOTES, 2000, server.provider_settings())
-    assert summary == "two notes"
+    assert summary.text == "two notes"
     sent = _sent(server, name, 0)
     assert "a" * 4000 not in sent and "b" * 4000 in sent
     assert "oldest messages of this conversation are left out" in sent
@@ -80,7 +80,7 @@ async def test_when_the_provider_still_finds_it_too_long_more_is_left_out(
     server.script(name, [FakeResponse.of_text("the newest note")])
     model = ModelConfig(provider="openai", name=name)
     summary = await summarise_transcript(model, NOTES, 4000, server.provider_settings())
-    assert summary == "the newest note"
+    assert summary.text == "the newest note"
     assert len(server.requests(name)) > 1, "refused, then sent with less"
     assert "a" * 4000 in _sent(server, name, 0) and "a" * 4000 not in _sent(server, name, -1)
 
