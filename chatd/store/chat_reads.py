@@ -36,7 +36,7 @@ SELECT k.owner AS key_owner, c.*,
        q.ids AS queued_ids, q.parts AS queued_parts, q.created_at AS queued_created_at,
        ({DESCENDANTS_USAGE.format(chat="c.id")}) AS children_usage
 FROM api_keys k
-LEFT JOIN chats c ON c.id = $1 AND c.owner = k.owner
+LEFT JOIN chats c ON c.id = $1 AND c.owner = k.owner AND c.discard_at IS NULL
 LEFT JOIN LATERAL (
     SELECT array_agg(m.id ORDER BY m.created_at, m.id) AS ids,
            jsonb_agg(m.parts ORDER BY m.created_at, m.id) AS parts,
@@ -64,6 +64,7 @@ WITH key AS (
     FROM chats c
     WHERE c.owner = (SELECT owner FROM key)
       AND ($2::timestamptz IS NULL OR (c.created_at, c.id) < ($2, $3))
+      AND c.discard_at IS NULL
       {{roots}}
     WINDOW w AS (ORDER BY c.created_at DESC, c.id DESC ROWS UNBOUNDED PRECEDING)
     ORDER BY c.created_at DESC, c.id DESC

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from harness import Stack
 
+
 def _suite() -> Path:
     """Where the suite is: `OPENRESPONSES_SUITE`, `shared/openresponses` beside the
     repository, or this project's machines' `/work/shared/openresponses` (a clone made
