@@ -259,7 +259,7 @@ def build_resource(
         "usage": usage,
         "max_output_tokens": request.get("max_output_tokens"),
         "max_tool_calls": None,
-        "store": True,
+        "store": record.store,
         "background": request.get("background", False),
         "service_tier": "default",
         "metadata": request.get("metadata", {}),

@@ -83,6 +83,7 @@ async def _authenticated(state: GatewayState, websocket: WebSocket) -> tuple[str
     key_hash = hash_key(key)
     if state.key_gate.recently_failed(key_hash):
         raise invalid_key()
+    state.key_gate.take(key_hash)  # the handshake is a request, as over HTTP
     owner = await state.keys.owner_of(key)
     if owner is None:
         state.key_gate.failed(key_hash)

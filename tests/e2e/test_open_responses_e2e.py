@@ -23,6 +23,7 @@ from support.api_process import chatd_api, until_ready
 from chatd.devstack.ports import free_port
 from chatd.devstack.temporal import TemporalDevServer
 from chatd.fake_provider.script import FakeResponse, FakeText, FakeToolCall
+from chatd.store.chats import ChatStore
 
 _SPEC = json.loads(
     (Path(__file__).parent.parent / "data" / "openresponses" / "openapi.json").read_text()
@@ -470,3 +471,35 @@ async def test_a_retried_create_is_the_same_response_or_at_least_the_same_chat(
     assert [m["role"] for m in messages] == ["user", "assistant"]
     assert chats == 1
     assert len(stack.fake.requests(model.split("/", 1)[1])) == 1
+
+
+async def test_a_store_false_response_over_http_is_answered_then_gone(stack: Stack) -> None:
+    """Over HTTP nothing can continue a `store: false` response: its chat is hidden at once
+    and deleted (by the reconciler's pass) as soon as its turn has ended."""
+    model = _model(stack, _text("said once"))
+    async with _client(stack) as client:
+        response = await client.responses.create(model=model, input="hi", store=False)
+        assert response.status == "completed" and response.output_text == "said once"
+        assert response.store is False
+        with pytest.raises(openai.NotFoundError):
+            await client.responses.retrieve(response.id)
+        with pytest.raises(openai.BadRequestError) as missing:
+            await client.responses.create(
+                model=model, input="again", previous_response_id=response.id
+            )
+        assert missing.value.code == "previous_response_not_found"
+        with pytest.raises(openai.BadRequestError) as background:
+            await client.responses.create(model=model, input="hi", store=False, background=True)
+        assert "store" in background.value.message
+    chat_id = response.conversation.id  # type: ignore[union-attr]
+    assert (await stack.http.get(f"/chats/{chat_id}")).status_code == 404
+    deleted: list[str] = []
+    for _ in range(50):
+        deleted += map(str, await ChatStore(stack.pool).delete_discarded(100))
+        if chat_id in deleted:
+            break
+        await asyncio.sleep(0.1)
+    assert chat_id in deleted
+    assert (
+        await stack.pool.fetchval("SELECT count(*) FROM responses WHERE id = $1", response.id) == 0
+    )

@@ -4,15 +4,19 @@ over the limit (another owner, a queued message, an open slot go through)."""
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import httpx
+import pytest
+import websockets
 from harness import Stack
 
 from chatd.fake_provider.script import FakeResponse, FakeText, FakeToolCall, FakeUsage
 from chatd.store.keys import hash_key
 from chatd.store.quotas import LimitOverrides, QuotaStore
 
+TERMINAL = ("response.completed", "response.failed", "response.incomplete", "error")
 ASKS = FakeResponse(parts=[FakeToolCall(name="ask_user", arguments={"question": "?"})])
 """A model step that calls `ask_user`: the chat waits in `requires_action`, its turn running."""
 ASK_USER = {
@@ -240,3 +244,31 @@ async def test_a_lapsed_lease_of_a_gone_gateway_frees_its_slot(stack: Stack) -> 
     stream = await _open_stream(stack.http, chat["id"])
     assert stream.status_code == 200
     await stream.aclose()
+
+
+async def test_a_websocket_holds_a_stream_slot_and_each_create_is_a_request(
+    stack: Stack,
+) -> None:
+    """A socket counts as one of the key's streams for as long as it is open; each
+    `response.create` on it counts against the key's request rate (the handshake too)."""
+    await _limit(stack, "alice", streams=1, requests_per_s=0.01, request_burst=3)
+    url = stack.base_url.removesuffix("/api/v1").replace("http://", "ws://") + "/v1/responses"
+    headers = {"Authorization": stack.http.headers["authorization"]}
+    create = json.dumps({"type": "response.create", "model": "demo/demo", "input": "hi"})
+    async with websockets.connect(url, additional_headers=headers) as first:
+        assert await _socket_turn(first, create) == "response.completed"  # its slot is taken
+        async with websockets.connect(url, additional_headers=headers) as second:
+            refusal = json.loads(await second.recv())
+            assert refusal["status"] == 429 and refusal["error"]["code"] == "too_many_streams"
+            with pytest.raises(websockets.ConnectionClosed):
+                await second.recv()
+        # Three requests so far (two handshakes and a create): the burst is spent.
+        assert await _socket_turn(first, create) == "rate_limited"
+
+
+async def _socket_turn(socket: websockets.ClientConnection, create: str) -> str:
+    """Send a `response.create`; its terminal event's type, or its error's code."""
+    await socket.send(create)
+    while (event := json.loads(await socket.recv()))["type"] not in TERMINAL:
+        pass
+    return str(event["error"]["code"] if event["type"] == "error" else event["type"])
