@@ -53,9 +53,12 @@ def _script(stack: Stack) -> str:
     return scripted["name"]
 
 
-def _agent(stack: Stack, name: str) -> Agent[Any]:
+def _client(stack: Stack) -> AsyncOpenAI:
     root = stack.base_url.removesuffix("/api/v1")
-    client = AsyncOpenAI(base_url=f"{root}/v1", api_key=stack.key, max_retries=0)
+    return AsyncOpenAI(base_url=f"{root}/v1", api_key=stack.key, max_retries=0)
+
+
+def _agent(client: AsyncOpenAI, name: str) -> Agent[Any]:
     return Agent(
         name="assistant",
         instructions="Answer with the tools' results.",
@@ -94,23 +97,30 @@ async def test_the_agents_sdk_runs_an_agent_with_two_tools_to_its_final_output(
     stack: Stack, chained: bool
 ) -> None:
     name = _script(stack)
-    result = await Runner.run(
-        _agent(stack, name), "Weather and time in Oslo?", auto_previous_response_id=chained
-    )
+    async with _client(stack) as client:
+        result = await Runner.run(
+            _agent(client, name), "Weather and time in Oslo?", auto_previous_response_id=chained
+        )
     assert result.final_output == "Sunny, and it is noon."
     await _one_chat_ran_both_tools(stack, name)
 
 
 async def test_the_agents_sdk_streams_an_agent_run(stack: Stack) -> None:
     name = _script(stack)
-    run = Runner.run_streamed(_agent(stack, name), "Weather and time in Oslo?")
     deltas: list[str] = []
     tool_outputs: list[str] = []
-    async for event in run.stream_events():
-        if event.type == "raw_response_event" and event.data.type == "response.output_text.delta":
-            deltas.append(event.data.delta)
-        elif event.type == "run_item_stream_event" and event.item.type == "tool_call_output_item":
-            tool_outputs.append(str(event.item.output))
+    async with _client(stack) as client:
+        run = Runner.run_streamed(_agent(client, name), "Weather and time in Oslo?")
+        async for event in run.stream_events():
+            if (
+                event.type == "raw_response_event"
+                and event.data.type == "response.output_text.delta"
+            ):
+                deltas.append(event.data.delta)
+            elif (
+                event.type == "run_item_stream_event" and event.item.type == "tool_call_output_item"
+            ):
+                tool_outputs.append(str(event.item.output))
     assert "".join(deltas) == "Sunny, and it is noon." == run.final_output
     assert tool_outputs == ["sunny in Oslo", "noon in Oslo"]
     assert ItemHelpers.text_message_outputs(run.new_items) == "Sunny, and it is noon."

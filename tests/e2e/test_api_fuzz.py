@@ -32,6 +32,7 @@ STEPS_PER_SCENARIO = 8
 STREAM = "/api/v1/chats/{chat_id}/stream"
 WATCH = "/api/v1/stream"
 RESPONSES = "/v1/responses"
+COMPACT = "/v1/responses/compact"
 _SETTINGS: dict[str, Any] = {
     "deadline": None,
     "database": None,
@@ -78,7 +79,7 @@ def _each_operation(root: str, key: str) -> tuple[set[str], list[str]]:
     # Phases after the first reuse the ids earlier answers held, and a request for an
     # existing chat's event stream would wait for the request timeout: the stream runs alone.
     schema = _schema(root, key).exclude(path=[STREAM, WATCH])
-    schema = schema.exclude(path=RESPONSES, method="POST")  # `_responses` runs it
+    schema = schema.exclude(path=[RESPONSES, COMPACT], method="POST")  # `_responses` runs them
     schema.config.phases.stateful.enabled = False  # the state machine below runs it
     # No crash cache on disk: a run replays only its own derandomized cases.
     schema.config.cache.enabled = False
@@ -112,11 +113,14 @@ def _stream(root: str, key: str) -> list[str]:
 
 
 def _responses(root: str, key: str) -> list[str]:
-    """Creating Open Responses: a schema-valid request may still be a 400 when it names a
-    previous response or conversation that doesn't exist, or answers calls that aren't
-    pending (OpenAI answers these with a 400 too); every other check holds."""
-    operation = _accepting_400(root, key)[RESPONSES]["POST"]
-    return _generated(operation, MAX_EXAMPLES * 3)
+    """Creating Open Responses and compactions: a schema-valid request may still be a 400
+    when it names a model, a previous response or a conversation that doesn't exist, or
+    answers calls that aren't pending (OpenAI answers these with a 400 too); every other
+    check holds."""
+    schema = _accepting_400(root, key)
+    return _generated(schema[RESPONSES]["POST"], MAX_EXAMPLES * 3) + _generated(
+        schema[COMPACT]["POST"], MAX_EXAMPLES
+    )
 
 
 def _watch(root: str, key: str) -> list[str]:

@@ -128,6 +128,8 @@ async def test_a_store_false_chat_is_hidden_then_deleted_when_its_socket_closes(
     assert (await stack.http.get(f"/chats/{chat_id}")).status_code == 404
     listed = (await stack.http.get("/chats", params={"limit": 100})).json()["chats"]
     assert chat_id not in {c["id"] for c in listed}
+    watched = "SELECT count(*) FROM owner_events WHERE chat_id = $1::uuid"
+    assert await stack.pool.fetchval(watched, chat_id) == 0, "nor is it on the watch stream"
     # The socket closed: the reconciler's pass deletes the settled chat, rows and all.
     for _ in range(50):
         if chat_id in map(str, await ChatStore(stack.pool).delete_discarded(100)):

@@ -15,8 +15,9 @@ from typing import Any
 
 import httpx
 import pytest
+import websockets
 from fastapi import FastAPI
-from fastapi.routing import iter_route_contexts
+from fastapi.routing import APIWebSocketRoute, iter_route_contexts
 from harness import Stack
 
 from api.app import API_PREFIX, GatewayConfig, create_app
@@ -80,8 +81,8 @@ def _operations(app: FastAPI, document: dict[str, Any]) -> list[Operation]:
     skipped.add(app.swagger_ui_oauth2_redirect_url)
     operations = []
     for route in iter_route_contexts(app.routes):
-        if route.path in skipped:
-            continue
+        if route.path in skipped or isinstance(route.route, APIWebSocketRoute):
+            continue  # the WebSocket's keys: test_a_socket_refuses_missing_bad_and_revoked_keys
         assert route.path and route.methods, f"no probe for {route!r}: add one to this module"
         for method in sorted(route.methods):
             spec = document["paths"].get(route.path, {}).get(method.lower(), {})
@@ -124,6 +125,24 @@ def _masked(body: dict[str, Any], *ids: str) -> str:
     for chat_id in ids:
         text = text.replace(chat_id, "<chat>")
     return text
+
+
+@pytest.mark.parametrize("label", ["no key", "bad key", "revoked key"])
+async def test_a_socket_refuses_missing_bad_and_revoked_keys(stack: Stack, label: str) -> None:
+    """`ws://.../v1/responses`: an `error` event with status 401, then close code 1008,
+    before any request is read."""
+    keys = KeyStore(stack.pool)
+    revoked = await keys.create("alice", "revoked socket key")
+    await keys.revoke(next(k.id for k in await keys.list() if k.name == "revoked socket key"))
+    key = {"no key": None, "bad key": "chatd_" + uuid.uuid4().hex, "revoked key": revoked}[label]
+    url = stack.base_url.removesuffix(API_PREFIX).replace("http://", "ws://") + "/v1/responses"
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    async with websockets.connect(url, additional_headers=headers) as socket:
+        event = json.loads(await socket.recv())
+        assert (event["type"], event["status"]) == ("error", 401)
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            await socket.recv()
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
 
 
 @pytest.mark.slow

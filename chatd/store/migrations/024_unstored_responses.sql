@@ -15,3 +15,32 @@ CREATE TABLE server_keys (
     key         bytea NOT NULL,
     created_at  timestamptz NOT NULL DEFAULT now()
 );
+
+-- The owners' watch stream (migration 017) shows no discarded chat: the trigger's function
+-- again, with `discard_at IS NULL`.
+CREATE OR REPLACE FUNCTION chatd_publish_owner_event() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    who text;
+    next_seq bigint;
+BEGIN
+    SELECT owner INTO who FROM chats WHERE id = NEW.chat_id AND discard_at IS NULL;
+    IF who IS NULL THEN
+        RETURN NULL;  -- the chat was deleted in the same transaction, or is discarded
+    END IF;
+    INSERT INTO owner_event_seqs AS s (owner, last_seq) VALUES (who, 1)
+    ON CONFLICT (owner) DO UPDATE SET last_seq = s.last_seq + 1
+    RETURNING s.last_seq INTO next_seq;
+    INSERT INTO owner_events (owner, seq, chat_id, event, data)
+    VALUES (
+        who, next_seq, NEW.chat_id, NEW.event,
+        NEW.data || CASE WHEN NEW.event = 'subagent'
+                         THEN jsonb_build_object('parent_chat_id', NEW.chat_id)
+                         ELSE jsonb_build_object('chat_id', NEW.chat_id) END
+    );
+    PERFORM pg_notify(
+        'chatd_owner_events',
+        substr(encode(sha256(convert_to(who, 'UTF8')), 'hex'), 1, 32)::uuid::text
+    );
+    RETURN NULL;
+END
+$$;
