@@ -6,7 +6,14 @@ import uuid
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, GetPydanticSchema, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetPydanticSchema,
+    field_validator,
+    model_validator,
+)
 from pydantic.json_schema import SkipJsonSchema
 
 from api.user_parts import (
@@ -25,6 +32,7 @@ from chatd.store.chats import ChatRecord, ChatStatus, ChatSummary, DynamicTool
 from chatd.store.tool_decisions import ToolDecision
 from chatd.store.transcript import QueuedMessage, StoredMessage
 from chatd.tool_policy import PolicyDecision, ToolPolicy
+from chatd.tools.names import collision
 from workflows.payloads import SubmittedToolResult, ToolApproval
 
 __all__ = [
@@ -84,9 +92,17 @@ class StrictModelConfig(ModelConfig):
 
 
 class StrictDynamicTool(DynamicTool):
-    """`DynamicTool` as a client sends it: validated strictly."""
+    """`DynamicTool` as a client sends it: validated strictly, under a name of its own."""
 
     model_config = ConfigDict(strict=True)
+
+    @field_validator("name")
+    @classmethod
+    def _not_a_worker_tool(cls, name: str) -> str:
+        taken = collision(name)
+        if taken:
+            raise ValueError(f"a client tool named {name!r} would collide with {taken}")
+        return name
 
 
 class StrictToolResult(SubmittedToolResult):

@@ -22,7 +22,7 @@ from api.idempotency import check_same_request, request_digest
 from api.open_responses.inputs import ParsedInput, parse_input
 from api.open_responses.model_names import resolve_model
 from api.open_responses.requests import CreateResponse
-from api.open_responses.resource import APPROVAL_PREFIX, MCP_SEPARATOR
+from api.open_responses.resource import APPROVAL_PREFIX
 from api.routes.messages import hand_over_stored, store_message
 from api.state import GatewayState, state_of
 from api.turns import submit_tool_approvals, submit_tool_results
@@ -33,6 +33,7 @@ from chatd.store.client_results import ClientResultStaging
 from chatd.store.forks import ForkRefused, ForkStore
 from chatd.store.responses import NewResponse, ResponseRecord, new_response_id
 from chatd.tool_policy import PolicyDecision
+from chatd.tools.names import MCP_SEPARATOR
 from workflows.payloads import SubmittedToolResult, SubmitToolApprovalsInput, ToolApproval
 
 __all__ = ["UNSTORED_LIFETIME", "create_response", "unstored_deadline"]

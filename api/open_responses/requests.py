@@ -14,6 +14,7 @@ from jsonschema.exceptions import SchemaError
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from chatd.tool_policy import ToolPolicy
+from chatd.tools.names import collision
 
 __all__ = [
     "ApprovalResponseItem",
@@ -181,6 +182,14 @@ class FunctionTool(BaseModel):
     description: str | None = Field(default=None, max_length=4096)
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _not_a_worker_tool(cls, name: str) -> str:
+        taken = collision(name)
+        if taken:
+            raise ValueError(f"a function named {name!r} would collide with {taken}")
+        return name
 
     @model_validator(mode="after")
     def _parameters_are_a_schema(self) -> FunctionTool:

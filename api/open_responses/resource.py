@@ -15,10 +15,10 @@ from chatd.models import ModelError
 from chatd.parts import ReasoningPart, TextPart, ToolCallPart, ToolResultPart, Usage
 from chatd.store.responses import ResponseRecord
 from chatd.store.transcript import StoredMessage
+from chatd.tools.names import MCP_SEPARATOR
 
 __all__ = [
     "APPROVAL_PREFIX",
-    "MCP_SEPARATOR",
     "ItemIds",
     "ResponseStatus",
     "approval_request_item",
@@ -33,8 +33,6 @@ __all__ = [
 
 APPROVAL_PREFIX = "mcpr_"
 """An approval request's id: this, then the id of the call it asks about."""
-MCP_SEPARATOR = "__"
-"""Between an MCP server's name and its tool's, in the name the model sees."""
 
 ResponseStatus = str
 """queued, in_progress, completed, failed, cancelled or incomplete."""

@@ -190,3 +190,24 @@ async def test_the_wait_survives_a_worker_and_gateway_restart(make_stack: StackF
         messages = await second.messages(chat["id"])
     assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant"]
     assert messages[2]["parts"][0]["output"] == "after the restart"
+
+
+async def test_a_client_tool_named_like_a_worker_s_tool_is_refused(stack: Stack) -> None:
+    """It would shadow the built-in, advisor, subagent or MCP tool the model means to call."""
+    root = stack.base_url.removesuffix("/api/v1")
+    for name, taken in [
+        ("read_file", "the worker's tool 'read_file'"),
+        ("advisor", "the worker's tool 'advisor'"),
+        ("spawn_agent", "the worker's tool 'spawn_agent'"),
+        ("github__search", "the MCP tools' names"),
+    ]:
+        tool = {**ASK_USER, "name": name}
+        native = await stack.http.post("/chats", json={"dynamic_tools": [tool]})
+        assert native.status_code == 400, native.text
+        assert taken in native.json()["error"]["message"]
+        function = {"type": "function", "name": name, "parameters": {"type": "object"}}
+        body = {"model": "demo/demo", "input": "hi", "tools": [function]}
+        v1 = await stack.http.post(f"{root}/v1/responses", json=body)
+        assert v1.status_code == 400, v1.text
+        assert taken in v1.json()["error"]["message"]
+    assert (await stack.http.get("/chats")).json()["chats"] == [], "nothing was created"
