@@ -11,6 +11,7 @@ from fastapi import FastAPI
 from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 
 from api.auth import install_key_gate
+from api.console import ConsoleConfig, mount_console
 from api.errors import (
     ERROR_RESPONSES,
     OPENAI_ERROR_RESPONSES,
@@ -36,7 +37,7 @@ from api.routes import (
 )
 from api.state import GatewayState
 from chatd.mcp.config import CONFIG_ENV, load_mcp_server_names
-from chatd.settings import TemporalSettings
+from chatd.settings import TemporalSettings, console_enabled, temporal_ui_url
 from chatd.store.db import connect_pool
 from chatd.store.events import NOTIFY_CHANNEL
 from chatd.store.hub import NotifyHub
@@ -62,6 +63,10 @@ class GatewayConfig:
         default_factory=lambda: load_mcp_server_names(os.environ.get(CONFIG_ENV))
     )
     """The operator's MCP server names (`CHATD_MCP_CONFIG`, as the workers are set up)."""
+    console: bool = field(default_factory=console_enabled)
+    """Serve the browser console at `/console` (`CHATD_CONSOLE`; on in `chatd dev`)."""
+    temporal_ui_url: str | None = field(default_factory=temporal_ui_url)
+    """The Temporal UI the console links turns to (`CHATD_TEMPORAL_UI_URL`)."""
 
 
 def create_app(config: GatewayConfig) -> FastAPI:
@@ -114,6 +119,14 @@ def create_app(config: GatewayConfig) -> FastAPI:
         app.include_router(module.router, prefix=API_PREFIX, responses=ERROR_RESPONSES)
     app.include_router(open_responses.router, responses=OPENAI_ERROR_RESPONSES)
     app.include_router(open_responses_sockets.router)
+    if config.console:
+        console = ConsoleConfig(
+            temporal_ui_url=config.temporal_ui_url,
+            namespace=config.temporal.namespace,
+            mcp_servers=sorted(config.mcp_servers),
+            model_aliases={alias: model.label for alias, model in aliases.items()},
+        )
+        mount_console(app, console)
     app.openapi = lambda: openapi_document(  # type: ignore[method-assign]
         app, config.mcp_servers, sorted(aliases)
     )

@@ -197,7 +197,13 @@ async def _serve(
     os.environ.setdefault("CHATD_DEMO_BASE_URL", demo.base_url)
     stop = asyncio.Event()
     _on_signals(stop.set)
-    app = create_app(GatewayConfig(database_url=postgres.dsn, temporal=temporal_settings))
+    gateway = GatewayConfig(
+        database_url=postgres.dsn,
+        temporal=temporal_settings,
+        console=True,
+        temporal_ui_url=temporal.ui_url,
+    )
+    app = create_app(gateway)
     server = EmbeddedServer(
         app, "127.0.0.1", options.api_port, on_shutdown=lambda: end_streams(app)
     )
@@ -251,6 +257,7 @@ def _print_banner(
     lines = [
         "",
         f"  gateway      http://127.0.0.1:{options.api_port}/api/v1   (docs: /docs)",
+        f"  console      http://127.0.0.1:{options.api_port}/console/   (sign in with the api key)",
         f"  temporal ui  {temporal.ui_url}",
         f"  demo model   {demo.base_url}   (--demo-port)",
         f"  api key      {key}",

@@ -11,10 +11,12 @@ __all__ = [
     "ProviderSettings",
     "ReconcilerSettings",
     "TemporalSettings",
+    "console_enabled",
     "max_body_bytes",
     "max_file_bytes",
     "max_message_bytes",
     "retry_deadline_s",
+    "temporal_ui_url",
     "titles_enabled",
     "worker_max_activities",
 ]
@@ -28,6 +30,17 @@ def titles_enabled() -> bool:
     Both the gateway (which asks a turn to name its chat) and the worker read it.
     """
     return os.environ.get("CHATD_GENERATE_TITLES", "1").lower() not in ("0", "false", "no")
+
+
+def console_enabled() -> bool:
+    """CHATD_CONSOLE (default off): whether the gateway serves the browser console at
+    `/console` (`chatd dev` always does)."""
+    return os.environ.get("CHATD_CONSOLE", "").lower() in ("1", "true", "yes")
+
+
+def temporal_ui_url() -> str | None:
+    """CHATD_TEMPORAL_UI_URL: the Temporal UI the console links a turn's workflow to."""
+    return os.environ.get("CHATD_TEMPORAL_UI_URL") or None
 
 
 class ProviderSettings(BaseModel):

@@ -1,0 +1,70 @@
+// Building DOM nodes without HTML: every string becomes a text node, never markup.
+
+/** An element: `attrs` set as properties or attributes (never `innerHTML`), `children`
+ * appended (strings as text nodes; null and false skipped). */
+export function h(tag, attrs = {}, ...children) {
+  const el = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs || {})) {
+    if (value === null || value === undefined || value === false) continue;
+    if (name === "innerHTML" || name === "outerHTML") throw new Error("no HTML here");
+    if (name.startsWith("on") && typeof value === "function") {
+      el.addEventListener(name.slice(2), value);
+    } else if (name === "class") {
+      el.className = value;
+    } else if (name === "text") {
+      el.textContent = value;
+    } else if (name === "value" || name === "checked" || name === "disabled") {
+      el[name] = value;
+    } else {
+      el.setAttribute(name, value === true ? "" : String(value));
+    }
+  }
+  append(el, children);
+  return el;
+}
+
+/** Append `children` (nested arrays flattened) to `el`. */
+export function append(el, children) {
+  for (const child of children.flat(Infinity)) {
+    if (child === null || child === undefined || child === false) continue;
+    el.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return el;
+}
+
+/** Replace `el`'s children. */
+export function replace(el, ...children) {
+  el.replaceChildren();
+  return append(el, children);
+}
+
+/** A short, human time: "12:03:07". */
+export function clock(iso) {
+  if (!iso) return "";
+  const date = new Date(iso);
+  return Number.isNaN(date.getTime()) ? "" : date.toLocaleTimeString();
+}
+
+/** "1.2 s", "340 ms". */
+export function duration(ms) {
+  if (ms === null || ms === undefined || Number.isNaN(ms)) return "";
+  return ms >= 1000 ? `${(ms / 1000).toFixed(1)} s` : `${Math.max(0, Math.round(ms))} ms`;
+}
+
+/** JSON for people: strings as they are, the rest indented. */
+export function pretty(value) {
+  if (typeof value === "string") {
+    try {
+      return JSON.stringify(JSON.parse(value), null, 2);
+    } catch {
+      return value;
+    }
+  }
+  return JSON.stringify(value, null, 2);
+}
+
+/** A random id (for Idempotency-Key): crypto.randomUUID where the page is a secure context. */
+export function newId() {
+  if (crypto.randomUUID) return crypto.randomUUID();
+  return [...crypto.getRandomValues(new Uint8Array(16))].map((b) => b.toString(16).padStart(2, "0")).join("");
+}

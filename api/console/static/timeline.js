@@ -1,0 +1,142 @@
+// A turn's timeline (its steps, tool runs, retries, resets and model fallbacks, with
+// durations and token usage, and a link to its workflow run in the Temporal UI) and the
+// approval audit.
+
+import { clock, duration, h } from "./dom.js";
+import { decisionText } from "./transcript.js";
+
+/**
+ * The Temporal UI's list of the chat's runs narrowed to the turn's: a turn is one run of
+ * `chat-<id>`, started (by the send, or by the run before it) before the turn's first
+ * message was written, so the turn's run is the newest one started by then.
+ */
+export function workflowLink(config, chatId, startedAt) {
+  if (!config.temporal_ui_url) return null;
+  const query = `WorkflowId="chat-${chatId}" AND StartTime <= "${startedAt}"`;
+  const namespace = encodeURIComponent(config.namespace || "default");
+  return `${config.temporal_ui_url}/namespaces/${namespace}/workflows?query=${encodeURIComponent(query)}`;
+}
+
+function ms(a, b) {
+  return new Date(b).getTime() - new Date(a).getTime();
+}
+
+function tokens(usage) {
+  return usage ? `${usage.input_tokens} in / ${usage.output_tokens} out tokens` : "";
+}
+
+/** Messages grouped by turn, in order. */
+function turns(messages) {
+  const byTurn = new Map();
+  for (const message of messages) {
+    const key = message.turn_id || "none";
+    if (!byTurn.has(key)) byTurn.set(key, []);
+    byTurn.get(key).push(message);
+  }
+  return [...byTurn.entries()];
+}
+
+function stepRows(list) {
+  const rows = [];
+  const calls = new Map();
+  let step = 0;
+  let previous = list[0];
+  for (const message of list) {
+    const took = duration(ms(previous.created_at, message.created_at));
+    if (message.role === "assistant") {
+      step += 1;
+      const names = message.parts.filter((p) => p.type === "tool_call").map((p) => p.name);
+      for (const part of message.parts) if (part.type === "tool_call") calls.set(part.id, message);
+      const what = names.length ? `calls ${names.join(", ")}` : "answers";
+      rows.push([`step ${step}`, `${what}`, took, tokens(message.usage)]);
+    } else if (message.role === "tool") {
+      for (const part of message.parts) {
+        const call = calls.get(part.tool_call_id);
+        const took2 = call ? duration(ms(call.created_at, message.created_at)) : took;
+        rows.push([`tool ${part.name || ""}`, part.is_error ? "error" : "result", took2, ""]);
+      }
+    } else if (message.role === "user" && message !== list[0]) {
+      rows.push(["message", message.compressed ? "compacted" : "user message", took, ""]);
+    }
+    previous = message;
+  }
+  return rows;
+}
+
+function eventRows(events) {
+  return events.map((e) => {
+    if (e.kind === "retry") {
+      const what = e.model ? `fallback to ${e.model.provider}/${e.model.name}` : `attempt ${e.attempt}`;
+      const why = e.error ? `${e.error.kind || ""} ${e.error.message || ""}`.trim() : "";
+      return ["retry", `${what}: ${why}`, duration(e.delay_ms), ""];
+    }
+    return [e.kind, e.note || "", "", ""];
+  });
+}
+
+/** The timeline of every turn (newest last). `events` maps a turn id to what its stream
+ * told (retries, resets). */
+export function timelineNode(config, chatId, messages, events) {
+  const groups = turns(messages);
+  if (!groups.length) return h("p", { class: "hint" }, "No turns yet.");
+  return h(
+    "ol",
+    { class: "timeline" },
+    groups.map(([turnId, list], i) => {
+      const first = list[0];
+      const last = list[list.length - 1];
+      const link = workflowLink(config, chatId, first.created_at);
+      const rows = [...stepRows(list), ...eventRows(events.get(turnId) || [])];
+      return h(
+        "li",
+        { class: "turn", "data-turn-id": turnId },
+        h(
+          "div",
+          { class: "turn-head" },
+          h("strong", {}, `Turn ${i + 1}`),
+          ` ${clock(first.created_at)}, ${duration(ms(first.created_at, last.created_at))} `,
+          link
+            ? h(
+                "a",
+                { href: link, target: "_blank", rel: "noopener noreferrer", class: "temporal-link" },
+                `Workflow run of turn ${i + 1} in the Temporal UI`,
+              )
+            : h("span", { class: "hint" }, "(set CHATD_TEMPORAL_UI_URL to link the Temporal UI)"),
+        ),
+        h(
+          "table",
+          {},
+          h("thead", {}, h("tr", {}, ["what", "detail", "took", "usage"].map((c) => h("th", {}, c)))),
+          h("tbody", {}, rows.map((row) => h("tr", {}, row.map((c) => h("td", {}, c))))),
+        ),
+      );
+    }),
+  );
+}
+
+export function auditNode(decisions) {
+  if (!decisions.length) return h("p", { class: "hint" }, "No approval decisions yet.");
+  return h(
+    "table",
+    { class: "audit" },
+    h(
+      "thead",
+      {},
+      h("tr", {}, ["when", "tool", "decision", "arguments sha-256"].map((c) => h("th", {}, c))),
+    ),
+    h(
+      "tbody",
+      {},
+      decisions.map((d) =>
+        h(
+          "tr",
+          {},
+          h("td", {}, clock(d.decided_at)),
+          h("td", {}, d.tool_name),
+          h("td", {}, decisionText(d) + (d.remember ? " (remembered)" : "")),
+          h("td", { class: "mono" }, d.arguments_sha256.slice(0, 16)),
+        ),
+      ),
+    ),
+  );
+}
