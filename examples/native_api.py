@@ -53,7 +53,11 @@ def events(chat_id: str, last_event_id: int | None = None) -> Iterator[Event]:
         for line in response.iter_lines():
             if line == "":  # a blank line ends an event
                 if "data" in fields:
-                    yield Event(int(fields["id"]), fields.get("event", "message"), json.loads(fields["data"]))
+                    yield Event(
+                        int(fields["id"]),
+                        fields.get("event", "message"),
+                        json.loads(fields["data"]),
+                    )
                 fields = {}
             elif not line.startswith(":"):  # ":" lines are comments (keep-alive pings)
                 name, _, value = line.partition(":")
@@ -112,14 +116,20 @@ def send_stream_and_resume() -> None:
     print(f"[1] resumed: {len(ids)} events, answer: {text[:60]}...")
 
     # Another message on the same chat: a send is a 202 once the message is stored.
-    sent = api.post(f"/chats/{chat_id}/messages", json={"content": "Thanks!"},
-                    headers={"Idempotency-Key": f"thanks-{chat_id}"})
+    sent = api.post(
+        f"/chats/{chat_id}/messages",
+        json={"content": "Thanks!"},
+        headers={"Idempotency-Key": f"thanks-{chat_id}"},
+    )
     assert sent.status_code == 202, sent.text
     _, status = until_settled(chat_id, ids[-1])
     assert status == "waiting" and "Thanks!" in last_assistant_text(chat_id)
     # A retry with the same Idempotency-Key is answered as the first send, not sent twice.
-    again = api.post(f"/chats/{chat_id}/messages", json={"content": "Thanks!"},
-                     headers={"Idempotency-Key": f"thanks-{chat_id}"})
+    again = api.post(
+        f"/chats/{chat_id}/messages",
+        json={"content": "Thanks!"},
+        headers={"Idempotency-Key": f"thanks-{chat_id}"},
+    )
     assert again.json()["message_id"] == sent.json()["message_id"], "a retry is the same message"
     print("[1] a second message answered; its retry was recognised")
 
@@ -137,7 +147,10 @@ def client_tool() -> None:
     }
     chat = api.post(
         "/chats",
-        json={"dynamic_tools": [weather_tool], "message": {"content": "What's the weather in Lisbon?"}},
+        json={
+            "dynamic_tools": [weather_tool],
+            "message": {"content": "What's the weather in Lisbon?"},
+        },
     ).json()
     seen, status = until_settled(chat["id"], 0)
     assert status == "requires_action", status
@@ -146,7 +159,8 @@ def client_tool() -> None:
     waiting = api.get(f"/chats/{chat['id']}").json()
     calls = waiting["pending_tool_calls"]
     assert [c["name"] for c in calls] == ["get_weather"] and calls[0]["action"] == "client_tool"
-    print(f"[2] the chat waits for get_weather({calls[0]['arguments']}) until {waiting['action_expires_at']}")
+    expires = waiting["action_expires_at"]
+    print(f"[2] the chat waits for get_weather({calls[0]['arguments']}) until {expires}")
 
     # Run the tool here, and post every result in one submission.
     results = [{"tool_call_id": c["id"], "output": "sunny, 22 °C"} for c in calls]

@@ -50,7 +50,12 @@ def main() -> None:
     response = client.responses.create(
         model=MODEL, input="What's the weather in Lisbon?", tools=TOOLS
     )
-    print("response", response.id, "in chat", response.conversation.id if response.conversation else "?")
+    print(
+        "response",
+        response.id,
+        "in chat",
+        response.conversation.id if response.conversation else "?",
+    )
 
     for _round in range(5):  # a real model may ask several times; bound the loop
         calls = [item for item in response.output if item.type == "function_call"]
@@ -63,7 +68,11 @@ def main() -> None:
             print(f"  the model calls {call.name}({args})")
             assert call.name == "get_weather", f"unexpected tool {call.name}"
             outputs.append(
-                {"type": "function_call_output", "call_id": call.call_id, "output": get_weather(**args)}
+                {
+                    "type": "function_call_output",
+                    "call_id": call.call_id,
+                    "output": get_weather(**args),
+                }
             )
         response = client.responses.create(
             model=MODEL, previous_response_id=response.id, input=outputs, tools=TOOLS

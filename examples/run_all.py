@@ -62,7 +62,7 @@ def start_stack(data_dir: Path, env: dict[str, str]) -> tuple[subprocess.Popen[b
     command = [sys.executable, "-m", "chatd.cli", "dev", "--data-dir", str(data_dir)]
     command += [str(v) for pair in ports.items() for v in pair]
     command += ["--api-key", env["CHATD_API_KEY"]]
-    log = open(data_dir.parent / "chatd-dev.log", "wb")  # noqa: SIM115 (kept open while it runs)
+    log = open(data_dir.parent / "chatd-dev.log", "wb")  # kept open while it runs
     say(f"starting chatd dev ({' '.join(command[3:])}), log {log.name}")
     process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     base_url = f"http://127.0.0.1:{api_port}"
@@ -111,7 +111,11 @@ def run_example(command: list[str], env: dict[str, str]) -> tuple[bool, float, s
     except subprocess.TimeoutExpired as timeout:
         output = (timeout.stdout or "") + (timeout.stderr or "")
         output = output if isinstance(output, str) else output.decode(errors="replace")
-        return False, time.monotonic() - started, output + f"\n(timed out after {EXAMPLE_TIMEOUT_S} s)"
+        return (
+            False,
+            time.monotonic() - started,
+            output + f"\n(timed out after {EXAMPLE_TIMEOUT_S} s)",
+        )
     return done.returncode == 0, time.monotonic() - started, done.stdout + done.stderr
 
 

@@ -61,7 +61,9 @@ def make_handler(secret: str) -> type[BaseHTTPRequestHandler]:
 
 
 def main() -> None:
-    api = httpx.Client(base_url=f"{BASE_URL}/api/v1", headers={"Authorization": f"Bearer {API_KEY}"})
+    api = httpx.Client(
+        base_url=f"{BASE_URL}/api/v1", headers={"Authorization": f"Bearer {API_KEY}"}
+    )
 
     # 1. Listen on a free port, then register the endpoint. The secret is shown only now.
     server = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
@@ -99,7 +101,14 @@ def main() -> None:
             mine = next((d for d in log if d["id"] == delivery["webhook_id"]), {})
             time.sleep(0.2)
         assert mine.get("status") == "succeeded", mine
-        print("chatd's log: delivery", mine["id"], mine["status"], "after", len(mine["attempts"]), "attempt(s)")
+        print(
+            "chatd's log: delivery",
+            mine["id"],
+            mine["status"],
+            "after",
+            len(mine["attempts"]),
+            "attempt(s)",
+        )
 
         # 4. A forged or altered delivery fails verification.
         headers = {

@@ -57,7 +57,7 @@ def render(doc: dict[str, Any]) -> str:
     lines = [
         "# HTTP reference",
         "",
-        "!!! note \"Generated\"",
+        '!!! note "Generated"',
         "    This page is rendered at build time from the gateway's OpenAPI document "
         f"(`{info.get('title', '')}` {info.get('version', '')}, OpenAPI {doc.get('openapi', '')}),",
         "    the same one a running gateway serves at `/openapi.json` and `/docs`. "
@@ -108,17 +108,20 @@ def _operation(method: str, path: str, op: dict[str, Any]) -> list[str]:
         lines.append("")
     body = op.get("requestBody")
     if body:
-        kinds = [f"{_type(c.get('schema', {}))} (`{t}`)" for t, c in body.get("content", {}).items()]
+        kinds = [
+            f"{_type(c.get('schema', {}))} (`{t}`)" for t, c in body.get("content", {}).items()
+        ]
         required = "required" if body.get("required") else "optional"
         lines += [f"Request body ({required}): " + ", ".join(kinds), ""]
     lines += ["| status | meaning | body |", "|---|---|---|"]
     for status, resp in sorted(op.get("responses", {}).items()):
         content = resp.get("content") or {}
         bodies = ", ".join(
-            (_type(c["schema"]) if c.get("schema") else "") + f" (`{t}`)" for t, c in content.items()
+            (_type(c["schema"]) if c.get("schema") else "") + f" (`{t}`)"
+            for t, c in content.items()
         )
         lines.append(f"| {status} | {_cell(resp.get('description', ''))} | {bodies or '—'} |")
-    return lines + [""]
+    return [*lines, ""]
 
 
 def _schema(name: str, schema: Schema) -> list[str]:
@@ -132,12 +135,13 @@ def _schema(name: str, schema: Schema) -> list[str]:
     required = set(schema.get("required", []))
     lines += ["| field | type | required | description |", "|---|---|---|---|"]
     for field, sub in props.items():
-        default = f" Default: `{sub['default']}`." if "default" in sub and sub["default"] not in (None, [], {}) else ""
+        value = sub.get("default")
+        default = f" Default: `{value}`." if value not in (None, [], {}) else ""
         lines.append(
             f"| `{field}` | {_type(sub)} | {'yes' if field in required else 'no'} | "
             f"{_cell(sub.get('description', ''))}{default} |"
         )
-    return lines + [""]
+    return [*lines, ""]
 
 
 def _type(schema: Schema) -> str:

@@ -24,14 +24,19 @@ from mcp.types import ToolAnnotations
 NOTES_DIR = Path(os.environ.get("NOTES_DIR") or "/tmp/chatd-example-notes")
 
 
+def _record_listing() -> None:
+    """Append a line to NOTES_LOG, if set (a tiny local write: fine to do inline)."""
+    log = os.environ.get("NOTES_LOG")
+    if log:
+        with open(log, "a", encoding="utf-8") as f:
+            f.write(f"list_tools pid={os.getpid()} ppid={os.getppid()}\n")
+
+
 class NotesServer(MCPServer[Any]):
     """An MCPServer that records each tool listing in NOTES_LOG."""
 
     async def list_tools(self) -> Any:
-        log = os.environ.get("NOTES_LOG")
-        if log:
-            with open(log, "a", encoding="utf-8") as f:
-                f.write(f"list_tools pid={os.getpid()} ppid={os.getppid()}\n")
+        _record_listing()
         return await super().list_tools()
 
 

@@ -49,7 +49,9 @@ async def check_server_directly() -> None:
         save = next(t for t in tools if t.name == "save_note")
         assert save.idempotent and not save.destructive  # from the server's annotations
 
-        saved = await clients.call_tool("notes", "save_note", {"title": "hello", "text": "from chatd"})
+        saved = await clients.call_tool(
+            "notes", "save_note", {"title": "hello", "text": "from chatd"}
+        )
         read = await clients.call_tool("notes", "read_note", {"title": "hello"})
         print("[1] save_note ->", saved.output, "| read_note ->", read.output)
         assert not saved.is_error and read.output == "from chatd", (saved, read)
@@ -59,7 +61,9 @@ async def check_server_directly() -> None:
 
 def check_through_chatd() -> None:
     """Parts 2 and 3: chats select the server by name; a turn lists its tools."""
-    api = httpx.Client(base_url=f"{BASE_URL}/api/v1", headers={"Authorization": f"Bearer {API_KEY}"})
+    api = httpx.Client(
+        base_url=f"{BASE_URL}/api/v1", headers={"Authorization": f"Bearer {API_KEY}"}
+    )
     log = os.environ.get("NOTES_LOG")
     listed_before = _lines(log)
 
