@@ -454,7 +454,7 @@ export class ChatView {
     try {
       const body = { content, on_busy: this.onBusy.value };
       const answer = await request("POST", `/chats/${this.id}/messages`, body, { "Idempotency-Key": newId() });
-      this.input.value = "";
+      if (this.input.value === content) this.input.value = "";
       if (answer.queued && this.chat && BUSY.includes(this.chat.status)) {
         replace(this.notice, "Queued: it runs once this turn ends.");
       }
