@@ -138,6 +138,20 @@ class QuotaStore:
         )
         return int(value)
 
+    async def turns_in_flight(self, owner: str) -> int:
+        """The owner's chats in a turn now, or about to begin one (a message waits for a
+        chat that is not in a turn yet): what a subagent's spawn is weighed against, as its
+        siblings spawned a moment earlier may not have begun."""
+        value = await self._pool.fetchval(
+            """SELECT count(*) FROM chats c
+                WHERE c.owner = $1
+                  AND (c.status IN ('running', 'requires_action')
+                       OR EXISTS (SELECT 1 FROM queued_messages q
+                                   WHERE q.chat_id = c.id AND q.promoted_at IS NULL))""",
+            owner,
+        )
+        return int(value)
+
     async def queued_messages(self, chat_id: uuid.UUID) -> int:
         """The chat's messages waiting for a turn."""
         value = await self._pool.fetchval(

@@ -17,6 +17,7 @@ from temporalio.client import Client
 from chatd.models import ModelConfig
 from chatd.parts import TextPart
 from chatd.store.chats import ChatRecord, ChatStore
+from chatd.store.quotas import QuotaStore
 from chatd.store.transcript import TranscriptStore
 from chatd.subagents import (
     CHILDREN_SQL,
@@ -70,6 +71,7 @@ class _Agents:
         self._pool = pool
         self._chats = ChatStore(pool)
         self._transcript = TranscriptStore(pool)
+        self._quotas = QuotaStore(pool)
         self._client = client
         self._task_queue = task_queue
         self._settings = settings
@@ -109,6 +111,7 @@ class _Agents:
                 f"{running} subagents are running, the most a chat may have at once; "
                 "wait for one to finish first"
             )
+        await self._admit_turn(parent.owner)
         tools = parent.active_tools
         if args.tools is not None:
             tools = [t for t in args.tools if tools is None or t in tools]
@@ -128,6 +131,8 @@ class _Agents:
 
     async def message(self, args: MessageArgs, ctx: ToolContext) -> ToolOutput:
         child = await self._child(ctx, args.id)
+        if child.status not in ("running", "requires_action"):  # the message starts a turn
+            await self._admit_turn(child.owner)
         await self._send(child, args.message, f"message:{ctx.turn_id}:{ctx.tool_call_id}")
         return {"id": str(child.id), "status": "message sent"}
 
@@ -140,6 +145,17 @@ class _Agents:
     async def list(self, args: _NoArgs, ctx: ToolContext) -> ToolOutput:
         rows = await self._pool.fetch(CHILDREN_SQL, uuid.UUID(ctx.chat_id))
         return [{"id": str(r["id"]), "title": r["title"], "status": child_status(r)} for r in rows]
+
+    async def _admit_turn(self, owner: str) -> None:
+        """A subagent's turn is one of its owner's running turns: refused (an error result
+        the parent's model reads) when the owner has no room for one more."""
+        limits = await self._quotas.limits(owner)
+        running = await self._quotas.turns_in_flight(owner)
+        if running >= limits.running_turns:
+            raise ValueError(
+                f"{running} turns of this user are running, their limit: a subagent can't"
+                " start now; wait for one to finish (for example with wait_agent)"
+            )
 
     async def _parent(self, ctx: ToolContext) -> ChatRecord:
         parent = await self._chats.get(uuid.UUID(ctx.chat_id))

@@ -272,3 +272,36 @@ async def _socket_turn(socket: websockets.ClientConnection, create: str) -> str:
     while (event := json.loads(await socket.recv()))["type"] not in TERMINAL:
         pass
     return str(event["error"]["code"] if event["type"] == "error" else event["type"])
+
+
+async def test_a_subagent_s_turn_counts_against_its_owner_s_running_turns(
+    stack: Stack,
+) -> None:
+    """The parent's turn and one child fill a limit of two: the other spawns of the same
+    step are error results the parent's model reads, and no child beyond the limit runs."""
+    await _limit(stack, "alice", running_turns=2)
+    slow = FakeResponse(parts=[FakeText(text="child done")], first_byte_delay_s=2)
+    child = stack.scripted_model(slow, slow, slow)
+    spawn = [
+        FakeToolCall(name="spawn_agent", arguments={"prompt": f"task {n}", "model": child})
+        for n in range(3)
+    ]
+    parent = stack.scripted_model(
+        FakeResponse(parts=spawn),
+        FakeResponse(parts=[FakeToolCall(name="wait_agent", arguments={"timeout_s": 60})]),
+        FakeResponse(parts=[FakeText(text="done")]),
+    )
+    chat = await stack.create_chat(model=parent, subagents=True)
+    await stack.send(chat["id"], "go")
+    await stack.wait_status(chat["id"], "waiting", within_s=60)
+    messages = await stack.messages(chat["id"])
+    outputs = [
+        p["output"]
+        for m in messages
+        for p in m["parts"]
+        if p["type"] == "tool_result" and p["name"] == "spawn_agent"
+    ]
+    refused = [o for o in outputs if isinstance(o, str) and "their limit" in o]
+    assert len(outputs) == 3 and len(refused) == 2, outputs
+    children = (await stack.http.get(f"/chats/{chat['id']}/children")).json()["data"]
+    assert len(children) == 1
