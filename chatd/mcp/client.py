@@ -97,7 +97,7 @@ class McpClients:
     ) -> McpResult:
         """Call `tool_name` (its name on the server, not the qualified one) with `arguments`,
         within `timeout_s` (None: the server's configured `timeout_s`), opening the session
-        first if needed (within the same deadline)."""
+        first if needed (within `connect_timeout_s`)."""
 
         async def call(client: Client) -> McpResult:
             return mcp_result(await client.call_tool(tool_name, arguments))
@@ -122,21 +122,45 @@ class McpClients:
     async def _run(
         self, server: str, op: Callable[[Client], Awaitable[T]], timeout_s: float | None
     ) -> T:
-        """`op` on the server's session within the deadline (opening the session included)."""
-        session = self._session(server)
+        """`op` on the server's session within the deadline, once the session is open
+        (opening has a deadline of its own: `connect_timeout_s`)."""
+        session = await self._opened(self._session(server))
         deadline = timeout_s if timeout_s is not None else session.server.timeout_s
         try:
+            return await self._within(deadline, session, op, first=True)
+        except _StaleSession:
+            # The server refused the request unread: safe to send again, once.
+            fresh = await self._opened(self._session(server))
+            return await self._within(deadline, fresh, op, first=False)
+
+    async def _opened(self, session: McpSession) -> McpSession:
+        """The session once open; `McpUnavailable` if it can't be within its deadline."""
+        deadline = session.server.connect_timeout_s
+        try:
             async with asyncio.timeout(deadline):
-                try:
-                    return await self._attempt(session, op, first=True)
-                except _StaleSession:
-                    # The server refused the request unread: safe to send again, once.
-                    return await self._attempt(self._session(server), op, first=False)
+                await session.wait_open()
         except TimeoutError:
-            opening = self._sessions.get(server)
-            if opening is not None and opening.client is None:
-                self._drop(opening)  # never opened: a wedged start must not block the next call
-            raise McpUnavailable(server, f"no answer within {deadline:g} s") from None
+            self._drop(session)  # a wedged start must not block the next call
+            raise McpUnavailable(
+                session.name, f"it did not start within {deadline:g} s (connect_timeout_s)"
+            ) from None
+        except SessionEnded as err:
+            raise self._lost(session, err.cause) from None
+        return session
+
+    async def _within(
+        self,
+        deadline: float,
+        session: McpSession,
+        op: Callable[[Client], Awaitable[T]],
+        *,
+        first: bool,
+    ) -> T:
+        try:
+            async with asyncio.timeout(deadline):
+                return await self._attempt(session, op, first=first)
+        except TimeoutError:
+            raise McpUnavailable(session.name, f"no answer within {deadline:g} s") from None
 
     async def _attempt(
         self, session: McpSession, op: Callable[[Client], Awaitable[T]], *, first: bool

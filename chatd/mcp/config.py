@@ -59,7 +59,9 @@ class StdioServer(BaseModel):
     env: dict[str, str] = {}
     """Extra environment for it; it inherits only HOME, PATH and a few such from the worker."""
     timeout_s: float = Field(default=60, gt=0)
-    """How long a tool call (or opening the session) may take."""
+    """How long a tool call (or a listing of its tools) may take, once the session is open."""
+    connect_timeout_s: float = Field(default=30, gt=0)
+    """How long starting the server (stdio) and opening the session may take."""
 
 
 class HttpServer(BaseModel):
@@ -74,7 +76,9 @@ class HttpServer(BaseModel):
     headers: dict[str, str] = {}
     """Sent with every request (an `Authorization` header, say)."""
     timeout_s: float = Field(default=60, gt=0)
-    """How long a tool call (or opening the session) may take."""
+    """How long a tool call (or a listing of its tools) may take, once the session is open."""
+    connect_timeout_s: float = Field(default=30, gt=0)
+    """How long starting the server (stdio) and opening the session may take."""
 
     @field_validator("url")
     @classmethod

@@ -118,7 +118,9 @@ class TurnTools:
                 raise McpToolFailed(_text(result.output))
             return result.output
 
-        timeout_s = (server.timeout_s if server else 0) + _CLIENT_TIMEOUT_MARGIN_S
+        # Starting the server may come first (`connect_timeout_s`), then the call itself.
+        own = server.connect_timeout_s + server.timeout_s if server else 0
+        timeout_s = own + _CLIENT_TIMEOUT_MARGIN_S
         return Tool(
             name=listed.qualified_name,
             description=listed.description,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from typing import Any
 
 import anyio
@@ -109,10 +110,16 @@ def header(name: str, ctx: Context) -> str:
     return (ctx.headers or {}).get(name.lower(), "")
 
 
+START_DELAY_S = 2.0
+"""How long a `slow-start` server takes before it serves."""
+
+
 def main(argv: list[str]) -> None:
     """Serve over stdio, or streamable HTTP on 127.0.0.1:PORT at /mcp; with `legacy`, as a
     server from before `server/discover` (clients fall back to the initialize handshake and
     an HTTP session id, which a restarted server no longer knows)."""
+    if "slow-start" in argv:
+        time.sleep(START_DELAY_S)  # a server that takes a while to come up (an npx download)
     if "legacy" in argv:
         server._lowlevel_server.add_request_handler("server/discover", RequestParams, _no_discover)
     if argv[:1] == ["http"]:
