@@ -17,9 +17,11 @@ from chatd.settings import TemporalSettings
 __all__ = ["connect_temporal", "data_converter"]
 
 
-def _tls(settings: TemporalSettings) -> TLSConfig | bool:
+def _tls(settings: TemporalSettings) -> TLSConfig | None:
+    """TLS as configured; otherwise the SDK's default (None): on with an API key, as
+    Temporal Cloud needs, off without one."""
     if not settings.tls:
-        return False
+        return None
 
     def read(path: str | None) -> bytes | None:
         return Path(path).read_bytes() if path else None
