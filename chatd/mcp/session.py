@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
 import sys
 from contextlib import AsyncExitStack
 from importlib.metadata import PackageNotFoundError, version
@@ -112,11 +113,20 @@ class McpSession:
             )
             transport = streamable_http_client(self.server.url, http_client=http)
             return Client(transport, cache=None, client_info=CLIENT_INFO)
-        params = StdioServerParameters(
-            command=self.server.command, args=self.server.args, env=self.server.env
-        )
+        command, args = dying_with_this_process(self.server.command, self.server.args)
+        params = StdioServerParameters(command=command, args=args, env=self.server.env)
         errlog = self._errlog if self._errlog is not None else sys.stderr
         return Client(stdio_client(params, errlog=errlog), cache=None, client_info=CLIENT_INFO)
+
+
+def dying_with_this_process(command: str, args: list[str]) -> tuple[str, list[str]]:
+    """The command, started so that it gets SIGKILL when this process dies, however it dies
+    (SIGKILL included): through util-linux's `setpriv --pdeathsig`, which arms the signal
+    and execs the command. As given where there is no `setpriv` (not Linux)."""
+    setpriv = shutil.which("setpriv")
+    if setpriv is None or not sys.platform.startswith("linux"):
+        return command, args
+    return setpriv, ["--pdeathsig", "KILL", "--", command, *args]
 
 
 def describe_error(err: BaseException) -> str:

@@ -17,12 +17,15 @@ import asyncpg
 import httpx
 import psutil
 import pytest
+from support.mcp_servers import write_mcp_config
 
 from chatd.dev import DevOptions, _api_key
 from chatd.devstack.ports import free_port
+from chatd.mcp.config import CONFIG_ENV
 from chatd.store.db import migrate
 
 _BANNER_TIMEOUT_S = 60.0
+DEAF_MCP_SERVER = "import time; time.sleep(600)  # an MCP server deaf to its stdin"
 
 
 @contextmanager
@@ -276,8 +279,22 @@ def test_ctrl_c_with_an_open_stream_stops_promptly(tmp_path: Path) -> None:
 
 
 def test_children_die_with_a_sigkilled_chatd_dev(tmp_path: Path) -> None:
-    env = {"ANTHROPIC_API_KEY": "", "OPENAI_API_KEY": ""}
-    with _started(tmp_path / "data", env) as (dev, _, _):
+    """Postgres, Temporal and the worker's MCP stdio servers. (The `execute` sandbox is a
+    bubblewrap started with `--die-with-parent`.)"""
+    # A server that never reads its stdin: it would not notice its pipe closing.
+    deaf = {"command": sys.executable, "args": ["-c", DEAF_MCP_SERVER]}
+    config = write_mcp_config(tmp_path / "mcp.json", {"deaf": deaf})
+    env = {"ANTHROPIC_API_KEY": "", "OPENAI_API_KEY": "", CONFIG_ENV: str(config)}
+    with _started(tmp_path / "data", env) as (dev, key, api_port):
+        base = f"http://127.0.0.1:{api_port}/api/v1"
+        headers = {"Authorization": f"Bearer {key}"}
+        with httpx.Client(base_url=base, headers=headers, timeout=30) as http:
+            body = {"mcp_servers": ["deaf"], "message": {"content": "hello"}}
+            assert http.post("/chats", json=body).status_code == 201
+        deadline = time.monotonic() + 30
+        while not any(DEAF_MCP_SERVER in c.cmdline() for c in _children(dev)):
+            assert time.monotonic() < deadline, "the turn never started the MCP server"
+            time.sleep(0.1)
         children = _children(dev)
         names = {child.name() for child in children}
         assert {"postgres", "temporal"} <= names, names
