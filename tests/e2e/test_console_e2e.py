@@ -138,6 +138,13 @@ async def test_sign_in_lists_chats_and_sign_out_forgets_the_key(
         await expect(chats.get_by_role("link", name="Existing chat")).to_be_visible()
         assert await page.evaluate("() => Object.values(sessionStorage)") == [stack.key]
         assert stack.key not in page.url
+        # A chat made elsewhere joins the list live (the watch stream), with its status.
+        made = await _chat_with(stack, FakeResponse(parts=[FakeText(text="hi")]), title="Made now")
+        sent = await stack.http.post(f"/chats/{made}/messages", json={"content": "hi"}, timeout=60)
+        assert sent.status_code == 202, sent.text
+        entry = chats.locator(f'li[data-chat-id="{made}"]')
+        await expect(entry.get_by_role("link", name="Made now")).to_be_visible()
+        await expect(entry.locator(".badge")).to_have_text("waiting")
 
         await page.get_by_role("button", name="Sign out").click()
         await expect(page.get_by_role("textbox", name="API key")).to_be_visible()

@@ -15,6 +15,16 @@ function errorText(err) {
   return `${err.status || ""} ${err.code || ""}: ${err.message}`.trim();
 }
 
+/** Make `parent`'s children `nodes`, moving only what changed: a node left in place is not
+ * laid out again (a megabyte-long message costs its layout once, not once per delta). */
+function reconcile(parent, nodes) {
+  nodes.forEach((node, i) => {
+    const current = parent.children[i];
+    if (current !== node) parent.insertBefore(node, current || null);
+  });
+  while (parent.children.length > nodes.length) parent.lastElementChild.remove();
+}
+
 export class ChatView {
   constructor(id, config, { onState, onChat }) {
     this.id = id;
@@ -346,7 +356,7 @@ export class ChatView {
     }
     if (this.draft.size) nodes.push(draftNode(this.draft));
     const atBottom = this.transcript.scrollHeight - this.transcript.scrollTop - this.transcript.clientHeight < 80;
-    this.transcript.replaceChildren(...nodes);
+    reconcile(this.transcript, nodes);
     if (atBottom) this.transcript.scrollTop = this.transcript.scrollHeight;
   }
 
