@@ -7,7 +7,8 @@ the Temporal dev server and the embedded Postgres stand in for the compose file'
 one worker (as it streams) and one gateway are SIGKILLed: every message sent is in its chat
 exactly once, answered once, and every turn ends. A chat's file tools write a file on one
 worker; after the killed worker restarts and the writer stops, other processes read and edit
-it on the shared volume.
+it on the shared volume. The `execute` tool runs in its sandbox under the read-only root,
+and the compose file's `codec-server` decodes the encrypted history for its token's holder.
 """
 
 from __future__ import annotations
@@ -28,9 +29,11 @@ from typing import Any
 import asyncpg
 import httpx
 import pytest
+from google.protobuf import json_format
 from support.deployment import AppCopy, ComposeService, Host, ServiceProcess, User, compose_services
 from support.gateways import Gateways
 from support.names import model_name
+from temporalio.api.common.v1 import Payloads
 from temporalio.client import Client
 
 from chatd.devstack.ports import free_port
@@ -46,6 +49,9 @@ KILL_AFTER_SENDS = CHATS * SENDS_PER_CHAT // 3
 STEP_S = 1.0
 """How long an echo step streams."""
 PLAN = "plan/steps.md"
+RUN_PLAN = f"wc -l < {PLAN}; (echo x > /usr/chatd-probe) 2>/dev/null || echo sandbox-root-read-only"
+"""What `execute` runs in the sandbox: it reads the workspace, and can't write the system."""
+CODEC_TOKEN = secrets.token_urlsafe(24)
 
 
 @dataclass
@@ -59,6 +65,8 @@ class Deployment:
     gateways: list[ServiceProcess]
     urls: list[str]
     key: str
+    codec_url: str
+    """The compose file's `codec-server`, for `CODEC_TOKEN`'s holder."""
     notes: list[str] = field(default_factory=list)
 
     def worker_of(self, identity: str) -> ServiceProcess:
@@ -76,7 +84,12 @@ async def deployment(
     fake_provider: FakeProviderServer,
 ) -> AsyncIterator[Deployment]:
     services = compose_services()
-    extra = {"ANTHROPIC_BASE_URL": fake_provider.base_url}  # the one addition: the fake model
+    extra = {
+        "ANTHROPIC_BASE_URL": fake_provider.base_url,  # the fake model
+        # The `execute` tool, as the compose file's comment says to enable it.
+        "CHATD_ENABLE_EXECUTE": "1",
+        "CHATD_EXECUTE_OWNERS": "deployer",
+    }
     host = await asyncio.to_thread(Host.prepare, services, extra)
     try:
         yield await _deploy(host, services, database_url, temporal_server)
@@ -99,6 +112,8 @@ async def _deploy(
         "ANTHROPIC_API_KEY": "test-anthropic-key",
         "OPENAI_API_KEY": "",
         "CHATD_CODEC_KEYS": f"k1:{base64.b64encode(secrets.token_bytes(32)).decode()}",
+        "CHATD_CODEC_SERVER_TOKEN": CODEC_TOKEN,
+        "CHATD_CODEC_CORS_ORIGINS": "http://localhost:8233",
     }
     migrate, api, worker = services["migrate"], services["api"], services["worker"]
     began = time.monotonic()
@@ -118,13 +133,57 @@ async def _deploy(
         for i, port in enumerate(ports)
     ]
     urls = [f"http://127.0.0.1:{port}" for port in ports]
-    await asyncio.gather(*(_ready(url, g) for url, g in zip(urls, gateways, strict=True)))
+    codec = services["codec-server"]
+    codec_port = free_port()
+    codec_server = host.start(codec, _listening(codec.command, codec_port), values, "codec")
+    codec_url = f"http://127.0.0.1:{codec_port}"
+    await asyncio.gather(
+        *(_ready(url, g) for url, g in zip(urls, gateways, strict=True)),
+        _codec_ready(codec_url, codec_server),
+    )
     await _polling(workers)
     notes = [f"migrated and up in {time.monotonic() - began:.1f} s", *host.runtime.copied]
     workspaces = worker.environment["CHATD_WORKSPACE_ROOT"]
     assert workspaces in worker.volumes, f"the workers' {workspaces} is not on a volume"
     volume = host.mounts[worker.volumes[workspaces]]
-    return Deployment(host.user, host.app, volume, workers, gateways, urls, key, notes)
+    return Deployment(host.user, host.app, volume, workers, gateways, urls, key, codec_url, notes)
+
+
+async def _codec_ready(url: str, server: ServiceProcess) -> None:
+    deadline = time.monotonic() + 120
+    headers = {"Authorization": f"Bearer {CODEC_TOKEN}"}
+    async with httpx.AsyncClient(base_url=url, headers=headers) as http:
+        while True:
+            assert server.running and time.monotonic() < deadline, server.output()
+            try:
+                if (await http.post("/decode", json={"payloads": []})).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            await asyncio.sleep(0.1)
+
+
+async def _decoded_by_the_codec_server(deployment: Deployment, client: Client, chat_id: str) -> str:
+    """A payload of the chat's history as Temporal holds it (encrypted), decoded by the
+    compose file's codec server; a request without its token is refused."""
+    history = await client.get_workflow_handle(f"chat-{chat_id}").fetch_history()
+    (payload, *_) = [
+        p
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+        for p in e.activity_task_scheduled_event_attributes.input.payloads
+    ]
+    assert payload.metadata["encoding"] == b"binary/encrypted", "the deployment encrypts"
+    body = {"payloads": [json_format.MessageToDict(payload)]}
+    async with httpx.AsyncClient(base_url=deployment.codec_url) as http:
+        refused = await http.post("/decode", json=body)
+        assert refused.status_code == 401, refused.text
+        headers = {"Authorization": f"Bearer {CODEC_TOKEN}"}
+        answer = await http.post("/decode", json=body, headers=headers)
+    assert answer.status_code == 200, answer.text
+    (decoded,) = json_format.ParseDict(answer.json(), Payloads()).payloads
+    assert decoded.metadata["encoding"] == b"json/plain"
+    return decoded.data.decode()
 
 
 def _listening(command: list[str], port: int) -> list[str]:
@@ -184,6 +243,10 @@ _FILE_STEPS: dict[str, list[Callable[[str], FakeResponse]]] = {
     "read the plan": [
         lambda _: _call("read_file", path=PLAN),
         lambda result: FakeResponse.of_text(f"it says: {result}"),
+    ],
+    "run the plan": [
+        lambda _: _call("execute", command=RUN_PLAN),
+        lambda result: FakeResponse.of_text(f"ran it: {result}"),
     ],
 }
 
@@ -326,6 +389,9 @@ async def test_the_compose_deployment_loses_nothing_when_a_worker_and_a_gateway_
         files = await gateways.create_chat(file_tools)
         assert "Created plan/steps.md" in await gateways.turn(files, "write the plan")
         (writer,) = await _tool_workers(temporal_client, files)
+        ran = await gateways.turn(files, "run the plan")
+        assert '"stdout": "2\\nsandbox-root-read-only\\n"' in ran and '"exit_code": 0' in ran, ran
+        assert files in await _decoded_by_the_codec_server(deployment, temporal_client, files)
         load = await _run_load(gateways, echo, deployment)
         await _drained(gateways, load, within_s=60)
         drained_s = time.monotonic() - load.killed_at

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from typing import Any
 
@@ -65,10 +66,7 @@ class Gateways:
         """(role, text) of every message, its text parts' and tool results' text, in order."""
         response = await self.request("GET", f"/chats/{chat_id}/messages", params={"limit": 500})
         assert response.status_code == 200 and not response.json()["has_more"], response.text
-        return [
-            (m["role"], "".join(p.get("text") or p.get("output") or "" for p in m["parts"]))
-            for m in response.json()["messages"]
-        ]
+        return [(m["role"], "".join(map(_text, m["parts"]))) for m in response.json()["messages"]]
 
     async def turn(self, chat_id: str, content: str) -> str:
         """Send `content` and wait for its turn to end (30 s at most); the reply's text."""
@@ -89,3 +87,9 @@ class Gateways:
         """Close the clients."""
         for client in self.clients:
             await client.aclose()
+
+
+def _text(part: dict[str, Any]) -> str:
+    """A part's text, or its tool result's output (structured output as JSON)."""
+    value = part.get("text") or part.get("output") or ""
+    return value if isinstance(value, str) else json.dumps(value)
