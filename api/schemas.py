@@ -32,7 +32,7 @@ from chatd.store.chats import ChatRecord, ChatStatus, ChatSummary, DynamicTool
 from chatd.store.tool_decisions import ToolDecision
 from chatd.store.transcript import QueuedMessage, StoredMessage
 from chatd.tool_policy import PolicyDecision, ToolPolicy
-from chatd.tools.names import collision
+from chatd.tools.names import client_tool_name
 from workflows.payloads import SubmittedToolResult, ToolApproval
 
 __all__ = [
@@ -99,10 +99,7 @@ class StrictDynamicTool(DynamicTool):
     @field_validator("name")
     @classmethod
     def _not_a_worker_tool(cls, name: str) -> str:
-        taken = collision(name)
-        if taken:
-            raise ValueError(f"a client tool named {name!r} would collide with {taken}")
-        return name
+        return client_tool_name(name)
 
 
 class StrictToolResult(SubmittedToolResult):

@@ -14,6 +14,7 @@ from functools import partial
 from typing import Any
 
 from api.errors import ApiError
+from api.open_responses.creation import conversation_end, previous_not_found
 from api.open_responses.inputs import parse_window
 from api.open_responses.model_names import resolve_model
 from api.open_responses.requests import CompactRequest
@@ -86,21 +87,8 @@ async def _previous_conversation(
         return None, None
     previous = await state.responses.get(owner, previous_response_id)
     if previous is None:
-        raise ApiError(
-            400,
-            "previous_response_not_found",
-            f"Previous response with id {previous_response_id!r} not found.",
-            {"param": "previous_response_id"},
-        )
-    if previous.ended_at is None:
-        raise ApiError(
-            409,
-            "response_in_progress",
-            "that response is still in progress: compact it once it ends",
-            {"param": "previous_response_id"},
-        )
-    output = await state.responses.output_messages(previous)
-    through = output[-1].id if output else await state.responses.last_turn_message_id(previous)
+        raise previous_not_found(previous_response_id)
+    through = await conversation_end(state, previous, "compact it")
     return previous.chat_id, through
 
 

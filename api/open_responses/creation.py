@@ -36,7 +36,13 @@ from chatd.tool_policy import PolicyDecision
 from chatd.tools.names import MCP_SEPARATOR
 from workflows.payloads import SubmittedToolResult, SubmitToolApprovalsInput, ToolApproval
 
-__all__ = ["UNSTORED_LIFETIME", "create_response", "unstored_deadline"]
+__all__ = [
+    "UNSTORED_LIFETIME",
+    "conversation_end",
+    "create_response",
+    "previous_not_found",
+    "unstored_deadline",
+]
 
 UNSTORED_LIFETIME = timedelta(minutes=65)
 """The latest a `store: false` response's chat is deleted (once its turn has ended): a
@@ -229,12 +235,7 @@ async def _continued_chat(
     else:
         previous = await state.responses.get(owner, body.previous_response_id)
     if previous is None:
-        raise ApiError(
-            400,
-            "previous_response_not_found",
-            f"Previous response with id {body.previous_response_id!r} not found.",
-            {"param": "previous_response_id"},
-        )
+        raise previous_not_found(body.previous_response_id)
     latest = await state.responses.latest_in_chat(previous.chat_id) == previous.id
     if latest and previous.store == body.store:
         return await state.chats.get(previous.chat_id, owner)
@@ -267,15 +268,7 @@ async def _waiting_on_answers(
 
 async def _fork_at(state: GatewayState, owner: str, previous: ResponseRecord) -> ChatRecord:
     """A new chat whose transcript is the conversation up to the end of `previous`."""
-    if previous.ended_at is None:
-        raise ApiError(
-            409,
-            "response_in_progress",
-            "that response is still in progress: a continuation can fork it once it ends",
-            {"param": "previous_response_id"},
-        )
-    messages = await state.responses.output_messages(previous)
-    last = messages[-1].id if messages else await _input_end(state, previous)
+    last = await conversation_end(state, previous, "a continuation can fork it")
     try:
         fork = await ForkStore(state.pool).fork(
             previous.chat_id,
@@ -290,6 +283,30 @@ async def _fork_at(state: GatewayState, owner: str, previous: ResponseRecord) ->
     chat = await state.chats.get(fork.chat_id, owner)
     assert chat is not None
     return chat
+
+
+async def conversation_end(state: GatewayState, previous: ResponseRecord, then: str) -> int:
+    """The last transcript message of the conversation up to the end of `previous` (its
+    output's last, or its input's); a 409 while it is in progress (`then`: what the
+    client may do once it has ended)."""
+    if previous.ended_at is None:
+        raise ApiError(
+            409,
+            "response_in_progress",
+            f"that response is still in progress: {then} once it ends",
+            {"param": "previous_response_id"},
+        )
+    messages = await state.responses.output_messages(previous)
+    return messages[-1].id if messages else await _input_end(state, previous)
+
+
+def previous_not_found(response_id: str) -> ApiError:
+    return ApiError(
+        400,
+        "previous_response_not_found",
+        f"Previous response with id {response_id!r} not found.",
+        {"param": "previous_response_id"},
+    )
 
 
 def unstored_deadline() -> datetime:

@@ -14,7 +14,7 @@ from jsonschema.exceptions import SchemaError
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from chatd.tool_policy import ToolPolicy
-from chatd.tools.names import collision
+from chatd.tools.names import client_tool_name
 
 __all__ = [
     "ApprovalResponseItem",
@@ -186,10 +186,7 @@ class FunctionTool(BaseModel):
     @field_validator("name")
     @classmethod
     def _not_a_worker_tool(cls, name: str) -> str:
-        taken = collision(name)
-        if taken:
-            raise ValueError(f"a function named {name!r} would collide with {taken}")
-        return name
+        return client_tool_name(name)
 
     @model_validator(mode="after")
     def _parameters_are_a_schema(self) -> FunctionTool:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from chatd.mcp.mapping import SEPARATOR as MCP_SEPARATOR
 from chatd.subagents import AGENT_TOOLS
 
-__all__ = ["MCP_SEPARATOR", "WORKER_TOOL_NAMES", "collision"]
+__all__ = ["MCP_SEPARATOR", "WORKER_TOOL_NAMES", "client_tool_name", "collision"]
 
 WORKER_TOOL_NAMES = frozenset(
     {"current_time", "read_file", "write_file", "edit_file", "list_files", "execute", "advisor"}
@@ -24,3 +24,11 @@ def collision(name: str) -> str | None:
     if MCP_SEPARATOR in name:
         return f"the MCP tools' names (`<server>{MCP_SEPARATOR}<tool>`)"
     return None
+
+
+def client_tool_name(name: str) -> str:
+    """`name`, for a client's tool; ValueError naming what it would collide with."""
+    taken = collision(name)
+    if taken:
+        raise ValueError(f"a client tool named {name!r} would collide with {taken}")
+    return name
