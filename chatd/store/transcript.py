@@ -48,6 +48,10 @@ class StoredMessage(BaseModel):
     compressed: bool
     usage: Usage | None
     created_at: datetime
+    turn_run_id: str | None = None
+    """In a page of the transcript: the Temporal run (of workflow `chat-<chat id>`) that
+    began this message's turn, for linking it; None for a message of no turn (history given
+    as input, a fork's copy) or a turn whose queue row retention removed."""
 
     def for_client(self) -> StoredMessage:
         """This message without internal provider metadata (signatures, encrypted items)."""
@@ -343,8 +347,10 @@ WITH RECURSIVE walk (id, n, upto, fits) AS (
     ) AS next
     WHERE walk.fits
 )
-SELECT m.*, EXISTS (SELECT 1 FROM walk WHERE NOT walk.fits) AS more
+SELECT m.*, q.promoted_by AS turn_run_id,
+       EXISTS (SELECT 1 FROM walk WHERE NOT walk.fits) AS more
 FROM walk JOIN messages m ON m.id = walk.id
+LEFT JOIN queued_messages q ON q.chat_id = m.chat_id AND q.id::text = m.turn_id
 WHERE walk.n > 0 AND walk.fits
 ORDER BY m.id
 """

@@ -85,7 +85,7 @@ SELECT chatd_append_events(
            ARRAY['message', 'queue', 'status'],
            ARRAY[{MESSAGE_EVENT_SQL},
                  '{{}}',
-                 jsonb_build_object('status', 'running', 'turn_id', $3::text)]
+                 jsonb_build_object('status', 'running', 'turn_id', $3::text, 'run_id', $5::text)]
        ) IS NOT NULL AS promoted
 FROM m, c
 """

@@ -39,6 +39,7 @@ export class ChatView {
     this.decisions = [];
     this.children = [];
     this.turnEvents = new Map();
+    this.turnRuns = new Map();
     this.turnId = null;
     this.retry = null;
     this.maxLoaded = 0;
@@ -265,6 +266,7 @@ export class ChatView {
 
   onStatus(data) {
     if (data.turn_id) this.turnId = data.turn_id;
+    if (data.turn_id && data.run_id) this.turnRuns.set(data.turn_id, data.run_id);
     if (this.chat) this.chat.status = data.status;
     if (data.status !== "running") {
       this.draft.clear();
@@ -444,7 +446,7 @@ export class ChatView {
 
   renderTimeline() {
     const ordered = [...this.messages.values()].sort((a, b) => a.id - b.id);
-    replace(this.panel, timelineNode(this.config, this.id, ordered, this.turnEvents));
+    replace(this.panel, timelineNode(this.config, this.id, ordered, this.turnEvents, this.turnRuns));
   }
 
   showTab(name) {

@@ -6,15 +6,16 @@ import { clock, duration, h } from "./dom.js";
 import { decisionText } from "./transcript.js";
 
 /**
- * The Temporal UI's list of the chat's runs narrowed to the turn's: a turn is one run of
- * `chat-<id>`, started (by the send, or by the run before it) before the turn's first
- * message was written, so the turn's run is the newest one started by then.
+ * The turn's run in the Temporal UI: the run of `chat-<id>` that began it (the messages
+ * name it). A turn whose run is not known (its queue row was pruned) links the chat's runs.
  */
-export function workflowLink(config, chatId, startedAt) {
+export function workflowLink(config, chatId, runId) {
   if (!config.temporal_ui_url) return null;
-  const query = `WorkflowId="chat-${chatId}" AND StartTime <= "${startedAt}"`;
   const namespace = encodeURIComponent(config.namespace || "default");
-  return `${config.temporal_ui_url}/namespaces/${namespace}/workflows?query=${encodeURIComponent(query)}`;
+  const workflows = `${config.temporal_ui_url}/namespaces/${namespace}/workflows`;
+  const workflowId = encodeURIComponent(`chat-${chatId}`);
+  if (runId) return `${workflows}/${workflowId}/${encodeURIComponent(runId)}/history`;
+  return `${workflows}?query=${encodeURIComponent(`WorkflowId="chat-${chatId}"`)}`;
 }
 
 function ms(a, b) {
@@ -75,8 +76,9 @@ function eventRows(events) {
 }
 
 /** The timeline of every turn (newest last). `events` maps a turn id to what its stream
- * told (retries, resets). */
-export function timelineNode(config, chatId, messages, events) {
+ * told (retries, resets); `runs`, to the Temporal run that began it (from its `running`
+ * status, for turns newer than the transcript page that named it). */
+export function timelineNode(config, chatId, messages, events, runs) {
   const groups = turns(messages);
   if (!groups.length) return h("p", { class: "hint" }, "No turns yet.");
   return h(
@@ -85,7 +87,7 @@ export function timelineNode(config, chatId, messages, events) {
     groups.map(([turnId, list], i) => {
       const first = list[0];
       const last = list[list.length - 1];
-      const link = workflowLink(config, chatId, first.created_at);
+      const link = workflowLink(config, chatId, first.turn_run_id || runs.get(turnId));
       const rows = [...stepRows(list), ...eventRows(events.get(turnId) || [])];
       return h(
         "li",
