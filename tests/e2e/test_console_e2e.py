@@ -24,7 +24,13 @@ from support.names import model_name
 
 from chatd.devstack.ports import free_port
 from chatd.devstack.temporal import TemporalDevServer
-from chatd.fake_provider.script import FakeRequest, FakeResponse, FakeText, FakeToolCall
+from chatd.fake_provider.script import (
+    FakeError,
+    FakeRequest,
+    FakeResponse,
+    FakeText,
+    FakeToolCall,
+)
 
 TEMPORAL_UI = "http://temporal-ui.test:8233"
 README_SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "images" / "console-chat.png"
@@ -538,3 +544,36 @@ async def test_hostile_model_output_stays_inert(console: ConsolePage, console_st
     await expect(page.get_by_role("navigation", name="Chats")).to_contain_text(
         "<img src=x onerror=alert(8)>"
     )
+
+
+async def test_a_poison_message_is_fixed_in_place_by_editing_it(
+    console: ConsolePage, console_stack: Stack
+) -> None:
+    """A message the provider always refuses ends its turn in an error; editing that message
+    in the transcript reruns the turn from it, and the answer replaces the error."""
+    stack = console_stack
+
+    def respond(request: FakeRequest) -> FakeResponse:
+        if "poison" in str(request.body.get("messages", [])[-1]):
+            refused = FakeError(status=400, type="invalid_request_error", message="refused: poison")
+            return FakeResponse(error=refused)
+        return FakeResponse(parts=[FakeText(text="a clean answer")])
+
+    name = model_name()
+    stack.fake.script(name, respond)
+    created = await stack.create_chat(model={"provider": "anthropic", "name": name})
+    chat_id = str(created["id"])
+    page = console.page
+    await console.open_chat(chat_id)
+    await page.get_by_role("textbox", name="Message", exact=True).fill("a poison pill")
+    await page.get_by_role("button", name="Send").click()
+    await expect(page.get_by_role("status", name="Chat status")).to_have_text("error")
+    await expect(page.locator(".error-box")).to_contain_text("refused: poison")
+    await page.get_by_role("button", name="Edit").click()
+    await page.get_by_role("textbox", name="Edit message").fill("a clean question")
+    await page.get_by_role("button", name="Save and rerun").click()
+    await expect(_assistant(page).last).to_contain_text("a clean answer")
+    await expect(page.get_by_role("status", name="Chat status")).to_have_text("waiting")
+    await expect(page.locator("ol.transcript")).not_to_contain_text("poison")
+    texts = [(m["role"], _text_of(m)) for m in await stack.messages(chat_id)]
+    assert texts == [("user", "a clean question"), ("assistant", "a clean answer")]
