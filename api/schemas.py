@@ -57,7 +57,7 @@ class _Strict(BaseModel):
     """An HTTP input: unknown fields are refused and nothing is coerced (`0` is not `false`,
     `"5"` is not `5`), so what the document says is what the gateway accepts."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, use_attribute_docstrings=True)
 
     @model_validator(mode="before")
     @classmethod

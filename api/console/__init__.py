@@ -81,11 +81,11 @@ def mount_console(app: FastAPI, config: ConsoleConfig) -> None:
     }
     router = APIRouter(prefix=CONSOLE_PATH, include_in_schema=False)
 
-    @router.get("")
+    @router.api_route("", methods=["GET", "HEAD"])
     async def console_root() -> Response:
         return RedirectResponse(f"{CONSOLE_PATH}/", headers=SECURITY_HEADERS)
 
-    @router.get("/")
+    @router.api_route("/", methods=["GET", "HEAD"])
     async def console_index() -> Response:
         return _asset(*index)
 

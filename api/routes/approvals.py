@@ -7,10 +7,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 
-from api.access import OwnedChat, add_current_status, chat_out
+from api.access import OwnedChat, add_current_status
 from api.auth import BearerKey
 from api.errors import ApiError
-from api.schemas import Accepted, ChatOut, ChatSettings, ToolApprovals, ToolDecisionList
+from api.schemas import Accepted, ToolApprovals, ToolDecisionList
 from api.state import state_of
 from api.turns import submit_tool_approvals
 from workflows.payloads import SubmitToolApprovalsInput
@@ -20,19 +20,6 @@ __all__ = ["router"]
 router = APIRouter(prefix="/chats/{chat_id}", tags=["approvals"])
 MAX_APPROVALS_BYTES = 256 * 1024
 """Edited arguments travel in the update payload; keep them well under Temporal's limits."""
-
-
-@router.patch("", response_model=ChatOut)
-async def change_chat(chat: OwnedChat, body: ChatSettings, request: Request) -> ChatOut:
-    """Change the chat's title or tool policy; a running turn uses the new policy from its
-    next step."""
-    state = state_of(request)
-    changed = await state.chats.update_settings(
-        chat.id, chat.owner, title=body.title, tool_policy=body.tool_policy
-    )
-    if changed is None:
-        raise ApiError(404, "chat_not_found", f"chat {chat.id} not found")
-    return await chat_out(request, changed)
 
 
 @router.post(

@@ -9,12 +9,12 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Query, Request, Response
 from pydantic import BaseModel
 
-from api.access import OwnedChatView, Owner, chat_out, load_chat, owned_chats
+from api.access import OwnedChat, OwnedChatView, Owner, chat_out, load_chat, owned_chats
 from api.auth import BearerKey
 from api.errors import ApiError, ErrorBody
 from api.idempotency import check_same_request, request_digest
 from api.routes.messages import accept_message
-from api.schemas import ChatList, ChatOut, CreateChat
+from api.schemas import ChatList, ChatOut, ChatSettings, CreateChat
 from api.state import state_of
 from chatd.store.chat_creations import ChatCreations
 from chatd.store.chats import ChatSummary
@@ -135,3 +135,16 @@ def _prepared(body: BaseModel) -> Response:
     """`body` as JSON, serialized here: FastAPI would validate a returned model against the
     route's `response_model` (kept for the document) before serializing it the same way."""
     return Response(body.model_dump_json(), media_type="application/json")
+
+
+@router.patch("/{chat_id}", response_model=ChatOut)
+async def change_chat(chat: OwnedChat, body: ChatSettings, request: Request) -> ChatOut:
+    """Change the chat's title or tool policy; a running turn uses the new policy from its
+    next step."""
+    state = state_of(request)
+    changed = await state.chats.update_settings(
+        chat.id, chat.owner, title=body.title, tool_policy=body.tool_policy
+    )
+    if changed is None:
+        raise ApiError(404, "chat_not_found", f"chat {chat.id} not found")
+    return await chat_out(request, changed)
