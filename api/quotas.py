@@ -17,12 +17,13 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Coroutine, Iterator
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import asyncpg
 
+from api.background import in_background
 from api.errors import ApiError
 from chatd.store.chats import ChatRecord
 from chatd.store.quotas import Limits, QuotaStore
@@ -299,7 +300,6 @@ class StreamSlots:
         self._limits = limits
         self._open: dict[uuid.UUID, StreamSlot] = {}
         self._sweeper: asyncio.Task[None] | None = None
-        self._releases: set[asyncio.Task[None]] = set()
 
     async def take(self, key_hash: str, owner: str, chat_id: uuid.UUID) -> StreamSlot:
         """A slot for a new stream of this key on the chat; 429 if the key holds all of its
@@ -328,12 +328,7 @@ class StreamSlots:
         cancellation, where awaiting is not possible): the delete runs in a task of its own."""
         if self._open.pop(slot.lease_id, None) is None:
             return
-        self._spawn(self._store.release_stream_lease(slot.lease_id))
-
-    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.create_task(_logged(work, "releasing a stream slot"))
-        self._releases.add(task)
-        task.add_done_callback(self._releases.discard)
+        in_background(self._store.release_stream_lease(slot.lease_id), "releasing a stream slot")
 
     async def _sweep(self) -> None:
         while self._open:
@@ -350,10 +345,3 @@ class StreamSlots:
                 slot = self._open.get(lease_id)
                 if slot is not None:
                     slot.end()
-
-
-async def _logged(work: Coroutine[Any, Any, None], what: str) -> None:
-    try:
-        await work
-    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as err:
-        log.warning("%s failed: %s", what, err)

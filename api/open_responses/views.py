@@ -9,6 +9,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+from api.background import in_background
 from api.open_responses.events import TERMINAL_EVENTS, ResponseEvents
 from api.open_responses.resource import (
     build_resource,
@@ -65,18 +66,16 @@ def _snapshot(record: ResponseRecord) -> dict[str, Any]:
 
 
 async def response_events(
-    state: GatewayState, record: ResponseRecord, starting_after: int | None, slot: StreamSlot
+    state: GatewayState, record: ResponseRecord, slot: StreamSlot
 ) -> AsyncIterator[list[dict[str, Any]]]:
-    """The response's events in batches, the last one holding its terminal event; an empty
-    batch when nothing happened for a while. It stops early, without a terminal event, when
-    the gateway shuts down or the key's slot ends (the client resumes with
-    `starting_after`).
+    """The response's events from its start, in batches, the last one holding its terminal
+    event; an empty batch when nothing happened for a while. It stops early, without a
+    terminal event, when the gateway shuts down or the key's slot ends.
 
-    Events numbered up to `starting_after` are not sent again. The chat's events are read
-    from the response's start each time: the numbering is theirs, so a resumed stream
-    continues exactly where the client's left off.
+    The chat's events are read from the response's start each time: the numbering is
+    theirs, so a stream resumed with `starting_after` continues exactly where the client's
+    left off.
     """
-    skip = -1 if starting_after is None else starting_after
     translator = ResponseEvents(
         record.id,
         record.turn_id,
@@ -86,9 +85,7 @@ async def response_events(
     )
     opening = _snapshot(record)
     in_progress = {**opening, "status": "in_progress"}
-    first = _after(translator.opening(opening), skip)
-    if first:
-        yield first
+    yield translator.opening(opening)
     cursor = record.after_event_seq
     with state.hub.subscribe(record.chat_id) as wake, state.shutdown.watch(wake):
         slot.wake_with(wake)
@@ -102,7 +99,7 @@ async def response_events(
                 if translator.ended:
                     break
             if out:
-                yield _after(out, skip)
+                yield out
             if not events:
                 try:
                     await asyncio.wait_for(wake.wait(), WAKE_AT_LEAST_S)
@@ -111,35 +108,32 @@ async def response_events(
         if not translator.ended:
             return
     ended = await until_ended(state, record)
-    yield _after(translator.closing(await current_resource(state, ended)), skip)
+    yield translator.closing(await current_resource(state, ended))
 
 
 async def event_stream(
     state: GatewayState, record: ResponseRecord, starting_after: int | None, slot: StreamSlot
 ) -> AsyncIterator[str]:
-    """The response's events as SSE frames, each batch one write, ending with `[DONE]` (or
-    a keep-alive comment when nothing happened for a while)."""
+    """The response's events after `starting_after` as SSE frames, each batch one write,
+    ending with `[DONE]` once it has ended (a keep-alive comment when nothing happened for
+    a while)."""
+    skip = -1 if starting_after is None else starting_after
     ended = False
-    async for batch in response_events(state, record, starting_after, slot):
+    async for batch in response_events(state, record, slot):
         ended = ended or any(e["type"] in TERMINAL_EVENTS for e in batch)
-        yield _frames(batch) if batch else ": keep-alive\n\n"
+        unseen = [e for e in batch if e["sequence_number"] > skip]
+        if unseen:
+            yield _frames(unseen)
+        elif not batch:
+            yield ": keep-alive\n\n"
     if ended:
         yield "data: [DONE]\n\n"
-
-
-_DISCARDS: set[asyncio.Task[None]] = set()
 
 
 def discard_soon(state: GatewayState, record: ResponseRecord) -> None:
     """Have a `store: false` response's chat deleted as soon as its turn has ended (the
     reconciler deletes it then). Synchronous, for the end of a cancelled request."""
-    task = asyncio.create_task(state.chats.discard_after(record.chat_id))
-    _DISCARDS.add(task)
-    task.add_done_callback(_DISCARDS.discard)
-
-
-def _after(events: list[dict[str, Any]], skip: int) -> list[dict[str, Any]]:
-    return [e for e in events if e["sequence_number"] > skip]
+    in_background(state.chats.discard_after(record.chat_id), "discarding a store: false chat")
 
 
 def _frames(events: list[dict[str, Any]]) -> str:
