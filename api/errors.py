@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 import asyncpg
@@ -26,6 +27,7 @@ __all__ = [
     "as_api_error",
     "error_response",
     "install_error_handlers",
+    "invalid_request",
     "openai_error_body",
 ]
 
@@ -158,27 +160,26 @@ def openai_error_body(
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
-def _validation_detail(err: RequestValidationError) -> dict[str, Any]:
-    return {
+def invalid_request(errors: Sequence[Any]) -> ApiError:
+    """The 400 for a body that failed validation: `request is invalid: <where>: <what>` for
+    the first error, so a client (or a person reading a log) learns which field to fix
+    without opening `detail`. Each error's `loc` starts with where the value came from
+    (`body`), as FastAPI's do."""
+    detail = {
         "errors": [
             {"loc": [str(x) for x in e.get("loc", ())], "msg": str(e.get("msg", ""))}
-            for e in err.errors()
+            for e in errors
         ]
     }
-
-
-def _validation_message(err: RequestValidationError) -> str:
-    """`request is invalid: <where>: <what>` for the first error, so a client (or a person
-    reading a log) learns which field to fix without opening `detail`."""
-    errors = err.errors()
     if not errors:
-        return "request is invalid"
+        return ApiError(400, "invalid_request", "request is invalid", detail)
     first = errors[0]
     loc = first.get("loc", ())[1:] if first.get("type") != "json_invalid" else ()
     where = "".join(f"[{x}]" if isinstance(x, int) else f".{x}" for x in loc).lstrip(".")
     what = str(first.get("msg", "")).removeprefix("Value error, ")
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-    return f"request is invalid: {where + ': ' if where else ''}{what}{more}"
+    message = f"request is invalid: {where + ': ' if where else ''}{what}{more}"
+    return ApiError(400, "invalid_request", message, detail)
 
 
 _TEMPORAL_OUTAGES = frozenset(
@@ -275,13 +276,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, err: RequestValidationError) -> JSONResponse:
-        return error_response(
-            400,
-            "invalid_request",
-            _validation_message(err),
-            _validation_detail(err),
-            path=request.url.path,
-        )
+        return await _api_error(request, invalid_request(err.errors()))
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, err: StarletteHTTPException) -> JSONResponse:

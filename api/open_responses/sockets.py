@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from starlette.websockets import WebSocketDisconnect, WebSocketState
 
 from api.auth import invalid_key
-from api.errors import ApiError, as_api_error, openai_error_body
+from api.errors import ApiError, as_api_error, invalid_request, openai_error_body
 from api.open_responses.creation import create_response
 from api.open_responses.events import TERMINAL_EVENTS
 from api.open_responses.requests import CreateResponse
@@ -195,11 +195,9 @@ class _Connection:
         try:
             return CreateResponse.model_validate(message)
         except ValidationError as err:
-            first = err.errors()[0]
-            where = ".".join(str(x) for x in first["loc"])
-            what = str(first["msg"]).removeprefix("Value error, ")
-            raise ApiError(
-                400, "invalid_request", f"request is invalid: {where}: {what}", {"param": where}
+            # Located as an HTTP body's errors are, so the two doors word them alike.
+            raise invalid_request(
+                [{**e, "loc": ("body", *e["loc"])} for e in err.errors()]
             ) from None
 
     async def _respond(self, body: CreateResponse) -> bool:
@@ -215,7 +213,7 @@ class _Connection:
             await self._send(error_event(_client_error(err)))
             return True
         self._remember(record)
-        async for batch in response_events(self._state, record, None, self._slot):
+        async for batch in response_events(self._state, record, self._slot):
             for event in batch:
                 await self._send(event)
                 if event["type"] in TERMINAL_EVENTS:
