@@ -9,7 +9,7 @@ function calls resumes that turn through the validated tool-results update.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -59,13 +59,13 @@ async def create_response(
     key: str,
     body: CreateResponse,
     idempotency_key: str | None,
-    connection_responses: Mapping[str, ResponseRecord] | None = None,
+    connection_responses: AbstractSet[str] = frozenset(),
 ) -> ResponseRecord:
     """Store the response and hand its input to the chat; a retry with the same
     Idempotency-Key (and body) gets the response the first call made.
 
-    `connection_responses` are those a WebSocket made: the only way to continue a
-    `store: false` one."""
+    `connection_responses` are the ids of those a WebSocket made: the only way to continue
+    a `store: false` one."""
     state = state_of(request)
     digest = request_digest(body)
     if idempotency_key is not None:
@@ -77,7 +77,7 @@ async def create_response(
     response_id = new_response_id()
     seal = await state.compaction_seal()
     parsed = parse_input(body.input, response_id.removeprefix("resp_"), partial(seal.open, owner))
-    chat = await _continued_chat(state, owner, body, connection_responses or {})
+    chat = await _continued_chat(state, owner, body, connection_responses)
     if chat is None and parsed.message is None:
         chat = await _waiting_on_answers(state, owner, parsed)
     base = NewResponse(
@@ -142,7 +142,7 @@ async def create_response(
         await hand_over_stored(request, chat, queued, created)
     if not created:  # a retry: the first call's message may have had its turn already
         await state.responses.end_if_turn_over(record)
-        record = await state.responses.reread(record) or record
+        record = await state.responses.reread(record.id) or record
     return record
 
 
@@ -214,7 +214,7 @@ async def _continued_chat(
     state: GatewayState,
     owner: str,
     body: CreateResponse,
-    connection_responses: Mapping[str, ResponseRecord],
+    connection_responses: AbstractSet[str],
 ) -> ChatRecord | None:
     """The chat `previous_response_id` or `conversation` continues. A previous response that
     is not its chat's latest forks the chat at that response's end; so does one stored
@@ -229,9 +229,8 @@ async def _continued_chat(
         return chat
     if body.previous_response_id is None:
         return None
-    remembered = connection_responses.get(body.previous_response_id)
-    if remembered is not None:
-        previous = await state.responses.reread(remembered)
+    if body.previous_response_id in connection_responses:
+        previous = await state.responses.reread(body.previous_response_id)
     else:
         previous = await state.responses.get(owner, body.previous_response_id)
     if previous is None:

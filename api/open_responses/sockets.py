@@ -124,7 +124,8 @@ class _Connection:
         self._owner = owner
         self._key = key
         self._slot = slot
-        self._responses: OrderedDict[str, ResponseRecord] = OrderedDict()
+        self._responses: OrderedDict[str, None] = OrderedDict()
+        """The ids of the responses this socket made, oldest first (an ordered set)."""
         self._unstored_chats: set[uuid.UUID] = set()
         self._closes_at = time.monotonic() + CONNECTION_LIMIT_S
 
@@ -205,7 +206,7 @@ class _Connection:
         try:
             self._state.key_gate.take(hash_key(self._key))
             record = await create_response(
-                self._socket, self._owner, self._key, body, None, self._responses
+                self._socket, self._owner, self._key, body, None, self._responses.keys()
             )
         except Exception as err:
             if body.previous_response_id is not None:
@@ -226,7 +227,7 @@ class _Connection:
         return False
 
     def _remember(self, record: ResponseRecord) -> None:
-        self._responses[record.id] = record
+        self._responses[record.id] = None
         while len(self._responses) > REMEMBERED_RESPONSES:
             self._responses.popitem(last=False)
         if not record.store:

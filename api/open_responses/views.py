@@ -52,7 +52,7 @@ async def until_ended(state: GatewayState, record: ResponseRecord) -> ResponseRe
     with state.hub.subscribe(record.chat_id) as wake:
         while True:
             wake.clear()  # before reading, so a notification during the read is not missed
-            current = await state.responses.reread(record)
+            current = await state.responses.reread(record.id)
             if current is None or current.ended_at is not None:
                 return current or record
             with contextlib.suppress(TimeoutError):

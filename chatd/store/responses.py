@@ -124,11 +124,11 @@ class ResponseStore:
         )
         return _record(row) if row else None
 
-    async def reread(self, response: ResponseRecord) -> ResponseRecord | None:
+    async def reread(self, response_id: str) -> ResponseRecord | None:
         """The response as it is now, stored or not; None once deleted."""
         row = await self._pool.fetchrow(
             f"SELECT {_COLUMNS} FROM responses WHERE id = $1 AND deleted_at IS NULL",
-            response.id,
+            response_id,
         )
         return _record(row) if row else None
 
