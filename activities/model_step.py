@@ -153,7 +153,7 @@ class ModelStepActivities:
                     input.attempt,
                 )
                 try:
-                    stream = self._stream(tools, input.model_index, context, accumulator, publisher)
+                    stream = self._stream(tools, input, context, accumulator, publisher)
                     finish = await _unless_stopped(stream, interrupt_requested)
                 except ProviderError as err:
                     await publisher.drain()
@@ -253,26 +253,31 @@ class ModelStepActivities:
         return self._shared_batcher
 
     def _provider_stream(
-        self, tools: TurnTools, model: ModelConfig, context: list[Message]
+        self, tools: TurnTools, model: ModelConfig, context: list[Message], opens_response: bool
     ) -> AsyncIterator[StreamEvent]:
         specs, system = advisor_gate(tools.chat, tools.specs())
-        request = ModelRequest(model=model, system=system, messages=context, tools=specs)
+        use = tools.chat.tool_use.for_step(opens_response)
+        request = ModelRequest(
+            model=model, system=system, messages=context, tools=use.offered(specs), tool_use=use
+        )
         return make_provider(request.model, self._settings).stream_step(request)
 
     async def _stream(
         self,
         tools: TurnTools,
-        model_index: int,
+        input: StreamStepInput,
         context: list[Message],
         accumulator: StepAccumulator,
         publisher: DeltaPublisher,
     ) -> StepFinish:
-        config = _model_in_use(tools.chat, model_index)
+        config = _model_in_use(tools.chat, input.model_index)
         model = config.label
         with TRACER.start_as_current_span(
             "provider.stream_step", attributes={"chatd.model": model}
         ) as span:
-            events = _sent(lambda: self._provider_stream(tools, config, context))
+            events = _sent(
+                lambda: self._provider_stream(tools, config, context, input.opens_response)
+            )
             started, finish, first = time.monotonic(), None, True
             async for event in _with_silence_limits(events, self._timeouts):
                 if first:

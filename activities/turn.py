@@ -77,6 +77,7 @@ class TurnEdges:
             model_label=chat.model.label,
             action_timeout_s=chat.action_timeout_s,
             compact_at_tokens=round(limit * chat.compaction_threshold),
+            compacts_on_overflow=chat.compaction_threshold > 0,
             context_limit=limit,
             fallbacks=[
                 PlannedModel(label=model.label, context_limit=window)

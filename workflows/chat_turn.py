@@ -267,18 +267,21 @@ class ChatTurn:
             return None
         progress, move = begun
         first_step = progress.step
+        answered = False  # the client answered the last step's calls or approvals
         while True:
             match move:
                 case Generate(step=step):
                     await self._continue_long_turn(first_step, step, progress)
                     progress.step = step
-                    move = next_move(progress, await self._generate(turn_id, step))
+                    outcome = await self._generate(turn_id, step, opens_response=answered)
+                    move, answered = next_move(progress, outcome), False
                 case RunTools(result=result):
                     assert self._plan is not None
                     tools = ToolStep(
                         self._chat_id, self._plan, progress.step, self._controls, self._deadline
                     )
                     done = await tools.run(result.tool_calls)
+                    answered = tools.answered
                     move = next_move(progress, ToolsDone(done, result.input_tokens))
                 case Compact() as compact:
                     move = next_move(progress, await self._compact(progress, compact))
@@ -293,13 +296,22 @@ class ChatTurn:
         if resume is not None:
             plan = resume.plan
             progress = TurnProgress(
-                resume.next_step, plan.max_steps, plan.compact_at_tokens, resume.compactions
+                resume.next_step,
+                plan.max_steps,
+                plan.compact_at_tokens,
+                resume.compactions,
+                compacts_on_overflow=plan.compacts_on_overflow,
             )
             return progress, Generate(resume.next_step)
-        outcome = await self._generate(turn_id, 0)
+        outcome = await self._generate(turn_id, 0, opens_response=True)
         if self._plan is None:
             return None
-        progress = TurnProgress(0, self._plan.max_steps, self._plan.compact_at_tokens)
+        progress = TurnProgress(
+            0,
+            self._plan.max_steps,
+            self._plan.compact_at_tokens,
+            compacts_on_overflow=self._plan.compacts_on_overflow,
+        )
         return progress, next_move(progress, outcome)
 
     def _start_turn(self, turn_id: str) -> None:
@@ -314,10 +326,10 @@ class ChatTurn:
             workflow.info().typed_search_attributes.get(CHAT_MODEL) or "model"
         )
 
-    async def _generate(self, turn_id: str, step: int) -> StepOutcome:
+    async def _generate(self, turn_id: str, step: int, *, opens_response: bool) -> StepOutcome:
         """One model step; the turn's first begins the turn and brings its plan."""
         self._step = step
-        outcome = await self._generation.step(turn_id, step, self._plan)
+        outcome = await self._generation.step(turn_id, step, self._plan, opens_response)
         result = outcome.result if isinstance(outcome, Streamed) else None
         self._end_recorded = result is not None and result.finished_turn
         if self._plan is None:

@@ -83,6 +83,8 @@ class TurnProgress:
     the context can't fit."""
     overflow_compacted: bool = False
     """A provider context_exceeded error already got its compaction."""
+    compacts_on_overflow: bool = True
+    """False: a provider's context_exceeded ends the turn (`TurnPlan.compacts_on_overflow`)."""
 
 
 @dataclass(frozen=True)
@@ -209,8 +211,9 @@ def _after_tools(
 
 
 def _may_compact(turn: TurnProgress, *, overflow: bool) -> bool:
-    """At most three compactions a turn, and one for a provider's context_exceeded."""
-    if overflow and turn.overflow_compacted:
+    """At most three compactions a turn, and one for a provider's context_exceeded (none
+    if the chat's compaction is off)."""
+    if overflow and (turn.overflow_compacted or not turn.compacts_on_overflow):
         return False
     return turn.compactions < MAX_COMPACTIONS_PER_TURN
 

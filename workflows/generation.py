@@ -84,7 +84,9 @@ class Generation:
         self.began: BeginTurnResult | None = None
         """The turn's beginning, once `begin` was asked for it."""
 
-    async def step(self, turn_id: str, step: int, plan: TurnPlan | None) -> StepOutcome:
+    async def step(
+        self, turn_id: str, step: int, plan: TurnPlan | None, opens_response: bool
+    ) -> StepOutcome:
         """One model step, retried with workflow-timer backoff on retryable model errors.
 
         Without a `plan` yet, the step begins the turn and brings the plan
@@ -109,6 +111,7 @@ class Generation:
                         run_id=workflow.info().run_id if plan is None else None,
                         compact_at_tokens=plan.compact_at_tokens if plan is not None else 0,
                         model_index=self.model_index,
+                        opens_response=opens_response,
                     ),
                     self._deadline - (workflow.now() - (failing_since or attempt_started)),
                     self._label(plan),

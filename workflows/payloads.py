@@ -75,6 +75,9 @@ class TurnPlan(_Payload):
     action_timeout_s: int = 600
     compact_at_tokens: int = 0
     """Compact after a step whose prompt reached this many tokens (0: never)."""
+    compacts_on_overflow: bool = True
+    """False: a provider's context overflow ends the turn with its error, uncompacted (the
+    chat's compaction threshold is 0: Open Responses' `truncation: "disabled"`)."""
     context_limit: int = 0
     """The chat model's context window (0: not known)."""
     fallbacks: list[PlannedModel] = []
@@ -162,6 +165,10 @@ class StreamStepInput(_Payload):
     """The turn's compaction threshold, for `decide.ends_turn` (with `begin`, the new plan's)."""
     model_index: int = 0
     """Which model streams: 0 the chat's own, i its `fallback_models[i - 1]`."""
+    opens_response: bool = False
+    """The first step after the client's input (the turn's first, or the first after its
+    function results or approvals): a forced tool choice binds only this one
+    (`chatd.tool_use`)."""
 
 
 ToolPolicyDecision = Literal["auto", "ask", "deny"]

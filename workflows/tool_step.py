@@ -75,6 +75,8 @@ class ToolStep:
         self._action_timeout = timedelta(seconds=plan.action_timeout_s)
         self._deadline = deadline
         self._announce_waits = "turn.requires_action" in plan.webhook_events
+        self.answered = False
+        """The step's calls waited for the client or a person, who answered."""
 
     async def run(self, calls: list[ToolCallRef]) -> ToolsOutcome:
         """The calls the policy lets run (persisted), then the wait for a person and the
@@ -93,6 +95,7 @@ class ToolStep:
             waited = await self._await_answers(plan)
             if waited != "continue":
                 return waited
+            self.answered = True
             denied_now = self._decisions_denied()
             approved = [c for c in plan.asked if c.id not in denied_now]
             self._controls.decisions = {}

@@ -21,18 +21,19 @@ from api.errors import ApiError
 from api.idempotency import check_same_request, request_digest
 from api.open_responses.inputs import ParsedInput, parse_input
 from api.open_responses.model_names import resolve_model
-from api.open_responses.requests import CreateResponse
+from api.open_responses.requests import AllowedTools, CreateResponse, SpecificFunction
 from api.open_responses.resource import APPROVAL_PREFIX
 from api.routes.messages import hand_over_stored, store_message
 from api.state import GatewayState, state_of
 from api.turns import submit_tool_approvals, submit_tool_results
-from chatd.models import ModelConfig
+from chatd.models import ModelConfig, WebSearchConfig
 from chatd.store.chat_creations import ChatCreations
 from chatd.store.chats import ChatRecord, DynamicTool
 from chatd.store.client_results import ClientResultStaging
 from chatd.store.forks import ForkRefused, ForkStore
 from chatd.store.responses import NewResponse, ResponseRecord, new_response_id
 from chatd.tool_policy import PolicyDecision
+from chatd.tool_use import ToolUse
 from chatd.tools.names import MCP_SEPARATOR
 from workflows.payloads import SubmittedToolResult, SubmitToolApprovalsInput, ToolApproval
 
@@ -112,8 +113,14 @@ async def create_response(
             {"param": "previous_response_id", "status": chat.status},
         )
     system = "\n\n".join(t for t in [body.instructions or "", *parsed.system] if t) or None
-    tools = [] if body.tool_choice == "none" else _dynamic_tools(body)
-    settings = _TurnSettings(model, system, tools)
+    settings = _TurnSettings(
+        model,
+        system,
+        _dynamic_tools(body),
+        _tool_use(body),
+        # "auto": compact at 70 % of the window; "disabled": never, so an overflow fails.
+        compaction_threshold=0.7 if body.truncation == "auto" else 0.0,
+    )
     if chat is None:
         chat = await _new_chat(state, owner, body, settings, idempotency_key, digest)
     else:
@@ -148,11 +155,14 @@ async def create_response(
 
 @dataclass(frozen=True)
 class _TurnSettings:
-    """What a request sets for its turn: the model, the system prompt, the client tools."""
+    """What a request sets for its turn: the model, the system prompt, the client tools,
+    how the model may call tools, and when the context is compacted."""
 
     model: ModelConfig
     system: str | None
     tools: list[DynamicTool]
+    tool_use: ToolUse
+    compaction_threshold: float
 
 
 async def _new_chat(
@@ -180,9 +190,9 @@ async def _new_chat(
         model=settings.model,
         system_prompt=settings.system,
         dynamic_tools=settings.tools,
+        tool_use=settings.tool_use,
         active_tools=body.chatd_tools or [],
-        # "auto": compact at 70 % of the window; "disabled": only past an overflow.
-        compaction_threshold=0.7 if body.truncation == "auto" else 1.0,
+        compaction_threshold=settings.compaction_threshold,
         tool_policy=_tool_policy(body),
         mcp_servers=_mcp_servers(state, body),
         subagents=body.chatd_subagents,
@@ -196,14 +206,22 @@ async def _reconfigured(
     state: GatewayState, chat: ChatRecord, settings: _TurnSettings
 ) -> ChatRecord:
     """The continued chat with this request's settings (rewritten only if they differ)."""
-    if (chat.model, chat.system_prompt, chat.dynamic_tools) == (
-        settings.model,
-        settings.system,
-        settings.tools,
-    ):
+    current = _TurnSettings(
+        chat.model,
+        chat.system_prompt,
+        chat.dynamic_tools,
+        chat.tool_use,
+        chat.compaction_threshold,
+    )
+    if current == settings:
         return chat
     reconfigured = await state.chats.reconfigure(
-        chat.id, model=settings.model, system_prompt=settings.system, dynamic_tools=settings.tools
+        chat.id,
+        model=settings.model,
+        system_prompt=settings.system,
+        dynamic_tools=settings.tools,
+        tool_use=settings.tool_use,
+        compaction_threshold=settings.compaction_threshold,
     )
     if reconfigured is None:
         raise ApiError(409, "response_in_progress", "the previous response is still in progress")
@@ -417,12 +435,29 @@ def _model(body: CreateResponse, model: ModelConfig) -> ModelConfig:
         "top_p": body.top_p,
         "chatd:events": body.chatd_events,
     }
+    search = body.web_search()
+    if search is not None:
+        domains = search.filters.allowed_domains if search.filters else None
+        changes["web_search"] = WebSearchConfig(allowed_domains=domains)
+        if model.provider == "openai":
+            changes["openai_api"] = "responses"  # OpenAI searches on its Responses API only
     if effort and effort != "none":
         if model.provider == "anthropic":
             changes["thinking_budget_tokens"] = _THINKING_BUDGETS[effort]
         else:
             changes["reasoning_effort"] = effort
     return model.model_copy(update={k: v for k, v in changes.items() if v is not None})
+
+
+def _tool_use(body: CreateResponse) -> ToolUse:
+    """`tool_choice` and `parallel_tool_calls` as the chat keeps them."""
+    choice = body.tool_choice
+    parallel = body.parallel_tool_calls
+    if isinstance(choice, SpecificFunction):
+        return ToolUse(mode="required", only=[choice.name], parallel=parallel)
+    if isinstance(choice, AllowedTools):
+        return ToolUse(mode=choice.mode, only=[t.name for t in choice.tools], parallel=parallel)
+    return ToolUse(mode=choice, parallel=parallel)
 
 
 def _dynamic_tools(body: CreateResponse) -> list[DynamicTool]:
@@ -468,7 +503,10 @@ def _echoed(body: CreateResponse) -> dict[str, Any]:
         "model": body.model,
         "instructions": body.instructions,
         "tools": [tool.model_dump() for tool in body.function_tools()],
-        "tool_choice": body.tool_choice,
+        "tool_choice": body.tool_choice
+        if isinstance(body.tool_choice, str)
+        else body.tool_choice.model_dump(),
+        "parallel_tool_calls": body.parallel_tool_calls,
         "truncation": body.truncation,
         "max_output_tokens": body.max_output_tokens,
         "reasoning": body.reasoning.model_dump() if body.reasoning else None,

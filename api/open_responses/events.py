@@ -7,6 +7,8 @@ connection, a gateway restart or a worker crash) gets exactly the events after N
 - Each model step's parts become items: reasoning, assistant messages (`output_text`) and
   the client's function calls. Deltas stream as the model writes them; the persisted step
   closes them with its durable text.
+- A provider's web search is a `web_search_call` item, opened (`in_progress`, `searching`)
+  when the model's search call arrives and closed by its result.
 - Tools the workers ran become items when their results are persisted (`mcp_call` for an
   MCP server's, `chatd:tool_call` for a built-in one).
 - A step attempt abandoned by a crashed worker (the chat's `reset`): its open items are
@@ -31,10 +33,12 @@ from api.open_responses.resource import (
     approval_request_item,
     awaits_approval,
     function_call_item,
+    is_web_search,
     message_item,
     reasoning_item,
     shows_as_tool_run,
     tool_call_item,
+    web_search_item,
 )
 from chatd.parts import Part, ReasoningPart, TextPart, ToolCallPart, ToolResultPart
 from chatd.store.events import ChatEvent
@@ -76,6 +80,9 @@ class ResponseEvents:
     _ids: ItemIds = field(init=False)
     _outputs: int = 0
     _open: dict[int, _OpenItem] = field(default_factory=dict)
+    _searches: dict[str, _OpenItem] = field(default_factory=dict)
+    """Web searches opened and not yet closed, by call id."""
+    _searched: set[str] = field(default_factory=set)
     _calls: dict[str, ToolCallPart] = field(default_factory=dict)
     _results: set[str] = field(default_factory=set)
     _began: bool = False
@@ -116,8 +123,7 @@ class ResponseEvents:
             "completed": "response.completed",
             "failed": "response.failed",
         }.get(resource["status"], "response.incomplete")
-        events = [e for item in self._open.values() for e in self._close(item, "incomplete")]
-        self._open.clear()
+        events = self._close_all("incomplete")
         if self._awaits_client:
             for call in self._calls.values():
                 if not awaits_approval(call, self.client_tools, self._results):
@@ -144,6 +150,9 @@ class ResponseEvents:
         index = part.get("index")
         if not isinstance(index, int):
             return []  # a compaction's progress: not an output item
+        whole = part.get("part")
+        if isinstance(whole, dict) and whole.get("provider_executed"):
+            return self._provider_tool(_PROVIDER_PARTS[str(part.get("type"))].model_validate(whole))
         events: list[dict[str, Any]] = []
         item = self._open.get(index)
         kind = part.get("type")
@@ -207,9 +216,7 @@ class ResponseEvents:
         if message.role == "assistant":
             for index, part in enumerate(message.parts):
                 events += self._persisted(index, part)
-            for item in self._open.values():  # streamed, then not kept: close as incomplete
-                events += self._close(item, "incomplete")
-            self._open.clear()
+            events += self._close_all("incomplete")  # streamed, then not kept
         elif message.role == "tool":
             for part in message.parts:
                 if isinstance(part, ToolResultPart):
@@ -227,6 +234,8 @@ class ResponseEvents:
 
     def _persisted(self, index: int, part: Part) -> list[dict[str, Any]]:
         """Close the item of a step's part (opening it first if nothing streamed)."""
+        if isinstance(part, ToolCallPart | ToolResultPart) and part.provider_executed:
+            return self._provider_tool(part)
         if isinstance(part, ToolCallPart):
             self._calls[part.id] = part
             if part.provider_executed or part.name not in self.client_tools:
@@ -254,6 +263,44 @@ class ResponseEvents:
         if isinstance(part, ToolCallPart):
             item.call = part
         return events + self._close(item, "completed")
+
+    def _provider_tool(self, part: ToolCallPart | ToolResultPart) -> list[dict[str, Any]]:
+        """A provider's web search: its call opens the item (once, whether it streamed or
+        only came persisted), its result closes it. Other provider tools show no item."""
+        if isinstance(part, ToolResultPart):
+            item = self._searches.pop(part.tool_call_id, None)
+            return [] if item is None else self._close_search(item, part)
+        if not is_web_search(part) or part.id in self._searched:
+            return []
+        self._searched.add(part.id)
+        item = _OpenItem("web_search_call", self._ids.next("ws"), self._outputs, call=part)
+        self._outputs += 1
+        self._searches[part.id] = item
+        return [
+            self._item_event(
+                "response.output_item.added", item, web_search_item(item.item_id, part, None)
+            ),
+            self._search_event("response.web_search_call.in_progress", item),
+            self._search_event("response.web_search_call.searching", item),
+        ]
+
+    def _close_search(
+        self, item: _OpenItem, result: ToolResultPart | None, status: str | None = None
+    ) -> list[dict[str, Any]]:
+        assert item.call is not None
+        done = web_search_item(item.item_id, item.call, result, status)
+        events = []
+        if done["status"] == "completed":
+            events.append(self._search_event("response.web_search_call.completed", item))
+        return [*events, self._item_event("response.output_item.done", item, done)]
+
+    def _close_all(self, status: str) -> list[dict[str, Any]]:
+        """Close every open item (and search) as `status`."""
+        events = [e for item in self._open.values() for e in self._close(item, status)]
+        events += [e for s in self._searches.values() for e in self._close_search(s, None, status)]
+        self._open.clear()
+        self._searches.clear()
+        return events
 
     def _delta_of(self, kind: str, item: _OpenItem, delta: str) -> list[dict[str, Any]]:
         if kind == "tool_call":
@@ -301,15 +348,17 @@ class ResponseEvents:
         ]
 
     def _reset(self) -> list[dict[str, Any]]:
-        abandoned = list(self._open.values())
-        self._open.clear()
-        events = [e for item in abandoned for e in self._close(item, "incomplete")]
+        abandoned = [*self._open.values(), *self._searches.values()]
+        events = self._close_all("incomplete")
         if self.extensions:
             events.append(self._event("chatd:reset", item_ids=[i.item_id for i in abandoned]))
         return events
 
     def _item_event(self, kind: str, item: _OpenItem, body: dict[str, Any]) -> dict[str, Any]:
         return self._event(kind, output_index=item.output_index, item=body)
+
+    def _search_event(self, kind: str, item: _OpenItem) -> dict[str, Any]:
+        return self._event(kind, output_index=item.output_index, item_id=item.item_id)
 
     def _part_event(self, kind: str, item: _OpenItem, **fields: Any) -> dict[str, Any]:
         return self._event(
@@ -323,3 +372,7 @@ class ResponseEvents:
 
 
 _KINDS = {"text": "message", "reasoning": "reasoning", "tool_call": "function_call"}
+_PROVIDER_PARTS: dict[str, type[ToolCallPart] | type[ToolResultPart]] = {
+    "tool_call": ToolCallPart,
+    "tool_result": ToolResultPart,
+}

@@ -17,6 +17,7 @@ from chatd.tool_policy import ToolPolicy
 from chatd.tools.names import client_tool_name
 
 __all__ = [
+    "AllowedTools",
     "ApprovalResponseItem",
     "AssistantContent",
     "CompactRequest",
@@ -29,7 +30,10 @@ __all__ = [
     "ItemReference",
     "McpTool",
     "MessageItem",
+    "SpecificFunction",
+    "ToolChoice",
     "UserContent",
+    "WebSearchTool",
 ]
 
 _STRICT = ConfigDict(extra="forbid")
@@ -210,6 +214,45 @@ class McpTool(BaseModel):
     require_approval: Literal["always", "never"] | None = None
 
 
+class WebSearchFilters(BaseModel):
+    model_config = _STRICT
+    allowed_domains: list[Annotated[str, Field(min_length=1, max_length=253)]] | None = Field(
+        default=None, max_length=100
+    )
+
+
+class WebSearchTool(BaseModel):
+    """The provider's own web search (Anthropic's or OpenAI's), run while the model streams:
+    each search is a `web_search_call` output item."""
+
+    model_config = _STRICT
+    type: Literal["web_search", "web_search_preview"]
+    filters: WebSearchFilters | None = None
+
+
+class SpecificFunction(BaseModel):
+    """`tool_choice` naming one function: the model must call it."""
+
+    model_config = _STRICT
+    type: Literal["function"]
+    name: str = Field(min_length=1, max_length=64, pattern=_NAME)
+
+
+class AllowedTools(BaseModel):
+    """`tool_choice` limiting the model to some function tools, in a mode."""
+
+    model_config = _STRICT
+    type: Literal["allowed_tools"]
+    tools: list[SpecificFunction] = Field(min_length=1, max_length=128)
+    mode: Literal["auto", "required", "none"] = "auto"
+
+
+ToolChoice = (
+    Literal["auto", "none", "required"]
+    | Annotated[SpecificFunction | AllowedTools, Field(discriminator="type")]
+)
+
+
 class Reasoning(BaseModel):
     model_config = _STRICT
     effort: Literal["none", "minimal", "low", "medium", "high"] | None = None
@@ -240,11 +283,13 @@ class CreateResponse(BaseModel):
     )
     """Checked item by item in `api.open_responses.inputs` (so an error names the item)."""
     instructions: str | None = Field(default=None, max_length=200_000)
-    tools: list[Annotated[FunctionTool | McpTool, Field(discriminator="type")]] = Field(
-        default_factory=list, max_length=64
+    tools: list[Annotated[FunctionTool | McpTool | WebSearchTool, Field(discriminator="type")]] = (
+        Field(default_factory=list, max_length=64)
     )
-    tool_choice: Literal["auto", "none"] = "auto"
-    parallel_tool_calls: Literal[True] = True
+    tool_choice: ToolChoice = "auto"
+    """A forced choice (`required`, a named function) binds the response's first model step;
+    later steps of the same response, after tools the workers ran, are `auto`."""
+    parallel_tool_calls: bool = True
     max_output_tokens: int | None = Field(default=None, ge=16, le=1_000_000)
     reasoning: Reasoning | None = None
     truncation: Literal["auto", "disabled"] = "disabled"
@@ -294,6 +339,26 @@ class CreateResponse(BaseModel):
                 for t in tools
             ]
         return tools
+
+    @model_validator(mode="after")
+    def _tool_choice_names_tools(self) -> CreateResponse:
+        """A tool choice names function tools of this request, and `required` needs a tool."""
+        choice = self.tool_choice
+        named = [choice] if isinstance(choice, SpecificFunction) else []
+        named += choice.tools if isinstance(choice, AllowedTools) else []
+        functions = {tool.name for tool in self.function_tools()}
+        unknown = [f.name for f in named if f.name not in functions]
+        if unknown:
+            raise ValueError(
+                f"tool_choice names {unknown}, which are not function tools of this request"
+            )
+        offers_tools = self.tools or self.chatd_tools or self.chatd_mcp_servers
+        if choice == "required" and not (offers_tools or self.chatd_subagents):
+            raise ValueError("tool_choice 'required' needs tools to choose from")
+        return self
+
+    def web_search(self) -> WebSearchTool | None:
+        return next((t for t in self.tools if isinstance(t, WebSearchTool)), None)
 
     def function_tools(self) -> list[FunctionTool]:
         return [tool for tool in self.tools if isinstance(tool, FunctionTool)]

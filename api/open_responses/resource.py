@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from chatd.models import ModelError
-from chatd.parts import ReasoningPart, TextPart, ToolCallPart, ToolResultPart, Usage
+from chatd.parts import Part, ReasoningPart, TextPart, ToolCallPart, ToolResultPart, Usage
 from chatd.store.responses import ResponseRecord
 from chatd.store.transcript import StoredMessage
 from chatd.tools.names import MCP_SEPARATOR
@@ -24,11 +24,13 @@ __all__ = [
     "approval_request_item",
     "awaits_approval",
     "build_resource",
+    "is_web_search",
     "output_items",
     "response_status",
     "shows_as_tool_run",
     "tool_call_item",
     "usage_of",
+    "web_search_item",
 ]
 
 APPROVAL_PREFIX = "mcpr_"
@@ -117,6 +119,41 @@ def tool_call_item(
     }
 
 
+def web_search_item(
+    item_id: str, call: ToolCallPart, result: ToolResultPart | None, status: str | None = None
+) -> dict[str, Any]:
+    """A search the provider ran while the model streamed, as OpenAI's `web_search_call`
+    item: `in_progress` until its result, then `completed` or `failed` (or `status`)."""
+    try:
+        arguments = json.loads(call.arguments or "{}")
+    except json.JSONDecodeError:
+        arguments = {}
+    query = arguments.get("query") if isinstance(arguments, dict) else None
+    action: dict[str, Any] = {"type": "search", "query": query if isinstance(query, str) else ""}
+    sources = _sources(result.output) if result is not None else []
+    if sources:
+        action["sources"] = sources
+    if status is None:
+        status = "in_progress" if result is None else "failed" if result.is_error else "completed"
+    return {"type": "web_search_call", "id": item_id, "status": status, "action": action}
+
+
+def _sources(output: Any) -> list[dict[str, str]]:
+    """The pages a search found: Anthropic's results are a list of pages, OpenAI's an object
+    with `sources`."""
+    found = output.get("sources") if isinstance(output, dict) else output
+    pages = found if isinstance(found, list) else []
+    return [
+        {"type": "url", "url": page["url"]}
+        for page in pages
+        if isinstance(page, dict) and isinstance(page.get("url"), str)
+    ]
+
+
+def is_web_search(part: ToolCallPart) -> bool:
+    return part.provider_executed and part.name == "web_search"
+
+
 def approval_request_item(call: ToolCallPart) -> dict[str, Any]:
     """A call waiting for a person's approval: an MCP server's tool (`<server>__<tool>`) or
     a built-in one (server label `chatd`). Its id names the call, so the answer maps back."""
@@ -149,28 +186,31 @@ def awaits_approval(call: ToolCallPart, client_tools: set[str], results: set[str
 def output_items(
     record: ResponseRecord, messages: list[StoredMessage], client_tools: set[str]
 ) -> list[dict[str, Any]]:
-    """The response's output: each model step's reasoning, text and client function calls,
-    then the results of the tools the workers ran for it."""
+    """The response's output: each model step's reasoning, text, provider web searches and
+    client function calls, then the results of the tools the workers ran for it."""
     ids = ItemIds(record.id)
     answered = set(record.answered_call_ids)
     calls: dict[str, ToolCallPart] = {}
     results: set[str] = set()
+    searched = {
+        part.tool_call_id: part
+        for message in messages
+        for part in message.parts
+        if isinstance(part, ToolResultPart) and part.provider_executed
+    }
     items: list[dict[str, Any]] = []
     for message in messages:
         for part in message.parts:
-            if isinstance(part, ReasoningPart) and message.role == "assistant":
-                items.append(reasoning_item(ids.next("rs"), part.text))
-            elif isinstance(part, TextPart) and message.role == "assistant":
-                items.append(message_item(ids.next("msg"), part.text, "completed"))
-            elif isinstance(part, ToolCallPart) and not part.provider_executed:
+            if isinstance(part, ToolCallPart):
                 calls[part.id] = part
-                if part.name in client_tools:
-                    items.append(function_call_item(ids.next("fc"), part, "completed"))
-            elif isinstance(part, ToolResultPart):
+            item = _step_item(part, message.role, ids, searched, client_tools)
+            if item is not None:
+                items.append(item)
+            if isinstance(part, ToolResultPart):
                 results.add(part.tool_call_id)
-            if isinstance(part, ToolResultPart) and shows_as_tool_run(part, client_tools, answered):
-                call = calls.get(part.tool_call_id)
-                items.append(tool_call_item(ids.next("tc"), call, part))
+                if shows_as_tool_run(part, client_tools, answered):
+                    call = calls.get(part.tool_call_id)
+                    items.append(tool_call_item(ids.next("tc"), call, part))
     if record.ended_status == "requires_action":
         items += [
             approval_request_item(call)
@@ -178,6 +218,26 @@ def output_items(
             if awaits_approval(call, client_tools, results)
         ]
     return items
+
+
+def _step_item(
+    part: Part,
+    role: str,
+    ids: ItemIds,
+    searched: dict[str, ToolResultPart],
+    client_tools: set[str],
+) -> dict[str, Any] | None:
+    """The item a model step's part is: its reasoning, text, a provider's web search, or a
+    call of the client's functions (None for the rest)."""
+    if isinstance(part, ToolCallPart) and is_web_search(part):
+        return web_search_item(ids.next("ws"), part, searched.get(part.id))
+    if isinstance(part, ReasoningPart) and role == "assistant":
+        return reasoning_item(ids.next("rs"), part.text)
+    if isinstance(part, TextPart) and role == "assistant":
+        return message_item(ids.next("msg"), part.text, "completed")
+    if isinstance(part, ToolCallPart) and not part.provider_executed and part.name in client_tools:
+        return function_call_item(ids.next("fc"), part, "completed")
+    return None
 
 
 def usage_of(messages: list[StoredMessage]) -> dict[str, Any]:
@@ -244,7 +304,7 @@ def build_resource(
         "tools": request.get("tools", []),
         "tool_choice": request.get("tool_choice", "auto"),
         "truncation": request.get("truncation", "disabled"),
-        "parallel_tool_calls": True,
+        "parallel_tool_calls": request.get("parallel_tool_calls", True),
         "text": {"format": {"type": "text"}},
         "top_p": request.get("top_p") if request.get("top_p") is not None else 1.0,
         "presence_penalty": 0.0,

@@ -27,12 +27,29 @@ def validate(api: ApiName, body: dict[str, Any]) -> None:
     """Raise `InvalidRequest` if `body` is not a valid request for `api`."""
     if not isinstance(body.get("model"), str) or not body["model"]:
         raise InvalidRequest("model: Field required", "model")
+    _check_tool_choice(api, body)
     if api == "anthropic":
         validate_anthropic(body)
     elif api == "openai_chat":
         validate_openai_chat(body)
     else:
         validate_openai_responses(body)
+
+
+def _check_tool_choice(api: ApiName, body: dict[str, Any]) -> None:
+    """`tool_choice` (and OpenAI's `parallel_tool_calls`) only beside tools; Anthropic also
+    refuses a forced tool choice while thinking."""
+    if body.get("tools"):
+        choice = body.get("tool_choice")
+        forced = isinstance(choice, dict) and choice.get("type") in ("any", "tool")
+        if api == "anthropic" and forced and body.get("thinking"):
+            raise InvalidRequest("Thinking may not be enabled when tool_choice forces tool use.")
+        return
+    if api == "anthropic" and "tool_choice" in body:
+        raise InvalidRequest("tool_choice: may only be specified while providing tools")
+    for name in ("tool_choice", "parallel_tool_calls"):
+        if api != "anthropic" and name in body:
+            raise InvalidRequest(f"'{name}' is only allowed when 'tools' are specified.", name)
 
 
 def _ids(values: list[str]) -> str:

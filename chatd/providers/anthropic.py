@@ -34,6 +34,7 @@ from chatd.providers.errors import (
     parse_retry_after_ms,
 )
 from chatd.providers.errors import transport_error as _transport_error
+from chatd.tool_use import ToolUse
 
 __all__ = [
     "DEFAULT_MAX_TOKENS",
@@ -80,10 +81,12 @@ WEB_SEARCH_TOOL_TYPE = "web_search_20250305"
 def build_anthropic_request(request: ModelRequest) -> dict[str, Any]:
     """The `messages.create` kwargs (without `stream`) for a request, with cache breakpoints."""
     messages = build_anthropic_messages(request.messages)
+    # The API refuses thinking in a step whose tool choice is forced: that step doesn't think.
+    thinking = _may_think(messages) and request.tool_use.mode != "required"
     kwargs: dict[str, Any] = {
         "model": request.model.name,
         "messages": messages,
-        **_call_options(request.model, thinking=_may_think(messages)),
+        **_call_options(request.model, thinking=thinking),
     }
     if request.system:
         kwargs["system"] = [
@@ -94,14 +97,27 @@ def build_anthropic_request(request: ModelRequest) -> dict[str, Any]:
         for t in request.tools
     ]
     search = request.model.web_search
-    if search is not None:
+    if search is not None and request.tool_use.offers("web_search"):
         server_tool = {"type": WEB_SEARCH_TOOL_TYPE, "name": "web_search"}
         options = search.model_dump(exclude_none=True)
         tools.append(server_tool | options)
     if tools:
         kwargs["tools"] = tools
+        choice = _tool_choice(request.tool_use)
+        if choice is not None:
+            kwargs["tool_choice"] = choice
     _mark_cache(kwargs["messages"])
     return kwargs
+
+
+def _tool_choice(use: ToolUse) -> dict[str, Any] | None:
+    """Anthropic's `tool_choice` for a step (None: its default, any tools in parallel)."""
+    if use.mode == "auto" and use.parallel:
+        return None
+    choice: dict[str, Any] = {"type": {"auto": "auto", "required": "any", "none": "none"}[use.mode]}
+    if not use.parallel and use.mode != "none":
+        choice["disable_parallel_tool_use"] = True
+    return choice
 
 
 def _call_options(config: ModelConfig, *, thinking: bool) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from chatd.parts import (
     ToolResultPart,
     Usage,
 )
+from chatd.tool_use import ToolUse
 
 __all__ = [
     "ModelProvider",
@@ -51,6 +52,9 @@ class ModelRequest(BaseModel):
     system: str | None = None
     messages: list[Message]
     tools: list[ToolSpec] = []
+    """The tools the model is shown (`tool_use.offered` already applied)."""
+    tool_use: ToolUse = ToolUse()
+    """How this step may call them (`ToolUse.for_step` already applied)."""
 
 
 class StepFinish(BaseModel):

@@ -22,6 +22,7 @@ from chatd.providers.errors import (
     parse_retry_after_ms,
 )
 from chatd.providers.errors import transport_error as _transport_error
+from chatd.tool_use import ToolUse
 
 __all__ = [
     "OpenAIChatProvider",
@@ -30,6 +31,7 @@ __all__ = [
     "classify_openai_error",
     "classify_openai_payload",
     "data_url",
+    "openai_tool_choice",
     "tool_output_text",
 ]
 
@@ -90,7 +92,19 @@ def build_chat_request(request: ModelRequest) -> dict[str, Any]:
             }
             for t in request.tools
         ]
+        kwargs |= openai_tool_choice(request.tool_use)
     return kwargs
+
+
+def openai_tool_choice(use: ToolUse) -> dict[str, Any]:
+    """`tool_choice` and `parallel_tool_calls` for a step that offers tools (both OpenAI
+    APIs name them alike); nothing for the defaults."""
+    options: dict[str, Any] = {}
+    if use.mode != "auto":
+        options["tool_choice"] = use.mode
+    if not use.parallel:
+        options["parallel_tool_calls"] = False
+    return options
 
 
 def _call_options(config: ModelConfig) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from chatd.providers.openai_chat import (
     classify_openai_error,
     classify_openai_payload,
     data_url,
+    openai_tool_choice,
     tool_output_text,
 )
 
@@ -127,13 +128,14 @@ def build_responses_request(request: ModelRequest, *, chain: bool = True) -> dic
         for t in request.tools
     ]
     search = request.model.web_search
-    if search is not None:
+    if search is not None and request.tool_use.offers("web_search"):
         web: dict[str, Any] = {"type": "web_search"}
         if search.allowed_domains:
             web["filters"] = {"allowed_domains": search.allowed_domains}
         tools.append(web)
     if tools:
         kwargs["tools"] = tools
+        kwargs |= openai_tool_choice(request.tool_use)
     return kwargs
 
 

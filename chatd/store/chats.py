@@ -15,6 +15,7 @@ from chatd.parts import Usage
 from chatd.store.events import append_events
 from chatd.store.pages import DEFAULT_PAGE_BYTES, Page
 from chatd.tool_policy import PolicyDecision
+from chatd.tool_use import ToolUse
 
 __all__ = [
     "DESCENDANTS_USAGE",
@@ -82,6 +83,8 @@ class ChatRecord(BaseModel):
     """Whether the chat may spawn subagents (the operator's default may also allow it)."""
     fallback_models: list[ModelConfig] = Field(default_factory=list)
     """Models a step falls back on, in order, when the chat's own stays down."""
+    tool_use: ToolUse = Field(default_factory=ToolUse)
+    """How the model may call the chat's tools (migration 025)."""
     discard_at: datetime | None = None
     """Set for the chat of a `store: false` response: hidden from the native API, and
     deleted once past this time with no turn running (migration 024)."""
@@ -137,6 +140,7 @@ class ChatStore:
         fallback_models: list[ModelConfig] | None = None,
         chat_id: uuid.UUID | None = None,
         discard_at: datetime | None = None,
+        tool_use: ToolUse | None = None,
     ) -> ChatRecord:
         """Insert a new chat in `waiting`; with a `chat_id` inserted before (by a create that
         is being retried), that chat.
@@ -165,6 +169,7 @@ class ChatStore:
             subagents,
             [m.model_dump(exclude_none=True) for m in fallback_models or []],
             discard_at,
+            (tool_use or ToolUse()).model_dump(exclude_defaults=True),
         )
         if row is None:
             row = await self._pool.fetchrow("SELECT * FROM chats WHERE id = $1", chat_id)
@@ -243,17 +248,22 @@ class ChatStore:
         model: ModelConfig,
         system_prompt: str | None,
         dynamic_tools: list[DynamicTool],
+        tool_use: ToolUse,
+        compaction_threshold: float,
     ) -> ChatRecord | None:
-        """Set the model, system prompt and client tools the chat's next turn uses (an Open
-        Responses request names them each time); None unless the chat is idle (`waiting`)."""
+        """Set the model, system prompt, client tools, tool use and compaction the chat's next
+        turn has (an Open Responses request names them each time); None unless the chat is
+        idle (`waiting`)."""
         row = await self._pool.fetchrow(
             """UPDATE chats SET model = $2, system_prompt = $3, dynamic_tools = $4,
-                      updated_at = now()
+                      tool_use = $5, compaction_threshold = $6, updated_at = now()
                WHERE id = $1 AND status = 'waiting' RETURNING *""",
             chat_id,
             model.model_dump(exclude_none=True),
             system_prompt,
             [t.model_dump() for t in dynamic_tools],
+            tool_use.model_dump(exclude_defaults=True),
+            compaction_threshold,
         )
         return _record(row) if row else None
 
@@ -353,9 +363,9 @@ WITH parent AS (
 INSERT INTO chats (id, owner, title, title_source, model, system_prompt, dynamic_tools,
                    active_tools, max_steps, action_timeout_s, compaction_threshold,
                    tool_policy, mcp_servers, parent_chat_id, depth, subagents, fallback_models,
-                   discard_at)
+                   discard_at, tool_use)
 SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13,
-       parent.id, coalesce(parent.depth + 1, 0), $15, $16, $17
+       parent.id, coalesce(parent.depth + 1, 0), $15, $16, $17, $18
 FROM (SELECT) AS one LEFT JOIN parent ON true
 WHERE $14::uuid IS NULL OR parent.id IS NOT NULL
 ON CONFLICT (id) DO NOTHING RETURNING *

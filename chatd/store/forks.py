@@ -153,10 +153,10 @@ ORDER BY m.id
 _COPY_CHAT = """
 INSERT INTO chats (id, owner, title, title_source, model, system_prompt, dynamic_tools,
                    active_tools, max_steps, action_timeout_s, compaction_threshold,
-                   tool_policy, mcp_servers, subagents, fallback_models)
+                   tool_policy, mcp_servers, subagents, fallback_models, tool_use)
 SELECT $1, owner, coalesce($3, title), CASE WHEN $3::text IS NULL THEN title_source ELSE 'user' END,
        model, system_prompt, dynamic_tools, active_tools, max_steps, action_timeout_s,
-       compaction_threshold, tool_policy, mcp_servers, subagents, fallback_models
+       compaction_threshold, tool_policy, mcp_servers, subagents, fallback_models, tool_use
 FROM chats WHERE id = $2
 """
 

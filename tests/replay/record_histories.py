@@ -401,6 +401,55 @@ async def summarise_window(stack: Stack) -> Run:
     return handle.id, (await handle.describe()).run_id
 
 
+async def _respond(stack: Stack, **body: Any) -> dict[str, Any]:
+    """`POST /v1/responses` (not streamed): the response once it has ended."""
+    root = stack.base_url.removesuffix("/api/v1")
+    response = await stack.http.post(f"{root}/v1/responses", json=body, timeout=WITHIN_S)
+    response.raise_for_status()
+    answer: dict[str, Any] = response.json()
+    return answer
+
+
+async def overflow_uncompacted(stack: Stack) -> Run:
+    """Open Responses' `truncation: "disabled"`: the provider's context overflow ends the
+    turn in `error`, with no compaction."""
+    name = f"replay-{uuid.uuid4().hex[:10]}"
+    too_long = FakeError(status=400, type="invalid_request_error", message="prompt is too long")
+    stack.fake.script(name, [FakeResponse(error=too_long)])
+    failed = await _respond(stack, model=f"anthropic/{name}", input="hi", truncation="disabled")
+    return await _run(stack, failed["conversation"]["id"])
+
+
+async def forced_tool_response(stack: Stack) -> Run:
+    """`tool_choice: "required"`: a client function call, answered by the next response,
+    whose first step is forced again (`StreamStepInput.opens_response`)."""
+    name = f"replay-{uuid.uuid4().hex[:10]}"
+    call = FakeToolCall(name="ask_user", arguments={"question": "Colour?"})
+    stack.fake.script(
+        name, [FakeResponse(parts=[call]), FakeResponse(parts=[FakeText(text="Blue it is.")])]
+    )
+    tool = {"type": "function", **{k: v for k, v in ASK_USER.items() if k != "input_schema"}}
+    tool["parameters"] = ASK_USER["input_schema"]
+    asked = await _respond(
+        stack,
+        model=f"anthropic/{name}",
+        input="pick a colour",
+        tools=[tool],
+        tool_choice="required",
+    )
+    (function_call,) = [i for i in asked["output"] if i["type"] == "function_call"]
+    answer = {"type": "function_call_output", "call_id": function_call["call_id"], "output": "blue"}
+    await _respond(
+        stack,
+        model=f"anthropic/{name}",
+        previous_response_id=asked["id"],
+        input=[answer],
+        tools=[tool],
+        tool_choice="required",
+    )
+    return await _run(stack, asked["conversation"]["id"])
+
+
 SCENARIOS: dict[str, Scenario] = {
     "text_turn": text_turn,
     "tool_turn": tool_turn,
@@ -418,6 +467,8 @@ SCENARIOS: dict[str, Scenario] = {
     "failed_compaction": failed_compaction,
     "long_turn_continued": long_turn_continued,
     "titled_turn": titled_turn,
+    "overflow_uncompacted": overflow_uncompacted,
+    "forced_tool_response": forced_tool_response,
     "signalled_turn": signalled_turn,
     "signalled_after_its_turn": signalled_after_its_turn,
     "summarise_window": summarise_window,

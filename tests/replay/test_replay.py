@@ -51,6 +51,8 @@ SCENARIOS = {
     "signalled_turn",
     "signalled_after_its_turn",
     "summarise_window",
+    "overflow_uncompacted",
+    "forced_tool_response",
 }
 MAX_HISTORY_BYTES = 32 * 1024
 """Rule 1: a turn's history holds ids and summaries, never the transcript."""

@@ -134,6 +134,14 @@ def test_a_provider_overflow_gets_one_compaction_and_the_same_step_again() -> No
     assert next_move(once, Failed(error)) == Finish(error)
 
 
+def test_a_provider_overflow_ends_the_turn_when_compaction_is_off() -> None:
+    """Open Responses' `truncation: "disabled"`: the request fails instead of losing context."""
+    error = ModelError(message="prompt is too long", kind="context_exceeded")
+    off = _turn(4)
+    off.compacts_on_overflow = False
+    assert next_move(off, Failed(error)) == Finish(error)
+
+
 @pytest.mark.parametrize(
     ("attempt", "seconds"), [(1, 1), (2, 2), (3, 4), (6, 32), (7, 60), (30, 60)]
 )

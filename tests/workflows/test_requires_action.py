@@ -105,6 +105,7 @@ async def test_the_right_results_are_staged_recorded_and_the_turn_goes_on(turn: 
     ]
     streams = turn.fakes.of("stream_model_step", StreamStepInput)
     assert [s.step for s in streams] == [0, 1], "the model sees the results in step 1"
+    assert [s.opens_response for s in streams] == [True, True], "the client's answers open one"
     assert _finish(turn).status == "waiting" and _finish(turn).error is None
 
 
@@ -183,3 +184,15 @@ async def test_built_in_calls_run_and_are_recorded_before_the_client_is_asked(
     await turn.finished()
     parts = [r.part for r in turn.fakes.of("record_tool_results", RecordToolResultsInput)]
     assert parts == ["tools", "client-tools"]
+
+
+async def test_only_a_step_after_the_clients_input_opens_a_response(turn: Turn) -> None:
+    """A forced tool choice binds such steps only (`chatd.tool_use`): not the one after a
+    tool the worker ran, which would let a forced model loop on its tools."""
+    turn.fakes.stream_script = [calls_step(CLOCK), calls_step(ASK), text_step()]
+    await turn.send("turn-1")
+    await turn.history_has("timer_started")
+    await _submit(turn, "call-ask")
+    await turn.finished()
+    streams = turn.fakes.of("stream_model_step", StreamStepInput)
+    assert [(s.step, s.opens_response) for s in streams] == [(0, True), (1, False), (2, True)]

@@ -32,7 +32,13 @@ async def test_a_text_turn_begins_streams_one_step_and_finishes_waiting(turn: Tu
     (step,) = turn.fakes.of("stream_model_step", StreamStepInput)
     assert step.run_id, "the run beginning the turn names itself (a message sent twice)"
     assert step.model_copy(update={"run_id": None}) == StreamStepInput(
-        chat_id=turn.chat_id, turn_id="turn-1", step=0, attempt=1, begin=True, may_finish=True
+        chat_id=turn.chat_id,
+        turn_id="turn-1",
+        step=0,
+        attempt=1,
+        begin=True,
+        may_finish=True,
+        opens_response=True,
     )
     assert _finish(turn) == FinishTurnInput(
         chat_id=turn.chat_id, turn_id="turn-1", status="waiting", error=None
