@@ -24,7 +24,12 @@ from chatd.fake_provider.server import FakeProviderServer
 from chatd.heap import freeze_startup_objects
 from chatd.providers import import_sdks
 from chatd.serving import EmbeddedServer
-from chatd.settings import DEFAULT_TASK_QUEUE, ProviderSettings, TemporalSettings
+from chatd.settings import (
+    DEFAULT_TASK_QUEUE,
+    ProviderSettings,
+    TemporalSettings,
+    titles_enabled,
+)
 from chatd.store.db import connect_pool, migrate
 from chatd.store.keys import KeyRefused, KeyStore
 from chatd.store.quotas import DEFAULTS_OWNER, LimitOverrides, QuotaStore
@@ -202,6 +207,7 @@ async def _serve(
         temporal=temporal_settings,
         console=True,
         temporal_ui_url=temporal.ui_url,
+        generate_titles=titles_enabled(),
     )
     app = create_app(gateway)
     server = EmbeddedServer(
@@ -225,6 +231,7 @@ async def _serve(
                     providers=providers,
                     registry=default_registry(),
                     workspace_root=options.data_dir / "workspaces",
+                    generate_titles=titles_enabled(),
                 ),
                 delta_pool=delta_pool,
                 interrupts=interrupts,

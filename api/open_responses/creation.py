@@ -8,7 +8,9 @@ function calls resumes that turn through the validated tool-results update.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
+from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -61,12 +63,15 @@ async def create_response(
     body: CreateResponse,
     idempotency_key: str | None,
     connection_responses: AbstractSet[str] = frozenset(),
+    on_chat: Callable[[uuid.UUID], None] = lambda _chat_id: None,
 ) -> ResponseRecord:
     """Store the response and hand its input to the chat; a retry with the same
     Idempotency-Key (and body) gets the response the first call made.
 
     `connection_responses` are the ids of those a WebSocket made: the only way to continue
-    a `store: false` one."""
+    a `store: false` one. `on_chat` is told the response's chat as soon as it is known,
+    before the input is handed over (which waits for the chat's workflow): a stream takes
+    its slot meanwhile."""
     state = state_of(request)
     digest = request_digest(body)
     if idempotency_key is not None:
@@ -87,7 +92,6 @@ async def create_response(
         owner=owner,
         turn_id="",
         after_message_id=None,
-        after_event_seq=0,
         previous_response_id=body.previous_response_id,
         request=_echoed(body),
         input_items=parsed.items,
@@ -96,6 +100,7 @@ async def create_response(
         store=body.store,
     )
     if chat is not None and chat.status == "requires_action":
+        on_chat(chat.id)
         return await _answer_calls(request, key, chat, parsed, base)
     if parsed.message is None:
         raise ApiError(
@@ -121,13 +126,17 @@ async def create_response(
         # "auto": compact at 70 % of the window; "disabled": never, so an overflow fails.
         compaction_threshold=0.7 if body.truncation == "auto" else 0.0,
     )
+    admitted = False  # a new chat's first message was admitted with the chat
     if chat is None:
-        chat = await _new_chat(state, owner, body, settings, idempotency_key, digest)
+        chat, admitted = await _new_chat(state, owner, body, settings, idempotency_key, digest)
     else:
         chat = await _reconfigured(state, chat, settings)
+    on_chat(chat.id)
     with state.chat_sends.slot(chat.id):
         # Stored (past the quotas) before the history: a refused message leaves no history.
-        queued, created = await store_message(request, chat, parsed.message, idempotency_key)
+        queued, created = await store_message(
+            request, chat, parsed.message, idempotency_key, admitted=admitted
+        )
         for index, message in enumerate(parsed.history if created else []):
             await state.transcript.save(
                 chat.id,
@@ -136,17 +145,12 @@ async def create_response(
                 role=message.role,
                 parts=message.parts,
             )
-        after_event_seq = await state.events.last_seq(chat.id)
         record, _ = await state.responses.create(
-            base.model_copy(
-                update={
-                    "chat_id": chat.id,
-                    "turn_id": str(queued.id),
-                    "after_event_seq": after_event_seq,
-                }
-            )
+            base.model_copy(update={"chat_id": chat.id, "turn_id": str(queued.id)})
         )
-        await hand_over_stored(request, chat, queued, created)
+        # A stream (or a response waited for to its end) follows the turn's events anyway:
+        # only `background` answers with the turn's status, once it has begun.
+        await hand_over_stored(request, chat, queued, created, wait_for_begin=body.background)
     if not created:  # a retry: the first call's message may have had its turn already
         await state.responses.end_if_turn_over(record)
         record = await state.responses.reread(record.id) or record
@@ -172,18 +176,20 @@ async def _new_chat(
     settings: _TurnSettings,
     idempotency_key: str | None,
     digest: str,
-) -> ChatRecord:
-    """The chat a response without a previous one starts. Under an Idempotency-Key, a retry
-    whose first call died before writing the response's row gets the chat that call made
-    (and the message it stored under the same key)."""
+) -> tuple[ChatRecord, bool]:
+    """The chat a response without a previous one starts, and whether its first turn was
+    admitted here (past the owner's quotas). Under an Idempotency-Key, a retry whose first
+    call died before writing the response's row gets the chat that call made (and the
+    message it stored under the same key), admitted when its message is stored."""
     chat_id = None
     if idempotency_key is not None:
         claim = await ChatCreations(state.pool).claim(owner, f"response:{idempotency_key}", digest)
         check_same_request(claim.request_digest, digest)
         chat_id = claim.chat_id
-    if chat_id is None or await state.chats.get(chat_id, owner) is None:
+    admitted = chat_id is None or await state.chats.get(chat_id, owner) is None
+    if admitted:
         await state.message_gate.admit_turn(owner)
-    return await state.chats.create(
+    chat = await state.chats.create(
         chat_id=chat_id,
         owner=owner,
         discard_at=None if body.store else unstored_deadline(),
@@ -200,6 +206,7 @@ async def _new_chat(
             resolve_model(name, state.model_aliases) for name in body.chatd_fallback_models or []
         ],
     )
+    return chat, admitted
 
 
 async def _reconfigured(
@@ -253,9 +260,11 @@ async def _continued_chat(
         previous = await state.responses.get(owner, body.previous_response_id)
     if previous is None:
         raise previous_not_found(body.previous_response_id)
-    latest = await state.responses.latest_in_chat(previous.chat_id) == previous.id
-    if latest and previous.store == body.store:
-        return await state.chats.get(previous.chat_id, owner)
+    latest, chat = await asyncio.gather(
+        state.responses.latest_in_chat(previous.chat_id), state.chats.get(previous.chat_id, owner)
+    )
+    if latest == previous.id and previous.store == body.store:
+        return chat
     fork = await _fork_at(state, owner, previous)
     if not body.store:
         await state.chats.discard_after(fork.id, unstored_deadline())
@@ -378,7 +387,6 @@ async def _answer_calls(
                 "chat_id": chat.id,
                 "turn_id": chat.turn_id,
                 "after_message_id": await state.responses.last_message_id(chat.id),
-                "after_event_seq": await state.events.last_seq(chat.id),
                 "answered_call_ids": answered,
             }
         )

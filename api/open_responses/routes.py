@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
+from functools import partial
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Header, Path, Query, Request
@@ -16,6 +18,7 @@ from api.open_responses.compaction import compact
 from api.open_responses.creation import create_response
 from api.open_responses.requests import CompactRequest, CreateResponse
 from api.open_responses.views import current_resource, discard_soon, event_stream, until_ended
+from api.quotas import StreamSlot
 from api.routes.stream import SlotStream
 from api.state import GatewayState, state_of
 from api.turns import interrupt_turn
@@ -29,11 +32,51 @@ router = APIRouter(prefix="/v1", tags=["open-responses"])
 ResponseId = Annotated[str, Path(max_length=200)]
 
 
+class _EarlySlot:
+    """A new response's stream slot, taken while the response's input is handed over to its
+    chat (a wait for the workflow) rather than after it: the stream opens as it returns."""
+
+    def __init__(self, state: GatewayState, key: str, owner: str) -> None:
+        self._take = partial(state.stream_slots.take, hash_key(key), owner)
+        self._slots = state.stream_slots
+        self._task: asyncio.Task[StreamSlot] | None = None
+
+    def take(self, chat_id: uuid.UUID) -> None:
+        self._task = asyncio.create_task(self._take(chat_id))
+
+    async def slot(self, record: ResponseRecord) -> StreamSlot:
+        """The slot (taken now if the response was an earlier call's)."""
+        if self._task is None:
+            self.take(record.chat_id)
+        assert self._task is not None
+        return await self._task
+
+    def abandon(self) -> None:
+        """No stream after all: free the slot once taken. Synchronous, for a request that
+        ends by cancellation."""
+        if self._task is not None:
+            self._task.add_done_callback(self._release)
+
+    def _release(self, task: asyncio.Task[StreamSlot]) -> None:
+        if not task.cancelled() and task.exception() is None:
+            self._slots.release(task.result())
+
+
+def _no_slot(_chat_id: uuid.UUID) -> None:
+    """A response that isn't streamed takes no slot."""
+
+
 async def _stream(
     state: GatewayState, key: str, record: ResponseRecord, starting_after: int | None
 ) -> StreamingResponse:
     """The response's events, holding one of the key's stream slots while open."""
     slot = await state.stream_slots.take(hash_key(key), record.owner, record.chat_id)
+    return _slot_stream(state, slot, record, starting_after)
+
+
+def _slot_stream(
+    state: GatewayState, slot: StreamSlot, record: ResponseRecord, starting_after: int | None
+) -> StreamingResponse:
     frames = event_stream(state, record, starting_after, slot)
     if not record.store:
         frames = _then_discarded(state, record, frames)
@@ -88,10 +131,18 @@ async def create(
     at once (queued); otherwise the response once it has ended. A client that goes away
     stops nothing: the response is a durable turn, readable later."""
     state = state_of(request)
-    record = await create_response(request, owner, key, body, idempotency_key)
-    if body.stream:
+    early = _EarlySlot(state, key, owner) if body.stream else None
+    try:
+        record = await create_response(
+            request, owner, key, body, idempotency_key, on_chat=early.take if early else _no_slot
+        )
+    except BaseException:
+        if early is not None:
+            early.abandon()
+        raise
+    if early is not None:
         try:
-            return await _stream(state, key, record, None)
+            return _slot_stream(state, await early.slot(record), record, None)
         except ApiError as refusal:  # over the key's streams: the response runs all the same
             refusal.message += f"; response {record.id} was created: read it with GET"
             raise

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Awaitable
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Path, Query, Request
 from starlette.requests import HTTPConnection
 
 from api.access import OwnedChat
+from api.background import in_background
 from api.edits import BUSY, cut_and_queue
 from api.errors import ApiError
 from api.idempotency import check_same_request, request_digest
@@ -35,10 +38,16 @@ async def accept_message(
 
 
 async def store_message(
-    request: HTTPConnection, chat: ChatRecord, body: SendMessage, idempotency_key: str | None
+    request: HTTPConnection,
+    chat: ChatRecord,
+    body: SendMessage,
+    idempotency_key: str | None,
+    *,
+    admitted: bool = False,
 ) -> tuple[QueuedMessage, bool]:
-    """Store the message in the chat's queue (after the quota and `on_busy` checks), or find
-    the one a retry of this send stored; and whether this call stored it."""
+    """Store the message in the chat's queue (after the quota and `on_busy` checks, unless
+    `admitted` with a chat made for it just now), or find the one a retry of this send
+    stored; and whether this call stored it."""
     state = state_of(request)
     client_id = idempotency_key or body.client_message_id
     digest = request_digest(body)
@@ -49,7 +58,8 @@ async def store_message(
             return earlier, False
     if body.on_busy == "reject" and chat.status in BUSY:
         raise ApiError(409, "chat_busy", "a turn is running", {"status": chat.status})
-    await state.message_gate.admit(chat)  # before storing: a refused message leaves no trace
+    if not admitted:  # before storing: a refused message leaves no trace
+        await state.message_gate.admit(chat)
     if body.on_busy == "interrupt" and chat.status in BUSY:
         await interrupt_turn(state.temporal, state.turns, chat)
     queued, created = await state.transcript.enqueue(chat.id, body.user_parts(), client_id, digest)
@@ -59,14 +69,24 @@ async def store_message(
 
 
 async def hand_over_stored(
-    request: HTTPConnection, chat: ChatRecord, queued: QueuedMessage, created: bool
+    request: HTTPConnection,
+    chat: ChatRecord,
+    queued: QueuedMessage,
+    created: bool,
+    *,
+    wait_for_begin: bool = True,
 ) -> SendMessageResult:
     """Start the stored message's turn or queue it in the running one. A message stored by
     an earlier call (`created` False) is handed over again (the same update, which Temporal
-    deduplicates) unless its turn has taken it."""
+    deduplicates) unless its turn has taken it.
+
+    A started turn is waited for until it has begun (`until_begun`), so the client finds it
+    running; without `wait_for_begin` (a caller that streams the turn's events next, and
+    would only delay the first of them) that wait goes on in the background."""
     state = state_of(request)
-    # Subscribed before anything can begin the turn: `until_begun` then misses no wake-up.
-    with state.hub.subscribe(chat.id) as notified:
+    with contextlib.ExitStack() as subscription:
+        # Subscribed before anything can begin the turn: `until_begun` then misses no wake-up.
+        notified = subscription.enter_context(state.hub.subscribe(chat.id))
         if not created and await state.transcript.is_promoted(queued.id):
             return SendMessageResult(queued=False, message_id=queued.id, turn_id=str(queued.id))
         result = await submit_message(
@@ -82,8 +102,18 @@ async def hand_over_stored(
         if result is None:  # no worker took it in time: queued durably, its turn to come
             return SendMessageResult(queued=True, message_id=queued.id, turn_id=None)
         if not result.queued:
-            await until_begun(state.transcript, state.turns, chat.id, queued.id, notified)
+            begun = until_begun(state.transcript, state.turns, chat.id, queued.id, notified)
+            if wait_for_begin:
+                await begun
+            else:
+                in_background(_subscribed(subscription.pop_all(), begun), "beginning a turn")
     return SendMessageResult(queued=result.queued, message_id=queued.id, turn_id=result.turn_id)
+
+
+async def _subscribed(subscription: contextlib.ExitStack, work: Awaitable[None]) -> None:
+    """`work`, then the subscription it was woken by is closed."""
+    with subscription:
+        await work
 
 
 @router.post("", status_code=202, response_model=SendMessageResult)

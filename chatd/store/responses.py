@@ -31,8 +31,9 @@ class NewResponse(BaseModel):
     turn_id: str
     after_message_id: int | None
     """For a response to the client's function results: the transcript before it."""
-    after_event_seq: int
-    """The chat's events after this one are this response's stream."""
+    after_event_seq: int = 0
+    """The chat's events after this one are this response's stream: its newest event when
+    the row is written (`ResponseStore.create` reads it in the same statement)."""
     previous_response_id: str | None
     request: dict[str, Any]
     """The request's fields a response object echoes (model, instructions, tools...)."""
@@ -80,7 +81,9 @@ class ResponseStore:
             f"""INSERT INTO responses (id, chat_id, owner, turn_id, after_message_id,
                    after_event_seq, previous_response_id, request, input_items,
                    answered_call_ids, idempotency_key, request_digest, store)
-               VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+               VALUES ($1, $2, $3, $4, $5,
+                       (SELECT last_event_seq FROM chats WHERE id = $2),
+                       $6, $7, $8, $9, $10, $11, $12)
                ON CONFLICT (owner, idempotency_key) DO NOTHING
                RETURNING {_COLUMNS}""",
             response.id,
@@ -88,7 +91,6 @@ class ResponseStore:
             response.owner,
             response.turn_id,
             response.after_message_id,
-            response.after_event_seq,
             response.previous_response_id,
             response.request,
             response.input_items,
