@@ -9,6 +9,7 @@ function calls resumes that turn through the validated tool-results update.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import Callable
 from collections.abc import Set as AbstractSet
@@ -21,7 +22,7 @@ from starlette.requests import HTTPConnection
 
 from api.errors import ApiError
 from api.idempotency import check_same_request, request_digest
-from api.open_responses.inputs import ParsedInput, parse_input
+from api.open_responses.inputs import HistoryMessage, ParsedInput, parse_input
 from api.open_responses.model_names import resolve_model
 from api.open_responses.requests import AllowedTools, CreateResponse, SpecificFunction
 from api.open_responses.resource import APPROVAL_PREFIX
@@ -32,6 +33,7 @@ from chatd.models import ModelConfig, WebSearchConfig
 from chatd.store.chat_creations import ChatCreations
 from chatd.store.chats import ChatRecord, DynamicTool
 from chatd.store.client_results import ClientResultStaging
+from chatd.store.events import Conn
 from chatd.store.forks import ForkRefused, ForkStore
 from chatd.store.responses import NewResponse, ResponseRecord, new_response_id
 from chatd.tool_policy import PolicyDecision
@@ -126,28 +128,27 @@ async def create_response(
         # "auto": compact at 70 % of the window; "disabled": never, so an overflow fails.
         compaction_threshold=0.7 if body.truncation == "auto" else 0.0,
     )
-    admitted = False  # a new chat's first message was admitted with the chat
-    if chat is None:
-        chat, admitted = await _new_chat(state, owner, body, settings, idempotency_key, digest)
-    else:
-        chat = await _reconfigured(state, chat, settings)
-    on_chat(chat.id)
-    with state.chat_sends.slot(chat.id):
-        # Stored (past the quotas) before the history: a refused message leaves no history.
-        queued, created = await store_message(
-            request, chat, parsed.message, idempotency_key, admitted=admitted
-        )
-        for index, message in enumerate(parsed.history if created else []):
-            await state.transcript.save(
-                chat.id,
-                turn_id=f"input:{response_id}",
-                step_key=f"input:{response_id}:{index}",
-                role=message.role,
-                parts=message.parts,
+    with contextlib.ExitStack() as sending:
+        # One commit for the chat (when new), the message, its history and the response's
+        # row; a message refused (past the quotas) leaves none of them.
+        async with state.pool.acquire() as conn, conn.transaction():
+            admitted = False  # a new chat's first message was admitted with the chat
+            if chat is None:
+                new = _NewChat(owner, body, settings, idempotency_key, digest)
+                chat, admitted = await _new_chat(state, new, conn)
+            else:
+                chat = await _reconfigured(state, chat, settings)
+            on_chat(chat.id)
+            sending.enter_context(state.chat_sends.slot(chat.id))
+            queued, created = await store_message(
+                request, chat, parsed.message, idempotency_key, admitted=admitted, conn=conn
             )
-        record, _ = await state.responses.create(
-            base.model_copy(update={"chat_id": chat.id, "turn_id": str(queued.id)})
-        )
+            await _save_history(
+                state, conn, chat.id, response_id, parsed.history if created else []
+            )
+            record, _ = await state.responses.create(
+                base.model_copy(update={"chat_id": chat.id, "turn_id": str(queued.id)}), conn
+            )
         # A stream (or a response waited for to its end) follows the turn's events anyway:
         # only `background` answers with the turn's status, once it has begun.
         await hand_over_stored(request, chat, queued, created, wait_for_begin=body.background)
@@ -169,27 +170,53 @@ class _TurnSettings:
     compaction_threshold: float
 
 
-async def _new_chat(
+@dataclass(frozen=True)
+class _NewChat:
+    """What a response that starts a chat makes it from."""
+
+    owner: str
+    body: CreateResponse
+    settings: _TurnSettings
+    idempotency_key: str | None
+    digest: str
+
+
+async def _save_history(
     state: GatewayState,
-    owner: str,
-    body: CreateResponse,
-    settings: _TurnSettings,
-    idempotency_key: str | None,
-    digest: str,
-) -> tuple[ChatRecord, bool]:
+    conn: Conn,
+    chat_id: uuid.UUID,
+    response_id: str,
+    history: list[HistoryMessage],
+) -> None:
+    """The input's earlier items, as the chat's transcript before the new message."""
+    for index, message in enumerate(history):
+        await state.transcript.save(
+            chat_id,
+            turn_id=f"input:{response_id}",
+            step_key=f"input:{response_id}:{index}",
+            role=message.role,
+            parts=message.parts,
+            conn=conn,
+        )
+
+
+async def _new_chat(state: GatewayState, new: _NewChat, conn: Conn) -> tuple[ChatRecord, bool]:
     """The chat a response without a previous one starts, and whether its first turn was
     admitted here (past the owner's quotas). Under an Idempotency-Key, a retry whose first
     call died before writing the response's row gets the chat that call made (and the
     message it stored under the same key), admitted when its message is stored."""
+    owner, body, settings = new.owner, new.body, new.settings
     chat_id = None
-    if idempotency_key is not None:
-        claim = await ChatCreations(state.pool).claim(owner, f"response:{idempotency_key}", digest)
-        check_same_request(claim.request_digest, digest)
+    if new.idempotency_key is not None:
+        key = f"response:{new.idempotency_key}"
+        claim = await ChatCreations(state.pool).claim(owner, key, new.digest)
+        check_same_request(claim.request_digest, new.digest)
         chat_id = claim.chat_id
     admitted = chat_id is None or await state.chats.get(chat_id, owner) is None
     if admitted:
         await state.message_gate.admit_turn(owner)
     chat = await state.chats.create(
+        conn=conn,
         chat_id=chat_id,
         owner=owner,
         discard_at=None if body.store else unstored_deadline(),

@@ -18,6 +18,7 @@ from api.schemas import EditMessage, MessageList, SendMessage, SendMessageResult
 from api.state import state_of
 from api.turns import interrupt_turn, submit_message, until_begun
 from chatd.store.chats import ChatRecord
+from chatd.store.events import Conn
 from chatd.store.pages import page_bytes
 from chatd.store.transcript import QueuedMessage
 
@@ -44,10 +45,11 @@ async def store_message(
     idempotency_key: str | None,
     *,
     admitted: bool = False,
+    conn: Conn | None = None,
 ) -> tuple[QueuedMessage, bool]:
     """Store the message in the chat's queue (after the quota and `on_busy` checks, unless
     `admitted` with a chat made for it just now), or find the one a retry of this send
-    stored; and whether this call stored it."""
+    stored; and whether this call stored it. With `conn`, within its transaction."""
     state = state_of(request)
     client_id = idempotency_key or body.client_message_id
     digest = request_digest(body)
@@ -62,7 +64,9 @@ async def store_message(
         await state.message_gate.admit(chat)
     if body.on_busy == "interrupt" and chat.status in BUSY:
         await interrupt_turn(state.temporal, state.turns, chat)
-    queued, created = await state.transcript.enqueue(chat.id, body.user_parts(), client_id, digest)
+    queued, created = await state.transcript.enqueue(
+        chat.id, body.user_parts(), client_id, digest, conn=conn
+    )
     if not created:  # a concurrent send with the same key stored it first
         check_same_request(queued.request_digest, digest)
     return queued, created

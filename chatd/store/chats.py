@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field
 
 from chatd.models import ModelConfig, ModelError
 from chatd.parts import Usage
-from chatd.store.events import append_events
+from chatd.store.events import Conn, append_events
 from chatd.store.pages import DEFAULT_PAGE_BYTES, Page
 from chatd.tool_policy import PolicyDecision
 from chatd.tool_use import ToolUse
@@ -141,16 +141,18 @@ class ChatStore:
         chat_id: uuid.UUID | None = None,
         discard_at: datetime | None = None,
         tool_use: ToolUse | None = None,
+        conn: Conn | None = None,
     ) -> ChatRecord:
         """Insert a new chat in `waiting`; with a `chat_id` inserted before (by a create that
         is being retried), that chat.
 
         A child (`parent_chat_id`) is one level below its parent, whose owner it must have:
         `LookupError` if the owner has no such chat. Its parent's stream gets a `subagent`
-        event (migration 016's trigger).
+        event (migration 016's trigger). With `conn`, within that connection's transaction.
         """
         chat_id = chat_id or uuid.uuid4()
-        row = await self._pool.fetchrow(
+        db = conn or self._pool
+        row = await db.fetchrow(
             _CREATE,
             chat_id,
             owner,
@@ -172,7 +174,7 @@ class ChatStore:
             (tool_use or ToolUse()).model_dump(exclude_defaults=True),
         )
         if row is None:
-            row = await self._pool.fetchrow("SELECT * FROM chats WHERE id = $1", chat_id)
+            row = await db.fetchrow("SELECT * FROM chats WHERE id = $1", chat_id)
         if row is None:
             raise LookupError(f"parent chat {parent_chat_id} of owner {owner!r} not found")
         return _record(row)

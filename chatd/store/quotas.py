@@ -86,7 +86,14 @@ _LIMIT_COLUMNS = list(LimitOverrides.model_fields)
 
 # Serialises the stream leases of one key across gateways, so two opens can't both take its
 # last slot.
-_LEASE_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended('stream_leases:' || $1, 0))"
+_LEASE_LOCK = (
+    "SELECT set_config('synchronous_commit', 'off', true),"
+    " pg_advisory_xact_lock(hashtextextended('stream_leases:' || $1, 0))"
+)
+"""The lock, for a transaction that takes a lease: committed without waiting for the flush.
+A lease is the gateway's count of a key's open streams, read by no client; one lost to a
+database crash only lets that key open a stream more until its streams end. Not waiting
+keeps the flush off the path of every stream's opening."""
 
 
 class QuotaStore:

@@ -12,6 +12,7 @@ import asyncpg
 from pydantic import BaseModel
 
 from chatd.models import ModelError
+from chatd.store.events import Conn
 from chatd.store.transcript import StoredMessage
 
 __all__ = ["NewResponse", "ResponseRecord", "ResponseStore", "new_response_id"]
@@ -74,10 +75,12 @@ class ResponseStore:
     def __init__(self, pool: asyncpg.Pool) -> None:
         self._pool = pool
 
-    async def create(self, response: NewResponse) -> tuple[ResponseRecord, bool]:
+    async def create(
+        self, response: NewResponse, conn: Conn | None = None
+    ) -> tuple[ResponseRecord, bool]:
         """Store the response; with an idempotency key seen before, the first one instead
-        (and False)."""
-        row = await self._pool.fetchrow(
+        (and False). With `conn`, within that connection's transaction."""
+        row = await (conn or self._pool).fetchrow(
             f"""INSERT INTO responses (id, chat_id, owner, turn_id, after_message_id,
                    after_event_seq, previous_response_id, request, input_items,
                    answered_call_ids, idempotency_key, request_digest, store)

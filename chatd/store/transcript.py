@@ -104,9 +104,11 @@ class TranscriptStore:
         parts: list[Part],
         client_message_id: str | None,
         request_digest: str | None = None,
+        conn: Conn | None = None,
     ) -> tuple[QueuedMessage, bool]:
-        """Queue a user message; with a known `client_message_id`, return the first one."""
-        row = await self._pool.fetchrow(
+        """Queue a user message; with a known `client_message_id`, return the first one.
+        With `conn`, within that connection's transaction."""
+        row = await (conn or self._pool).fetchrow(
             f"""INSERT INTO queued_messages (id, chat_id, parts, client_message_id, request_digest)
                VALUES ($1, $2, $3, $4, $5) ON CONFLICT (chat_id, client_message_id) DO NOTHING
                RETURNING {_SENT}""",
@@ -207,10 +209,12 @@ class TranscriptStore:
         usage: Usage | None = None,
         response_id: str | None = None,
         extra_events: list[tuple[str, dict[str, Any]]] | None = None,
+        conn: Conn | None = None,
     ) -> StoredMessage:
-        """Persist a message once; a retry with the same key returns the existing row."""
+        """Persist a message once; a retry with the same key returns the existing row. With
+        `conn`, within that connection's transaction."""
         return await _save(
-            self._pool,
+            conn or self._pool,
             chat_id,
             turn_id,
             NewMessage(step_key, role, parts, usage, response_id),
