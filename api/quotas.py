@@ -19,6 +19,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 import asyncpg
@@ -179,6 +180,30 @@ class KeyGate:
             bucket.tokens = min(bucket.tokens, bucket.burst)
 
 
+class _RunningTurns:
+    """An owner's running turns, counted by one query at a time: the sends that arrive while
+    it is in flight take its answer. A send after it counts afresh, so a turn that has just
+    ended frees its slot at once; a burst of sends costs a few counts, not one each."""
+
+    def __init__(self, store: QuotaStore) -> None:
+        self._store = store
+        self._counting: dict[str, asyncio.Future[int]] = {}
+
+    async def of(self, owner: str) -> int:
+        counting = self._counting.get(owner)
+        if counting is None:
+            counting = asyncio.ensure_future(self._store.running_turns(owner))
+            self._counting[owner] = counting
+            counting.add_done_callback(partial(self._forget, owner))
+        return await asyncio.shield(counting)
+
+    def _forget(self, owner: str, counting: asyncio.Future[int]) -> None:
+        if self._counting.get(owner) is counting:
+            del self._counting[owner]
+        if not counting.cancelled():
+            counting.exception()  # retrieved: every waiter may have gone
+
+
 class MessageGate:
     """Whether a message may be sent: to an idle chat, if its owner has room for one more
     running turn and tokens left today; to a busy chat, if its queue has room."""
@@ -186,6 +211,7 @@ class MessageGate:
     def __init__(self, store: QuotaStore, limits: LimitsCache) -> None:
         self._store = store
         self._limits = limits
+        self._running = _RunningTurns(store)
 
     async def admit(self, chat: ChatRecord) -> None:
         """Raise a 429 if a message to `chat` would start a turn its owner has no room for,
@@ -203,7 +229,7 @@ class MessageGate:
         """Raise a 429 if the owner has no room for one more running turn, or no tokens left
         today."""
         limits = await self._limits.of(owner)
-        running = await self._store.running_turns(owner)
+        running = await self._running.of(owner)
         if running >= limits.running_turns:
             raise quota_refusal(
                 "too_many_turns",

@@ -468,7 +468,6 @@ def _model(body: CreateResponse, model: ModelConfig) -> ModelConfig:
         "max_output_tokens": body.max_output_tokens,
         "temperature": body.temperature,
         "top_p": body.top_p,
-        "chatd:events": body.chatd_events,
     }
     search = body.web_search()
     if search is not None:
