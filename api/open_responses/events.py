@@ -238,7 +238,7 @@ class ResponseEvents:
             return self._provider_tool(part)
         if isinstance(part, ToolCallPart):
             self._calls[part.id] = part
-            if part.provider_executed or part.name not in self.client_tools:
+            if part.name not in self.client_tools:
                 return []
             kind, text = "tool_call", part.arguments
         elif isinstance(part, TextPart):

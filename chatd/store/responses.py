@@ -32,9 +32,6 @@ class NewResponse(BaseModel):
     turn_id: str
     after_message_id: int | None
     """For a response to the client's function results: the transcript before it."""
-    after_event_seq: int = 0
-    """The chat's events after this one are this response's stream: its newest event when
-    the row is written (`ResponseStore.create` reads it in the same statement)."""
     previous_response_id: str | None
     request: dict[str, Any]
     """The request's fields a response object echoes (model, instructions, tools...)."""
@@ -49,6 +46,9 @@ class NewResponse(BaseModel):
 class ResponseRecord(NewResponse):
     """A response as stored."""
 
+    after_event_seq: int
+    """The chat's events after this one are this response's stream: its newest event when
+    the row was written (`ResponseStore.create` reads it in the same statement)."""
     created_at: datetime
     cancel_requested_at: datetime | None
     ended_at: datetime | None
