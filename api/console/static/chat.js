@@ -202,7 +202,8 @@ export class ChatView {
       offset = page.next_offset;
     }
     this.decisions = all;
-    this.nodes.clear();
+    // No cached node is dropped: a message's signature (renderTranscript) already changes
+    // when one of its calls gets a decision, and a decision, once made, stays as it is.
     this.schedule();
   }
 
