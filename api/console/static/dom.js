@@ -11,8 +11,6 @@ export function h(tag, attrs = {}, ...children) {
       el.addEventListener(name.slice(2), value);
     } else if (name === "class") {
       el.className = value;
-    } else if (name === "text") {
-      el.textContent = value;
     } else if (name === "value" || name === "checked" || name === "disabled") {
       el[name] = value;
     } else {
@@ -23,11 +21,32 @@ export function h(tag, attrs = {}, ...children) {
   return el;
 }
 
+const TEXT_RUN = 500;
+
+/** `text` as text nodes of at most TEXT_RUN characters (a surrogate pair never split). The
+ * browser lays out a long unbroken word in time that grows with its text node's length, so a
+ * 300,000-character line in one node takes seconds each time it is shown; in short nodes it
+ * looks and copies the same and costs a fraction of that. */
+export function textNodes(text) {
+  if (text.length <= TEXT_RUN) return [document.createTextNode(text)];
+  const nodes = [];
+  let start = 0;
+  while (start < text.length) {
+    let end = Math.min(start + TEXT_RUN, text.length);
+    const code = text.charCodeAt(end - 1);
+    if (end < text.length && code >= 0xd800 && code <= 0xdbff) end += 1;
+    nodes.push(document.createTextNode(text.slice(start, end)));
+    start = end;
+  }
+  return nodes;
+}
+
 /** Append `children` (nested arrays flattened) to `el`. */
 export function append(el, children) {
   for (const child of children.flat(Infinity)) {
     if (child === null || child === undefined || child === false) continue;
-    el.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    if (child instanceof Node) el.append(child);
+    else for (const node of textNodes(String(child))) el.append(node);
   }
   return el;
 }

@@ -2,7 +2,7 @@
 // subset becomes DOM nodes built here (paragraphs, fenced code, inline code, bold, italic,
 // lists, links to http(s) URLs only); everything else, raw HTML included, stays text.
 
-import { h } from "./dom.js";
+import { h, textNodes } from "./dom.js";
 
 const PLAIN_ABOVE = 200_000;
 /** Longer texts are shown as plain text: formatting a megabyte on every delta would stall. */
@@ -121,7 +121,7 @@ export function inline(text, depth = 0) {
   let plain = "";
   let i = 0;
   const flush = () => {
-    if (plain) nodes.push(document.createTextNode(plain));
+    if (plain) nodes.push(...textNodes(plain));
     plain = "";
   };
   while (i < text.length) {
