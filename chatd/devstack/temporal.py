@@ -57,6 +57,12 @@ DEFAULT_DYNAMIC_CONFIG: dict[str, object] = {
     # ~40 ms in history before it reaches matching (see PERFORMANCE.md). Reads happen on
     # new-task notifications only, so a higher limit costs nothing when idle.
     "history.transferProcessorMaxPollRPS": 1000,
+    # A run that continues as new within this long of its start has its successor's first
+    # task held back until then (default 1 s, a guard against continue-as-new loops; server
+    # 1.32 reads this key for it, not `history.continueAsNewMinInterval`). A chat's run
+    # continues as new when its turn ends with a message queued, so after a short turn that
+    # message waited ~1 s for its first delta. Kept low, not off: a loop stays bounded.
+    "history.workflowIdReuseMinimalInterval": "20ms",
 }
 """Dynamic config passed to the dev server (explicit even where it is the default)."""
 
