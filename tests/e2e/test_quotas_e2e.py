@@ -80,6 +80,23 @@ async def test_the_owner_s_running_turns_are_limited_but_a_queued_send_is_not(
     assert other.status_code == 201
 
 
+async def test_a_new_response_over_the_running_turns_leaves_no_chat(stack: Stack) -> None:
+    """A `/v1` response that starts a chat is admitted beside the chat's insert: refused, it
+    is a 429 in OpenAI's envelope and the insert is rolled back with the rest."""
+    await _limit(stack, "alice", running_turns=1)
+    model = stack.scripted_model(ASKS)
+    busy = await stack.create_chat(model=model, dynamic_tools=[ASK_USER])
+    await stack.send(busy["id"], "ask me")
+    await stack.wait_status(busy["id"], "requires_action")
+    before = (await stack.http.get("/chats")).json()["chats"]
+    root = stack.base_url.removesuffix("/api/v1")
+    for stream in (False, True):
+        body = {"model": "demo/demo", "input": "hi", "stream": stream}
+        error = _refused(await stack.http.post(f"{root}/v1/responses", json=body), "too_many_turns")
+        assert error["type"] == "rate_limit_error", error
+    assert (await stack.http.get("/chats")).json()["chats"] == before
+
+
 async def test_a_retried_create_is_answered_even_when_its_own_turn_fills_the_limit(
     stack: Stack,
 ) -> None:
