@@ -15,9 +15,15 @@ a `/v1` response with its continuation, each pair the same conversation shape:
 - `/v1`, continued: the same for a response continuing it with `previous_response_id`,
   sent as the first has completed.
 
+Each timed POST waits `--settle-ms` (100) first, so every shape starts from a quiet stack: a
+POST sent the moment the previous turn ended shares the gateway, the worker and Postgres with
+that turn's tail (its workflow closing, its title's model call), and the shapes that follow
+another shape's end (`/v1` new, both "next" shapes) would pay for it where the native first
+message, preceded by its chat's creation and stream, does not.
+
 Pass rule: each `/v1` p50 is within 5 ms of its native counterpart's p50 of the same run.
 
-    python bench/responses_first_delta.py [--rounds 40] [--runs 3]
+    python bench/responses_first_delta.py [--rounds 40] [--runs 3] [--settle-ms 100]
 """
 
 from __future__ import annotations
@@ -40,18 +46,23 @@ V1_MODEL = f"{FAKE_MODEL['provider']}/{FAKE_MODEL['name']}"
 LIMIT_MS = 5.0
 
 
-async def _native(http: httpx.AsyncClient, streams: httpx.AsyncClient) -> tuple[float, float]:
+async def _native(
+    http: httpx.AsyncClient, streams: httpx.AsyncClient, settle: float
+) -> tuple[float, float]:
     """POST a new chat's first message, then its second -> each one's first delta on the
     chat's stream (connected first), in ms."""
     created = await http.post("/api/v1/chats", json={"model": FAKE_MODEL})
     chat_id = created.json()["id"]
     async with SseListener(streams, chat_id) as sse:
-        first = await _native_turn(http, sse, chat_id)
-        following = await _native_turn(http, sse, chat_id)
+        first = await _native_turn(http, sse, chat_id, settle)
+        following = await _native_turn(http, sse, chat_id, settle)
     return first, following
 
 
-async def _native_turn(http: httpx.AsyncClient, sse: SseListener, chat_id: str) -> float:
+async def _native_turn(
+    http: httpx.AsyncClient, sse: SseListener, chat_id: str, settle: float
+) -> float:
+    await asyncio.sleep(settle)
     started = time.perf_counter()
     sent = await http.post(f"/api/v1/chats/{chat_id}/messages", json={"content": "hi"})
     if sent.status_code != 202:
@@ -62,11 +73,12 @@ async def _native_turn(http: httpx.AsyncClient, sse: SseListener, chat_id: str) 
     return elapsed
 
 
-async def _v1(http: httpx.AsyncClient, previous: str | None) -> tuple[float, str]:
+async def _v1(http: httpx.AsyncClient, previous: str | None, settle: float) -> tuple[float, str]:
     """POST a streamed response -> its first text delta, in ms; and the response's id."""
     body: dict[str, Any] = {"model": V1_MODEL, "input": "hi", "stream": True}
     if previous is not None:
         body["previous_response_id"] = previous
+    await asyncio.sleep(settle)
     started = time.perf_counter()
     first: float | None = None
     response_id = ""
@@ -90,9 +102,11 @@ _PAIRS = (("v1_new", "native"), ("v1_continued", "native_next"))
 """Each `/v1` shape and the native one it is held to."""
 
 
-async def _run(run: int, rounds: int, warmup: int, fake_command: list[str]) -> dict[str, float]:
+async def _run(
+    run: int, rounds: int, warmup: int, settle: float, fake_command: list[str]
+) -> dict[str, float]:
     async with chatd_dev(fake_command) as dev:
-        samples = await _measure(dev, rounds, warmup)
+        samples = await _measure(dev, rounds, warmup, settle)
     p50 = {shape: percentile(values, 50) for shape, values in samples.items()}
     p90 = {shape: percentile(values, 90) for shape, values in samples.items()}
     say(
@@ -100,12 +114,14 @@ async def _run(run: int, rounds: int, warmup: int, fake_command: list[str]) -> d
         f" ({p90['native']:.1f}), /v1 new chat {p50['v1_new']:.1f} ({p90['v1_new']:.1f});"
         f" native next {p50['native_next']:.1f} ({p90['native_next']:.1f}),"
         f" /v1 continued {p50['v1_continued']:.1f} ({p90['v1_continued']:.1f}) ms"
-        f" ({rounds} rounds)"
+        f" ({rounds} rounds, {settle * 1000:.0f} ms settle)"
     )
     return p50
 
 
-async def _measure(dev: ChatdDev, rounds: int, warmup: int) -> dict[str, list[float]]:
+async def _measure(
+    dev: ChatdDev, rounds: int, warmup: int, settle: float
+) -> dict[str, list[float]]:
     root = dev.api_url.removesuffix("/api/v1")
     headers = {"Authorization": f"Bearer {dev.api_key}"}
     shapes = ("native", "native_next", "v1_new", "v1_continued")
@@ -116,13 +132,13 @@ async def _measure(dev: ChatdDev, rounds: int, warmup: int) -> dict[str, list[fl
     ):
         for index in range(warmup + rounds):
             if index % 2:
-                native, native_next = await _native(http, streams)
-                new, response_id = await _v1(http, None)
-                continued, _ = await _v1(http, response_id)
+                native, native_next = await _native(http, streams, settle)
+                new, response_id = await _v1(http, None, settle)
+                continued, _ = await _v1(http, response_id, settle)
             else:
-                new, response_id = await _v1(http, None)
-                continued, _ = await _v1(http, response_id)
-                native, native_next = await _native(http, streams)
+                new, response_id = await _v1(http, None, settle)
+                continued, _ = await _v1(http, response_id, settle)
+                native, native_next = await _native(http, streams, settle)
             if index >= warmup:
                 for shape, value in zip(shapes, (native, native_next, new, continued), strict=True):
                     samples[shape].append(value)
@@ -134,6 +150,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=40)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--settle-ms", type=float, default=100.0, help="the quiet before each timed POST"
+    )
     parser.add_argument("--serve-fake", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_fake is not None:
@@ -141,7 +160,7 @@ def main() -> int:
         return 0
     fake_command = [sys.executable, str(Path(__file__).resolve()), "--serve-fake"]
     results = [
-        asyncio.run(_run(run, args.rounds, args.warmup, fake_command))
+        asyncio.run(_run(run, args.rounds, args.warmup, args.settle_ms / 1000, fake_command))
         for run in range(1, args.runs + 1)
     ]
     print("\nrun  native p50  /v1 new p50  native next p50  /v1 continued p50  (ms)")
