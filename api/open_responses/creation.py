@@ -112,7 +112,7 @@ async def create_response(
             " and it made none that wait for an answer",
             {"param": "input"},
         )
-    if chat is not None and chat.status != "waiting":
+    if chat is not None and chat.status == "running":  # an idle chat waits, or failed
         raise ApiError(
             409,
             "response_in_progress",

@@ -153,7 +153,10 @@ class AnthropicEncoder:
             }
             for r in part.results
         ]
-        result = {"type": "web_search_tool_result", "tool_use_id": call_id, "content": results}
+        content: list[dict[str, Any]] | dict[str, Any] = results
+        if part.error_code is not None:
+            content = {"type": "web_search_tool_result_error", "error_code": part.error_code}
+        result = {"type": "web_search_tool_result", "tool_use_id": call_id, "content": content}
         yield from self._block(result, [])
 
     def _block(self, start: dict[str, Any], deltas: list[_Delta]) -> Iterator[SseEvent]:

@@ -213,6 +213,9 @@ class ResponsesEncoder:
         yield self._added(item)
         yield self._event("response.web_search_call.in_progress", "block", **where)
         yield self._event("response.web_search_call.searching", "block", **where)
+        if search.error_code is not None:
+            yield self._done({**item, "status": "failed"})
+            return
         yield self._event("response.web_search_call.completed", "block", **where)
         sources = [{"type": "url", "url": r.url} for r in search.results]
         done_action = {**action, "sources": sources}

@@ -90,6 +90,9 @@ class FakeWebSearch(BaseModel):
     results: list[FakeSearchResult] = Field(default_factory=list)
     id: str | None = None
     chunk_size: int = Field(default=8, ge=1)
+    error_code: str | None = None
+    """A search that failed (`unavailable`, `max_uses_exceeded`, ...): Anthropic's result is
+    its error object, OpenAI's item ends `failed`."""
 
 
 FakePart = Annotated[

@@ -255,11 +255,11 @@ class ChatStore:
     ) -> ChatRecord | None:
         """Set the model, system prompt, client tools, tool use and compaction the chat's next
         turn has (an Open Responses request names them each time); None unless the chat is
-        idle (`waiting`)."""
+        idle (`waiting`, or `error`: its last turn failed)."""
         row = await self._pool.fetchrow(
             """UPDATE chats SET model = $2, system_prompt = $3, dynamic_tools = $4,
                       tool_use = $5, compaction_threshold = $6, updated_at = now()
-               WHERE id = $1 AND status = 'waiting' RETURNING *""",
+               WHERE id = $1 AND status IN ('waiting', 'error') RETURNING *""",
             chat_id,
             model.model_dump(exclude_none=True),
             system_prompt,

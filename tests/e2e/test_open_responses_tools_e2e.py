@@ -256,3 +256,70 @@ async def test_a_provider_web_search_is_a_web_search_call_item_streamed_in_place
     (tool,) = [t for t in body["tools"] if str(t.get("type")).startswith("web_search")]
     domains = tool.get("allowed_domains") or tool.get("filters", {}).get("allowed_domains")
     assert domains == ["temporal.io"]
+
+
+@pytest.mark.parametrize("provider", ["anthropic", "openai"])
+async def test_a_search_the_provider_reports_failed_is_a_failed_item_and_the_answer_goes_on(
+    stack: Stack, provider: str
+) -> None:
+    failing = FakeWebSearch(query="temporal", error_code="unavailable")
+    model = _scripted(
+        stack,
+        FakeResponse(parts=[failing, FakeText(text="The search failed; from memory: ...")]),
+        provider=provider,
+    )
+    search = {"type": "web_search"}
+    async with _client(stack) as client:
+        events = []
+        async with await client.responses.create(
+            model=model,
+            input="what is temporal?",
+            tools=[search],  # type: ignore[list-item]
+            stream=True,
+        ) as stream:
+            async for event in stream:
+                events.append(event.to_dict())
+        final = await client.responses.retrieve(events[0]["response"]["id"])
+    assert final.status == "completed"
+    output = [item.to_dict() for item in final.output]
+    assert [(i["type"], i["status"]) for i in output] == [
+        ("web_search_call", "failed"),
+        ("message", "completed"),
+    ]
+    searched = [
+        e["type"]
+        for e in events
+        if e.get("item_id") == output[0]["id"] or e.get("item", {}).get("id") == output[0]["id"]
+    ]
+    assert searched == [
+        "response.output_item.added",
+        "response.web_search_call.in_progress",
+        "response.web_search_call.searching",
+        "response.output_item.done",
+    ], "a failed search is never reported completed"
+    assert events[-1]["type"] == "response.completed"
+
+
+async def test_a_tool_choice_the_provider_refuses_fails_the_response_once(stack: Stack) -> None:
+    """A refusal is the request's fault: the response fails with the provider's words, it is
+    not retried, and the chat takes the next response."""
+    refusal = FakeError(
+        status=400,
+        type="invalid_request_error",
+        message="tool_choice 'any' is not supported by this model",
+    )
+    model = _scripted(stack, FakeResponse(error=refusal), FakeResponse(parts=[FakeText(text="ok")]))
+    async with _client(stack) as client:
+        failed = await client.responses.create(
+            model=model, input="hi", tools=[WEATHER], tool_choice="required"
+        )
+        assert failed.status == "failed" and failed.error is not None
+        assert "tool_choice 'any' is not supported" in failed.error.message
+        assert len(_sent(stack, model)) == 1, "a refused request is not retried"
+        again = await client.responses.create(
+            model=model, input="then answer", previous_response_id=failed.id, tools=[WEATHER]
+        )
+    assert again.status == "completed" and again.output_text == "ok"
+    first, second = _sent(stack, model)
+    assert first["tool_choice"]["type"] == "any"
+    assert second.get("tool_choice", {"type": "auto"})["type"] == "auto"
