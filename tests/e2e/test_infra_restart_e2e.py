@@ -381,3 +381,38 @@ async def test_temporal_outage_longer_than_the_heartbeat_timeout_keeps_the_whole
         ("assistant", VERY_LONG_TEXT),
     ]
     assert _after_last_reset(sse.events) == VERY_LONG_TEXT
+
+
+async def test_a_response_created_while_temporal_is_down_is_queued_and_runs_once_it_is_back(
+    own_temporal: tuple[TemporalDevServer, Stack],
+) -> None:
+    """Postgres holds the response and its message: the create answers `queued` (no 503 for
+    an SDK to retry into a second response), and the turn runs when Temporal returns."""
+    temporal, stack = own_temporal
+    name = model_name()
+    stack.fake.script(name, [FakeResponse(parts=[FakeText(text="back again")])])
+    count = "SELECT count(*) FROM chats WHERE owner = 'alice'"
+    chats_before = await stack.pool.fetchval(count)
+    await asyncio.to_thread(temporal.stop)
+    root = stack.base_url.removesuffix("/api/v1")
+    body = {"model": f"anthropic/{name}", "input": "hi", "background": True}
+    created = await stack.http.post(f"{root}/v1/responses", json=body, timeout=60)
+    assert created.status_code == 200, created.text
+    response = created.json()
+    assert response["status"] == "queued"
+    await asyncio.to_thread(temporal.start)
+
+    async def completed() -> dict[str, Any]:
+        while True:
+            current = (await stack.http.get(f"{root}/v1/responses/{response['id']}")).json()
+            if current["status"] not in ("queued", "in_progress"):
+                return dict(current)
+            await asyncio.sleep(0.2)
+
+    final = await asyncio.wait_for(completed(), 90)
+    assert final["status"] == "completed", final
+    assert [part["text"] for part in final["output"][0]["content"]] == ["back again"]
+    assert len(stack.fake.requests(name)) == 1
+    assert await stack.pool.fetchval(count) == chats_before + 1, "one chat, one response"
+    messages = await stack.messages(final["conversation"]["id"])
+    assert [m["role"] for m in messages] == ["user", "assistant"]
