@@ -239,6 +239,8 @@ async def _new_chat(state: GatewayState, new: _NewChat, conn: Conn) -> tuple[Cha
     except BaseException:
         if admission is not None:
             admission.cancel()
+            with contextlib.suppress(BaseException):  # the insert's error is the one to tell
+                await admission
         raise
     if admission is not None:
         await admission
