@@ -71,9 +71,9 @@ async def create_response(
     Idempotency-Key (and body) gets the response the first call made.
 
     `connection_responses` are the ids of those a WebSocket made: the only way to continue
-    a `store: false` one. `on_chat` is told the response's chat as soon as it is known,
-    before the input is handed over (which waits for the chat's workflow): a stream takes
-    its slot meanwhile."""
+    a `store: false` one. `on_chat` is told the response's chat once its rows are
+    committed, before the input is handed over (which waits for the chat's workflow): a
+    stream takes its slot meanwhile."""
     state = state_of(request)
     digest = request_digest(body)
     if idempotency_key is not None:
