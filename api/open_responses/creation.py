@@ -213,37 +213,26 @@ async def _new_chat(state: GatewayState, new: _NewChat, conn: Conn) -> tuple[Cha
         check_same_request(claim.request_digest, new.digest)
         chat_id = claim.chat_id
     admitted = chat_id is None or await state.chats.get(chat_id, owner) is None
-    # The owner's counts are read beside the chat's insert (on another connection); a
-    # refusal still rolls the insert back with the rest of the transaction.
-    admission = asyncio.create_task(state.message_gate.admit_turn(owner)) if admitted else None
-    try:
-        chat = await state.chats.create(
-            conn=conn,
-            chat_id=chat_id,
-            owner=owner,
-            discard_at=None if body.store else unstored_deadline(),
-            model=settings.model,
-            system_prompt=settings.system,
-            dynamic_tools=settings.tools,
-            tool_use=settings.tool_use,
-            active_tools=body.chatd_tools or [],
-            compaction_threshold=settings.compaction_threshold,
-            tool_policy=_tool_policy(body),
-            mcp_servers=_mcp_servers(state, body),
-            subagents=body.chatd_subagents,
-            fallback_models=[
-                resolve_model(name, state.model_aliases)
-                for name in body.chatd_fallback_models or []
-            ],
-        )
-    except BaseException:
-        if admission is not None:
-            admission.cancel()
-            with contextlib.suppress(BaseException):  # the insert's error is the one to tell
-                await admission
-        raise
-    if admission is not None:
-        await admission
+    if admitted:
+        await state.message_gate.admit_turn(owner)
+    chat = await state.chats.create(
+        conn=conn,
+        chat_id=chat_id,
+        owner=owner,
+        discard_at=None if body.store else unstored_deadline(),
+        model=settings.model,
+        system_prompt=settings.system,
+        dynamic_tools=settings.tools,
+        tool_use=settings.tool_use,
+        active_tools=body.chatd_tools or [],
+        compaction_threshold=settings.compaction_threshold,
+        tool_policy=_tool_policy(body),
+        mcp_servers=_mcp_servers(state, body),
+        subagents=body.chatd_subagents,
+        fallback_models=[
+            resolve_model(name, state.model_aliases) for name in body.chatd_fallback_models or []
+        ],
+    )
     return chat, admitted
 
 
