@@ -206,6 +206,34 @@ SEARCH = FakeWebSearch(
 )
 
 
+async def _searched(
+    stack: Stack, model: str, search: dict[str, Any]
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """A streamed response with `search` as its tool: its events, and the response as GET
+    returns it."""
+    async with _client(stack) as client:
+        events = []
+        async with await client.responses.create(
+            model=model,
+            input="what is temporal?",
+            tools=[search],  # type: ignore[list-item]
+            stream=True,
+        ) as stream:
+            async for event in stream:
+                events.append(event.to_dict())
+        final = await client.responses.retrieve(events[0]["response"]["id"])
+    return events, final.to_dict()
+
+
+def _events_of(events: list[dict[str, Any]], item_id: str) -> list[str]:
+    """The types of the stream's events about one output item, in order."""
+    return [
+        e["type"]
+        for e in events
+        if e.get("item_id") == item_id or e.get("item", {}).get("id") == item_id
+    ]
+
+
 @pytest.mark.parametrize("provider", ["anthropic", "openai"])
 async def test_a_provider_web_search_is_a_web_search_call_item_streamed_in_place(
     stack: Stack, provider: str
@@ -216,18 +244,8 @@ async def test_a_provider_web_search_is_a_web_search_call_item_streamed_in_place
         provider=provider,
     )
     search = {"type": "web_search", "filters": {"allowed_domains": ["temporal.io"]}}
-    async with _client(stack) as client:
-        events = []
-        async with await client.responses.create(
-            model=model,
-            input="what is temporal?",
-            tools=[search],
-            stream=True,  # type: ignore[list-item]
-        ) as stream:
-            async for event in stream:
-                events.append(event.to_dict())
-        final = await client.responses.retrieve(events[0]["response"]["id"])
-    output = [item.to_dict() for item in final.output]
+    events, final = await _searched(stack, model, search)
+    output = final["output"]
     assert [i["type"] for i in output] == ["message", "web_search_call", "message"]
     searched = output[1]
     assert searched["status"] == "completed"
@@ -240,12 +258,7 @@ async def test_a_provider_web_search_is_a_web_search_call_item_streamed_in_place
         e["output_index"]: e["item"] for e in events if e["type"] == "response.output_item.done"
     }
     assert [done[i] for i in sorted(done)] == output, "the stream's items are the canonical ones"
-    kinds = [
-        e["type"]
-        for e in events
-        if e.get("item_id") == searched["id"] or e.get("item", {}).get("id") == searched["id"]
-    ]
-    assert kinds == [
+    assert _events_of(events, searched["id"]) == [
         "response.output_item.added",
         "response.web_search_call.in_progress",
         "response.web_search_call.searching",
@@ -268,30 +281,14 @@ async def test_a_search_the_provider_reports_failed_is_a_failed_item_and_the_ans
         FakeResponse(parts=[failing, FakeText(text="The search failed; from memory: ...")]),
         provider=provider,
     )
-    search = {"type": "web_search"}
-    async with _client(stack) as client:
-        events = []
-        async with await client.responses.create(
-            model=model,
-            input="what is temporal?",
-            tools=[search],  # type: ignore[list-item]
-            stream=True,
-        ) as stream:
-            async for event in stream:
-                events.append(event.to_dict())
-        final = await client.responses.retrieve(events[0]["response"]["id"])
-    assert final.status == "completed"
-    output = [item.to_dict() for item in final.output]
+    events, final = await _searched(stack, model, {"type": "web_search"})
+    assert final["status"] == "completed"
+    output = final["output"]
     assert [(i["type"], i["status"]) for i in output] == [
         ("web_search_call", "failed"),
         ("message", "completed"),
     ]
-    searched = [
-        e["type"]
-        for e in events
-        if e.get("item_id") == output[0]["id"] or e.get("item", {}).get("id") == output[0]["id"]
-    ]
-    assert searched == [
+    assert _events_of(events, output[0]["id"]) == [
         "response.output_item.added",
         "response.web_search_call.in_progress",
         "response.web_search_call.searching",
