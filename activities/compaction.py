@@ -218,7 +218,7 @@ def _summary_request(
     left_out = len(messages) - len(kept)
     note = [_user(TRIMMED_NOTE.format(count=left_out))] if left_out else []
     return ModelRequest(
-        model=model,
+        model=model.for_prose(),
         system=SUMMARY_INSTRUCTIONS,
         messages=[*note, *kept, _user(SUMMARY_INSTRUCTIONS)],
     )
@@ -270,7 +270,9 @@ def _user(text: str) -> Message:
 
 
 def _title_model(model: ModelConfig) -> ModelConfig:
-    return model.model_copy(update={"max_output_tokens": 32, "thinking_budget_tokens": None})
+    return model.model_copy(
+        update={"max_output_tokens": 32, "thinking_budget_tokens": None, "output_format": None}
+    )
 
 
 def _clean_title(text: str) -> str:

@@ -26,7 +26,8 @@ from activities.publishing import DeltaPublisher, EventBatcher
 from activities.tools import error_result
 from activities.turn import TurnEdges
 from chatd.models import ModelConfig, ModelError
-from chatd.parts import Message, PartDelta, ToolCallPart
+from chatd.output_format import format_note, misfit
+from chatd.parts import Message, Part, PartDelta, TextPart, ToolCallPart
 from chatd.providers import make_provider
 from chatd.providers.base import (
     ModelRequest,
@@ -139,7 +140,9 @@ class ModelStepActivities:
                     raise ApplicationError(f"chat {chat_id} not found", non_retryable=True)
                 tools = await self._catalog.for_turn(chat, input.turn_id)
                 if done is not None:
-                    summary = self._summary(tools, done, interrupted=False)
+                    summary = await self._checked(
+                        tools, input, self._summary(tools, done, interrupted=False), done.parts
+                    )
                     return await _to_completion(self._close(chat, input, began, summary))
                 publisher = DeltaPublisher(self._batcher(), chat_id)
                 if input.attempt > 1 or activity.info().attempt > 1:
@@ -227,6 +230,9 @@ class ModelStepActivities:
         )
         chat = tools.chat
         unsaved = self._summary(tools, step, interrupted=False, stop_reason=finish.stop_reason)
+        unsaved = await self._checked(tools, input, unsaved, step.parts, saving=True)
+        if unsaved.format_error is not None:
+            return await self._save_misfit(tools, input, began, step, unsaved)
         if step_finishes_turn(input, began, unsaved):
             # A turn's last step, as usual: save it and finish the turn in one statement.
             saved = await self._edges.save_last_step(chat.id, input.turn_id, step)
@@ -245,6 +251,55 @@ class ModelStepActivities:
         )
         summary = self._summary(tools, stored, interrupted=False, stop_reason=finish.stop_reason)
         return await self._close(chat, input, began, summary)
+
+    async def _checked(
+        self,
+        tools: TurnTools,
+        input: StreamStepInput,
+        result: StreamStepResult,
+        parts: list[Part],
+        *,
+        saving: bool = False,
+    ) -> StreamStepResult:
+        """The result with its final answer checked against the chat's output format: a
+        misfit says why, and whether a note asks the model again (the first misfit of the
+        turn; with `saving`, the note is to be saved with the step, else it was already)."""
+        chat_id = tools.chat.id
+        answer_format = tools.chat.model.output_format
+        if answer_format is None or result.tool_calls or result.interrupted:
+            return result
+        text = "".join(p.text for p in parts if isinstance(p, TextPart))
+        problem = misfit(answer_format, text)
+        if problem is None:
+            return result
+        if saving:
+            earlier = StepKey.format_note(input.step - 1)
+            noted = await self._transcript.find(chat_id, input.turn_id, earlier) is None
+        else:
+            noted = (
+                await self._transcript.find(chat_id, input.turn_id, StepKey.format_note(input.step))
+                is not None
+            )
+        return result.model_copy(update={"format_error": problem, "format_note_saved": noted})
+
+    async def _save_misfit(
+        self,
+        tools: TurnTools,
+        input: StreamStepInput,
+        began: BeginTurnResult | None,
+        step: NewMessage,
+        result: StreamStepResult,
+    ) -> StreamStepResult:
+        """Save a final answer that misses the output format, with the note that asks the
+        model to answer again when it gets another try. The turn goes on, or fails."""
+        messages = [step]
+        if result.format_note_saved:
+            note = TextPart(text=format_note(result.format_error or ""))
+            messages.append(NewMessage(StepKey.format_note(input.step), "user", [note]))
+        saved = await self._transcript.save_step(
+            tools.chat.id, turn_id=input.turn_id, messages=messages
+        )
+        return result.model_copy(update={"message_id": saved[0].id, "began": began})
 
     def _batcher(self) -> EventBatcher:
         """The worker's one delta writer (made on first use, inside the worker's loop)."""

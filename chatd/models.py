@@ -6,6 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from chatd.output_format import OutputFormat
+
 __all__ = ["ErrorKind", "ModelConfig", "ModelError", "ProviderName", "WebSearchConfig"]
 
 ProviderName = Literal["anthropic", "openai", "demo"]
@@ -20,11 +22,13 @@ ErrorKind = Literal[
     "config",
     "context_exceeded",
     "invalid_request",
+    "output_format",
     "unavailable",
     "internal",
     "generic",
 ]
-"""`unavailable`: a dependency stayed down past the turn's deadline; `internal`: our own bug."""
+"""`unavailable`: a dependency stayed down past the turn's deadline; `internal`: our own bug;
+`output_format`: the model's answer did not fit the chat's structured output format."""
 
 
 class WebSearchConfig(BaseModel):
@@ -62,6 +66,18 @@ class ModelConfig(BaseModel):
     step sends `previous_response_id` plus the new messages instead of the whole history."""
     web_search: WebSearchConfig | None = None
     """Let the provider search the web (off unless set)."""
+    verbosity: Literal["low", "medium", "high"] | None = None
+    """OpenAI's answer length hint (`text.verbosity`); other providers have none."""
+    output_format: OutputFormat | None = None
+    """The JSON the final answer must be (plain text unless set); it holds for the chat's
+    fallback models too."""
+
+    def for_prose(self) -> ModelConfig:
+        """This model for chatd's own requests (titles, summaries, advice): plain text,
+        whatever format the chat's answers take."""
+        if self.output_format is None:
+            return self
+        return self.model_copy(update={"output_format": None})
 
     @property
     def label(self) -> str:

@@ -46,6 +46,7 @@ __all__ = [
     "exclusive_violation",
     "expired_result",
     "gave_up",
+    "misfit_error",
     "next_move",
     "over_threshold",
     "should_retry",
@@ -173,18 +174,29 @@ def next_move(turn: TurnProgress, last: Outcome) -> Move:
             if error.kind == "context_exceeded" and _may_compact(turn, overflow=True):
                 return Compact(then=Generate(turn.step), for_overflow=True)  # the step again
             return Finish(error)
-        case Streamed(result=result) if result.interrupted:
-            return Finish()
-        case Streamed(result=result) if result.tool_calls:
-            return RunTools(result)
         case Streamed(result=result):
-            return _after_tools("finished", result.input_tokens, turn)
+            return _after_step(result, turn)
         case ToolsDone(outcome=outcome, input_tokens=tokens):
             return _after_tools(outcome, tokens, turn)
         case Compacted(move=move, estimated_tokens=tokens):
             if over_threshold(tokens, turn.compact_at_tokens):
                 return Finish(too_long(tokens, turn.compact_at_tokens))
             return move.then
+
+
+def _after_step(result: StreamStepResult, turn: TurnProgress) -> Move:
+    """After a streamed step: its tools, or the end of the turn. A final answer out of the
+    output format gets one corrective step (the note asking for it was saved with the
+    step), then fails the turn."""
+    if result.interrupted:
+        return Finish()
+    if result.format_error is not None:
+        if result.format_note_saved and turn.step + 1 < turn.max_steps:
+            return Generate(turn.step + 1)
+        return Finish(misfit_error(result.format_error))
+    if result.tool_calls:
+        return RunTools(result)
+    return _after_tools("finished", result.input_tokens, turn)
 
 
 def _after_tools(
@@ -230,6 +242,15 @@ def too_long(tokens: int, compact_at_tokens: int) -> ModelError:
     )
 
 
+def misfit_error(problem: str) -> ModelError:
+    """The turn's error when the final answer still does not fit its output format."""
+    return ModelError(
+        message=f"the model's answer does not match the response's output format: {problem}",
+        kind="output_format",
+        detail={"problem": problem},
+    )
+
+
 def over_threshold(input_tokens: int, compact_at_tokens: int) -> bool:
     """Whether a step's prompt reached the compaction threshold (0: never compact)."""
     return input_tokens >= compact_at_tokens > 0
@@ -255,11 +276,15 @@ def step_finishes_turn(
     (`may_finish`) and the step ends the turn, under the threshold of the plan it began the
     turn with (if so), else of the one it was given."""
     plan = began.plan if began else None
-    return input.may_finish and ends_turn(
-        tool_calls=len(result.tool_calls),
-        interrupted=result.interrupted,
-        input_tokens=result.input_tokens,
-        compact_at_tokens=plan.compact_at_tokens if plan else input.compact_at_tokens,
+    return (
+        input.may_finish
+        and result.format_error is None
+        and ends_turn(
+            tool_calls=len(result.tool_calls),
+            interrupted=result.interrupted,
+            input_tokens=result.input_tokens,
+            compact_at_tokens=plan.compact_at_tokens if plan else input.compact_at_tokens,
+        )
     )
 
 

@@ -207,6 +207,11 @@ class StreamStepResult(_Payload):
     """With `begin`: the turn's beginning, as the `begin_turn` activity would have answered."""
     finished_turn: bool = False
     """With `may_finish`: the step ended the turn and recorded it (status `waiting`)."""
+    format_error: str | None = None
+    """The final answer does not fit the chat's structured output format: why."""
+    format_note_saved: bool = False
+    """With `format_error`: a message asking the model to answer again was saved after the
+    step (its first misfit this turn), so the next step is the corrective one."""
 
 
 class ExecuteToolInput(_Payload):

@@ -271,11 +271,12 @@ async def _continued_chat(
     """The chat `previous_response_id` or `conversation` continues. A previous response that
     is not its chat's latest forks the chat at that response's end; so does one stored
     differently (`store`) from this one, so that neither chat holds the other's kind."""
-    if body.conversation is not None:
-        chat = await _owned_chat(state, owner, body.conversation)
+    conversation = body.conversation_id()
+    if conversation is not None:
+        chat = await _owned_chat(state, owner, conversation)
         if chat is None:
             raise ApiError(
-                404, "conversation_not_found", f"conversation {body.conversation!r} not found",
+                404, "conversation_not_found", f"conversation {conversation!r} not found",
                 {"param": "conversation"},
             )  # fmt: skip
         return chat
@@ -469,6 +470,9 @@ def _model(body: CreateResponse, model: ModelConfig) -> ModelConfig:
         "temperature": body.temperature,
         "top_p": body.top_p,
     }
+    if body.text is not None:
+        changes["output_format"] = body.text.output_format()
+        changes["verbosity"] = body.text.verbosity
     search = body.web_search()
     if search is not None:
         domains = search.filters.allowed_domains if search.filters else None
@@ -548,5 +552,10 @@ def _echoed(body: CreateResponse) -> dict[str, Any]:
         "background": body.background,
         "temperature": body.temperature,
         "top_p": body.top_p,
+        "text": body.text.model_dump(by_alias=True, exclude_none=True) if body.text else None,
+        "service_tier": body.service_tier,
+        "prompt_cache_key": body.prompt_cache_key,
+        "safety_identifier": body.safety_identifier,
+        "user": body.user,
         "chatd:events": body.chatd_events,
     }

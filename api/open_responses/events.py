@@ -37,9 +37,11 @@ from api.open_responses.resource import (
     message_item,
     reasoning_item,
     shows_as_tool_run,
+    superseded,
     tool_call_item,
     web_search_item,
 )
+from chatd.output_format import OutputFormat
 from chatd.parts import Part, ReasoningPart, TextPart, ToolCallPart, ToolResultPart
 from chatd.store.events import ChatEvent
 from chatd.store.transcript import StoredMessage
@@ -75,6 +77,9 @@ class ResponseEvents:
     answered_call_ids: set[str]
     extensions: bool = False
     """Whether the client asked for `chatd:` events (`chatd:events`)."""
+    output_format: OutputFormat | None = None
+    """The response's structured output format: a final answer that misses it is closed
+    `incomplete` (the model is asked again, or the response fails)."""
     ended: bool = False
     _sequence: int = 0
     _ids: ItemIds = field(init=False)
@@ -213,6 +218,8 @@ class ResponseEvents:
         if message.turn_id != self.turn_id:
             return []
         events: list[dict[str, Any]] = []
+        if superseded(message, self.output_format):
+            return self._close_all("incomplete")
         if message.role == "assistant":
             for index, part in enumerate(message.parts):
                 events += self._persisted(index, part)

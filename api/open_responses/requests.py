@@ -13,6 +13,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from chatd.output_format import OutputFormat
 from chatd.tool_policy import ToolPolicy
 from chatd.tools.names import client_tool_name
 
@@ -264,11 +265,77 @@ class TextFormat(BaseModel):
     type: Literal["text"]
 
 
-class TextOptions(BaseModel):
-    """Only plain text output: structured output formats are refused by name."""
+class JsonSchemaFormat(BaseModel):
+    """Structured output: the final answer is JSON that fits `schema` (checked when
+    `strict`)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    type: Literal["json_schema"]
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[\w-]+$")
+    json_schema: dict[str, Any] = Field(alias="schema")
+    description: str | None = Field(default=None, max_length=4096)
+    strict: bool | None = None
+
+    @field_validator("json_schema")
+    @classmethod
+    def _is_a_schema(cls, schema: dict[str, Any]) -> dict[str, Any]:
+        try:
+            Draft202012Validator.check_schema(schema)
+        except SchemaError as err:
+            raise ValueError(f"schema is not a JSON Schema: {err.message}") from err
+        return schema
+
+    def output_format(self) -> OutputFormat:
+        return OutputFormat(
+            type="json_schema",
+            name=self.name,
+            description=self.description,
+            schema=self.json_schema,
+            strict=bool(self.strict),
+        )
+
+
+class JsonObjectFormat(BaseModel):
+    """JSON mode: the final answer is a JSON object."""
 
     model_config = _STRICT
-    format: TextFormat | None = None
+    type: Literal["json_object"]
+
+
+class TextOptions(BaseModel):
+    """The answer's format (text, or structured output) and OpenAI's verbosity hint."""
+
+    model_config = _STRICT
+    format: (
+        Annotated[TextFormat | JsonSchemaFormat | JsonObjectFormat, Field(discriminator="type")]
+        | None
+    ) = None
+    verbosity: Literal["low", "medium", "high"] | None = None
+
+    def output_format(self) -> OutputFormat | None:
+        """The format as the chat's model keeps it (None: plain text)."""
+        if isinstance(self.format, JsonSchemaFormat):
+            return self.format.output_format()
+        if isinstance(self.format, JsonObjectFormat):
+            return OutputFormat(type="json_object")
+        return None
+
+
+Includable = Literal[
+    "reasoning.encrypted_content",
+    "message.output_text.logprobs",
+    "message.input_image.image_url",
+    "web_search_call.action.sources",
+    "web_search_call.results",
+    "file_search_call.results",
+    "code_interpreter_call.outputs",
+    "computer_call_output.output.image_url",
+]
+
+
+class ConversationRef(BaseModel):
+    model_config = _STRICT
+    id: str = Field(min_length=1, max_length=200)
 
 
 class CreateResponse(BaseModel):
@@ -302,19 +369,47 @@ class CreateResponse(BaseModel):
     background: bool = False
     stream: bool = False
     previous_response_id: str | None = Field(default=None, min_length=1, max_length=200)
-    conversation: str | None = Field(default=None, min_length=1, max_length=200)
-    """A chat id: the response continues that chat."""
+    conversation: Annotated[str, Field(min_length=1, max_length=200)] | ConversationRef | None = (
+        None
+    )
+    """A chat id (or `{"id": ...}`): the response continues that chat."""
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, ge=0, le=1)
     text: TextOptions | None = None
-    include: list[Literal["message.output_text.logprobs"]] = Field(default_factory=list)
-    """Extra output to include: none is offered (logprobs come back empty), so only the
-    empty list and the logprobs that are always an empty list are accepted."""
+    include: list[Includable] = Field(default_factory=list)
+    """Extra output to include. `reasoning.encrypted_content` gives each reasoning item the
+    sealed state that restores it as input; logprobs come back empty; the rest name output
+    of tools this deployment doesn't run, or parts it always includes."""
     prompt_cache_key: str | None = Field(default=None, max_length=200)
     """A provider cache hint: accepted and not used (the providers' own caching applies)."""
+    prompt_cache_retention: Literal["in_memory", "24h"] | None = None
+    prompt_cache_options: dict[str, Any] | None = None
+    """Cache lifetimes and breakpoints: accepted and not used, as `prompt_cache_key`."""
     safety_identifier: str | None = Field(default=None, max_length=200)
     user: str | None = Field(default=None, max_length=200)
     """End-user identifiers for a provider's abuse checks: accepted and not forwarded."""
+    service_tier: str | None = Field(default=None, max_length=32)
+    """Accepted; every response is served at the one tier this deployment has (`default`)."""
+    client_metadata: dict[str, Any] | None = None
+    """A client's own bookkeeping (Codex sends it): accepted and not used."""
+    stream_options: dict[str, Any] | None = None
+    """Stream options (`include_obfuscation`): events carry no obfuscation padding here."""
+    background_options: dict[str, Any] | None = None
+    """Completion windows for background work: a background response here runs at once."""
+    context_management: list[dict[str, Any]] | None = Field(default=None, max_length=8)
+    """OpenAI's own context compaction settings: accepted; this deployment compacts as
+    `truncation` says."""
+    access_programs: dict[str, Any] | None = None
+    image: dict[str, Any] | None = None
+    """Options of programs and image tools this deployment doesn't have: accepted, unused."""
+    top_logprobs: int | None = Field(default=None, ge=0, le=0)
+    """Only 0: no provider's log probabilities are passed on."""
+    max_tool_calls: None = None
+    """Refused when set: the model's calls are limited per turn by the chat's step limit."""
+    moderation: None = None
+    """Refused when set: no moderation runs on this deployment."""
+    prompt: None = None
+    """Refused when set: this deployment holds no prompt templates; send `instructions`."""
     chatd_tool_policy: ToolPolicy | None = Field(default=None, alias="chatd:tool_policy")
     chatd_tools: list[str] | None = Field(default=None, alias="chatd:tools", max_length=64)
     """Built-in tools the chat offers (none unless named), run by the workers."""
@@ -356,6 +451,12 @@ class CreateResponse(BaseModel):
         if choice == "required" and not (offers_tools or self.chatd_subagents):
             raise ValueError("tool_choice 'required' needs tools to choose from")
         return self
+
+    def conversation_id(self) -> str | None:
+        """The conversation the response continues, given as a string or an object."""
+        if isinstance(self.conversation, ConversationRef):
+            return self.conversation.id
+        return self.conversation
 
     def web_search(self) -> WebSearchTool | None:
         return next((t for t in self.tools if isinstance(t, WebSearchTool)), None)

@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 from chatd.models import ModelError
+from chatd.output_format import OutputFormat, misfit
 from chatd.parts import Part, ReasoningPart, TextPart, ToolCallPart, ToolResultPart, Usage
 from chatd.store.responses import ResponseRecord
 from chatd.store.transcript import StoredMessage
@@ -25,9 +26,11 @@ __all__ = [
     "awaits_approval",
     "build_resource",
     "is_web_search",
+    "output_format_of",
     "output_items",
     "response_status",
     "shows_as_tool_run",
+    "superseded",
     "tool_call_item",
     "usage_of",
     "web_search_item",
@@ -183,11 +186,32 @@ def awaits_approval(call: ToolCallPart, client_tools: set[str], results: set[str
     return call.name not in client_tools and call.id not in results and not call.provider_executed
 
 
+def output_format_of(record: ResponseRecord) -> OutputFormat | None:
+    """The structured output format the response asked for (None: plain text)."""
+    fmt = (record.request.get("text") or {}).get("format") or {}
+    if fmt.get("type") not in ("json_schema", "json_object"):
+        return None
+    return OutputFormat.model_validate(fmt)
+
+
+def superseded(message: StoredMessage, output_format: OutputFormat | None) -> bool:
+    """Whether a model step is a final answer that missed the output format: the model was
+    asked again (or the response failed), so it is not part of the output."""
+    if output_format is None or message.role != "assistant":
+        return False
+    if any(isinstance(p, ToolCallPart) and not p.provider_executed for p in message.parts):
+        return False
+    text = "".join(p.text for p in message.parts if isinstance(p, TextPart))
+    return misfit(output_format, text) is not None
+
+
 def output_items(
     record: ResponseRecord, messages: list[StoredMessage], client_tools: set[str]
 ) -> list[dict[str, Any]]:
     """The response's output: each model step's reasoning, text, provider web searches and
     client function calls, then the results of the tools the workers ran for it."""
+    answer_format = output_format_of(record)
+    messages = [m for m in messages if not superseded(m, answer_format)]
     ids = ItemIds(record.id)
     answered = set(record.answered_call_ids)
     calls: dict[str, ToolCallPart] = {}
@@ -272,6 +296,16 @@ def response_status(
     return "completed", None
 
 
+def _text_field(text: dict[str, Any] | None) -> dict[str, Any]:
+    """The request's `text` as a Response repeats it: every field of its format present
+    (the schema too, as OpenAI repeats it)."""
+    text = dict(text or {})
+    fmt = dict(text.get("format") or {"type": "text"})
+    if fmt["type"] == "json_schema":
+        fmt = {"description": None, "strict": False, **fmt}
+    return {**text, "format": fmt}
+
+
 def error_of(error: ModelError | None) -> dict[str, Any] | None:
     if error is None:
         return None
@@ -305,7 +339,7 @@ def build_resource(
         "tool_choice": request.get("tool_choice", "auto"),
         "truncation": request.get("truncation", "disabled"),
         "parallel_tool_calls": request.get("parallel_tool_calls", True),
-        "text": {"format": {"type": "text"}},
+        "text": _text_field(request.get("text")),
         "top_p": request.get("top_p") if request.get("top_p") is not None else 1.0,
         "presence_penalty": 0.0,
         "frequency_penalty": 0.0,
@@ -319,9 +353,9 @@ def build_resource(
         "max_tool_calls": None,
         "store": record.store,
         "background": request.get("background", False),
-        "service_tier": "default",
+        "service_tier": "default",  # the one tier served here, whatever was asked
         "metadata": request.get("metadata", {}),
-        "safety_identifier": None,
-        "prompt_cache_key": None,
+        "safety_identifier": request.get("safety_identifier"),
+        "prompt_cache_key": request.get("prompt_cache_key"),
         "conversation": {"id": str(record.chat_id)},
     }

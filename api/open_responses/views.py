@@ -13,6 +13,7 @@ from api.background import in_background
 from api.open_responses.events import TERMINAL_EVENTS, ResponseEvents
 from api.open_responses.resource import (
     build_resource,
+    output_format_of,
     output_items,
     response_status,
     usage_of,
@@ -82,6 +83,7 @@ async def response_events(
         client_tools(record),
         set(record.answered_call_ids),
         extensions=bool(record.request.get("chatd:events")),
+        output_format=output_format_of(record),
     )
     opening = _snapshot(record)
     in_progress = {**opening, "status": "in_progress"}

@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from chatd.fake_provider.answer_formats import example_for, requested_schema
 from chatd.fake_provider.script import FakeRequest, FakeResponse, FakeText, FakeToolCall, FakeUsage
 
 __all__ = [
@@ -46,10 +47,13 @@ def demo_responder(request: FakeRequest) -> FakeResponse:
     turn = latest_turn(request)
     if _system_text(request).startswith(TITLE_REQUEST):
         return _reply(demo_title(turn.user_text), request)
+    offered = _client_tool(request, turn.user_text) if turn.tool_result is None else None
+    schema = requested_schema(request.api, request.body)
+    if schema is not None and offered is None:
+        return _reply(json.dumps(example_for(schema)), request)  # structured output
     if turn.tool_result is not None:
         text = f"[demo model] The tool says: {turn.tool_result}"
         return _reply(text, request)
-    offered = _client_tool(request, turn.user_text)
     if offered is not None:
         name, schema = offered
         call = FakeToolCall(name=name, arguments=_arguments(schema, turn.user_text))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from chatd.fake_provider.answer_formats import check_answer_format
 from chatd.fake_provider.script import ApiName
 from chatd.fake_provider.shapes import (
     InvalidRequest,
@@ -28,6 +29,7 @@ def validate(api: ApiName, body: dict[str, Any]) -> None:
     if not isinstance(body.get("model"), str) or not body["model"]:
         raise InvalidRequest("model: Field required", "model")
     _check_tool_choice(api, body)
+    check_answer_format(api, body)
     if api == "anthropic":
         validate_anthropic(body)
     elif api == "openai_chat":

@@ -88,6 +88,10 @@ def build_anthropic_request(request: ModelRequest) -> dict[str, Any]:
         "messages": messages,
         **_call_options(request.model, thinking=thinking),
     }
+    answer_format = request.model.output_format
+    if answer_format is not None:
+        schema = answer_format.schema_or_object()
+        kwargs["output_config"] = {"format": {"type": "json_schema", "schema": schema}}
     if request.system:
         kwargs["system"] = [
             {"type": "text", "text": request.system, "cache_control": dict(_EPHEMERAL)}

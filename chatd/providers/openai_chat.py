@@ -113,8 +113,27 @@ def _call_options(config: ModelConfig) -> dict[str, Any]:
         "temperature": config.temperature,
         "top_p": config.top_p,
         "reasoning_effort": config.reasoning_effort,
+        "verbosity": config.verbosity,
+        "response_format": _response_format(config),
     }
     return {k: v for k, v in options.items() if v is not None}
+
+
+def _response_format(config: ModelConfig) -> dict[str, Any] | None:
+    """Structured output as Chat Completions asks for it."""
+    answer_format = config.output_format
+    if answer_format is None:
+        return None
+    if answer_format.type == "json_object":
+        return {"type": "json_object"}
+    schema: dict[str, Any] = {
+        "name": answer_format.name,
+        "schema": answer_format.schema_or_object(),
+        "strict": answer_format.strict,
+    }
+    if answer_format.description:
+        schema["description"] = answer_format.description
+    return {"type": "json_schema", "json_schema": schema}
 
 
 def build_chat_messages(messages: list[Message]) -> list[dict[str, Any]]:

@@ -169,7 +169,30 @@ def _call_options(config: ModelConfig) -> dict[str, Any]:
         options["reasoning"] = {"effort": config.reasoning_effort, "summary": "auto"}
         options["store"] = False
         options["include"] = ["reasoning.encrypted_content"]
+    text = _text_options(config)
+    if text:
+        options["text"] = text
     return {k: v for k, v in options.items() if v is not None}
+
+
+def _text_options(config: ModelConfig) -> dict[str, Any]:
+    """`text`: the answer's format (structured output) and verbosity."""
+    text: dict[str, Any] = {}
+    answer_format = config.output_format
+    if answer_format is not None and answer_format.type == "json_object":
+        text["format"] = {"type": "json_object"}
+    elif answer_format is not None:
+        text["format"] = {
+            "type": "json_schema",
+            "name": answer_format.name,
+            "schema": answer_format.schema_or_object(),
+            "strict": answer_format.strict,
+        }
+        if answer_format.description:
+            text["format"]["description"] = answer_format.description
+    if config.verbosity:
+        text["verbosity"] = config.verbosity
+    return text
 
 
 def build_responses_input(messages: list[Message]) -> list[dict[str, Any]]:

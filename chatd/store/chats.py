@@ -66,10 +66,13 @@ class ChatRecord(BaseModel):
 
     def model_in_use(self, index: int) -> ModelConfig | None:
         """The model a turn on model `index` calls: the chat's own (0) or its `index`th
-        fallback; None past the list."""
+        fallback, bound to the chat's output format; None past the list."""
         if index == 0:
             return self.model
-        return self.fallback_models[index - 1] if index <= len(self.fallback_models) else None
+        if index > len(self.fallback_models):
+            return None
+        fallback = self.fallback_models[index - 1]
+        return fallback.model_copy(update={"output_format": self.model.output_format})
 
     tool_policy: dict[str, PolicyDecision] = Field(default_factory=dict)
     """The chat's approval policy (`chatd.tool_policy`), validated before it is stored."""

@@ -18,8 +18,8 @@ class StepKey:
 
     step: int
     kind: str
-    """`assistant`, `tools` (worker results), `approved` (calls decided on), `client-tools` or
-    `summary:<n>`."""
+    """`assistant`, `tools` (worker results), `approved` (calls decided on), `client-tools`,
+    `format-note` or `summary:<n>`."""
 
     @classmethod
     def assistant(cls, step: int) -> StepKey:
@@ -31,6 +31,12 @@ class StepKey:
         """A tool message of the step: results of calls run without asking, of calls a person
         decided on, or the client's."""
         return cls(step, part)
+
+    @classmethod
+    def format_note(cls, step: int) -> StepKey:
+        """The message after the step asking the model to answer again in the chat's
+        output format."""
+        return cls(step, "format-note")
 
     @classmethod
     def summary(cls, step: int, index: int) -> StepKey:

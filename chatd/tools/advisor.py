@@ -241,7 +241,7 @@ async def _consult(config: AdvisorConfig, question: str, context: ToolContext) -
         budget_chars=budget,
     )
     request = ModelRequest(
-        model=model,
+        model=model.for_prose(),
         system=ADVISOR_SYSTEM_PROMPT,
         messages=[Message(role="user", parts=[TextPart(text=handoff)])],
         tools=[],

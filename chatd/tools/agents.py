@@ -119,7 +119,7 @@ class _Agents:
         return await self._chats.create(
             chat_id=child_id,
             owner=parent.owner,
-            model=args.model or parent.model,
+            model=args.model or parent.model.for_prose(),
             system_prompt=parent.system_prompt,
             active_tools=tools,
             tool_policy=parent.tool_policy,
