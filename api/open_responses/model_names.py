@@ -11,6 +11,7 @@ from typing import Any, get_args
 from pydantic import ValidationError
 
 from api.errors import ApiError
+from chatd.fake_provider.demo import DEMO_MODEL
 from chatd.models import ModelConfig, ProviderName
 
 __all__ = ["ALIASES_ENV", "MODEL_PATTERN", "model_aliases", "resolve_model"]
@@ -29,10 +30,14 @@ def model_aliases() -> dict[str, ModelConfig]:
     entries: Any = json.loads(raw)
     if not isinstance(entries, dict):
         raise ValueError(f"{ALIASES_ENV} must be a JSON object of alias -> model")
-    return {
+    aliases = {
         alias: _qualified(value) if isinstance(value, str) else ModelConfig.model_validate(value)
         for alias, value in entries.items()
     }
+    for alias, model in aliases.items():
+        if not _served(model):
+            raise ValueError(f"{ALIASES_ENV}: {alias!r} names {model.label}: {_DEMO_ONLY}")
+    return aliases
 
 
 def resolve_model(name: str, aliases: dict[str, ModelConfig]) -> ModelConfig:
@@ -42,10 +47,23 @@ def resolve_model(name: str, aliases: dict[str, ModelConfig]) -> ModelConfig:
     provider, _, model = name.partition("/")
     if provider in _PROVIDERS and model:
         try:
-            return ModelConfig(provider=provider, name=model)
+            config = ModelConfig(provider=provider, name=model)
         except ValidationError as err:
             raise _unknown(name, aliases, str(err.errors()[0]["msg"])) from err
+        if not _served(config):
+            raise _unknown(name, aliases, _DEMO_ONLY)
+        return config
     raise _unknown(name, aliases, "not a known form")
+
+
+_DEMO_ONLY = f"the demo provider serves one model, demo/{DEMO_MODEL}"
+
+
+def _served(model: ModelConfig) -> bool:
+    """Whether the deployment can serve `model`, as far as the gateway knows: the demo
+    server serves one model (a turn on another would fail at its first step). Whether a
+    provider has a key only the workers know."""
+    return model.provider != "demo" or model.name == DEMO_MODEL
 
 
 def _qualified(value: str) -> ModelConfig:

@@ -1,7 +1,8 @@
 """Checks a real provider makes before a request reaches the model, with their real errors.
 
-A chained Responses request must name a stored response, and a request must fit the model's
-context window (when a test sets one). Both refusals leave the model's script untouched.
+A request must name a model the server has (a script of it), a chained Responses request a
+stored response, and a request must fit the model's context window (when a test sets one).
+The refusals leave the model's script untouched.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import Any
 
 from chatd.fake_provider.script import ApiName, FakeError, ScriptBook
 
-__all__ = ["estimate_request_tokens", "refusal"]
+__all__ = ["estimate_request_tokens", "model_not_found", "refusal"]
 
 _PROMPT_FIELDS = ("system", "instructions", "messages", "input", "tools")
 """The body fields a provider counts against the context window."""
@@ -19,6 +20,8 @@ _PROMPT_FIELDS = ("system", "instructions", "messages", "input", "tools")
 
 def refusal(book: ScriptBook, api: ApiName, model: str, body: dict[str, Any]) -> FakeError | None:
     """The error a real provider would answer `body` with before running the model, if any."""
+    if not book.knows(model):
+        return model_not_found(api, model)
     previous = body.get("previous_response_id")
     if api == "openai_responses" and previous and not book.has_response(str(previous)):
         return previous_response_not_found(str(previous))
@@ -34,6 +37,21 @@ def estimate_request_tokens(body: dict[str, Any]) -> int:
     """About four characters of the prompt's JSON per token (the fake has no tokenizer)."""
     chars = sum(len(json.dumps(body[f])) for f in _PROMPT_FIELDS if f in body)
     return (chars + 3) // 4
+
+
+def model_not_found(api: ApiName, model: str) -> FakeError:
+    """Each API's 404 for a model it doesn't serve (a name of no script: the demo server's
+    only model is `demo`). A 404, not a 500, so a chat naming it fails at once instead of
+    retrying."""
+    if api == "anthropic":
+        return FakeError(status=404, type="not_found_error", message=f"model: {model}")
+    return FakeError(
+        status=404,
+        type="invalid_request_error",
+        code="model_not_found",
+        param="model",
+        message=f"The model `{model}` does not exist or you do not have access to it.",
+    )
 
 
 def previous_response_not_found(response_id: str) -> FakeError:

@@ -281,6 +281,11 @@ class ScriptBook:
             raise ScriptError(f"fake provider: no script for model {request.model!r}")
         raise ScriptError(f"fake provider: script for model {request.model!r} is exhausted")
 
+    def knows(self, model: str) -> bool:
+        """Whether `model` has a script (a list, even an exhausted one, or a responder)."""
+        with self._lock:
+            return model in self._queues or model in self._responders
+
     def remaining(self, model: str) -> int:
         """How many scripted responses of `model` are left (0 for responders)."""
         with self._lock:
