@@ -27,6 +27,7 @@ from api.user_parts import (
     text_bytes,
 )
 from chatd.models import ModelConfig, ModelError, WebSearchConfig
+from chatd.output_format import OutputFormat
 from chatd.parts import Part, Usage
 from chatd.store.chats import ChatRecord, ChatStatus, ChatSummary, DynamicTool
 from chatd.store.tool_decisions import ToolDecision
@@ -83,12 +84,19 @@ class StrictWebSearch(WebSearchConfig):
     model_config = ConfigDict(strict=True)
 
 
+class StrictOutputFormat(OutputFormat):
+    """`OutputFormat` as a client sends it: validated strictly, no unknown fields."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, populate_by_name=True)
+
+
 class StrictModelConfig(ModelConfig):
     """`ModelConfig` as a client sends it: validated strictly."""
 
     model_config = ConfigDict(strict=True)
 
     web_search: StrictWebSearch | None = None
+    output_format: StrictOutputFormat | None = None
 
 
 class StrictDynamicTool(DynamicTool):

@@ -14,7 +14,7 @@ from functools import partial
 from typing import Any
 
 from api.errors import ApiError
-from api.open_responses.creation import conversation_end, previous_not_found
+from api.open_responses.continuation import conversation_end, previous_not_found
 from api.open_responses.inputs import parse_window
 from api.open_responses.model_names import resolve_model
 from api.open_responses.requests import CompactRequest

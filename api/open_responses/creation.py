@@ -8,54 +8,46 @@ function calls resumes that turn through the validated tool-results update.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import uuid
 from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from functools import partial
-from typing import Any
 
 from starlette.requests import HTTPConnection
 
 from api.errors import ApiError
 from api.idempotency import check_same_request, request_digest
+from api.open_responses.continuation import (
+    chat_to_continue,
+    refuse_unless_turn_can_begin,
+    unstored_deadline,
+)
 from api.open_responses.inputs import HistoryMessage, ParsedInput, parse_input
 from api.open_responses.model_names import resolve_model
-from api.open_responses.requests import AllowedTools, CreateResponse, SpecificFunction
+from api.open_responses.requests import CreateResponse
 from api.open_responses.resource import APPROVAL_PREFIX
+from api.open_responses.turn_settings import (
+    TurnSettings,
+    dynamic_tools_of,
+    echoed_request,
+    mcp_servers_of,
+    request_model,
+    tool_policy_of,
+    tool_use_of,
+)
 from api.routes.messages import hand_over_stored, store_message
 from api.state import GatewayState, state_of
 from api.turns import submit_tool_approvals, submit_tool_results
-from chatd.models import ModelConfig, WebSearchConfig
 from chatd.store.chat_creations import ChatCreations
-from chatd.store.chats import ChatRecord, DynamicTool
+from chatd.store.chats import ChatRecord
 from chatd.store.client_results import ClientResultStaging
 from chatd.store.events import Conn
-from chatd.store.forks import ForkRefused, ForkStore
 from chatd.store.responses import NewResponse, ResponseRecord, new_response_id
-from chatd.tool_policy import PolicyDecision
-from chatd.tool_use import ToolUse
-from chatd.tools.names import MCP_SEPARATOR
 from workflows.payloads import SubmittedToolResult, SubmitToolApprovalsInput, ToolApproval
 
-__all__ = [
-    "UNSTORED_LIFETIME",
-    "conversation_end",
-    "create_response",
-    "previous_not_found",
-    "unstored_deadline",
-]
-
-UNSTORED_LIFETIME = timedelta(minutes=65)
-"""The latest a `store: false` response's chat is deleted (once its turn has ended): a
-WebSocket, the one way to continue it, lives at most 60 minutes. Its connection's end, or
-the end of the HTTP request that made it, brings that forward to then."""
-
-_THINKING_BUDGETS = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 16384}
-"""Anthropic's thinking budget for a Responses `reasoning.effort`."""
+__all__ = ["create_response"]
 
 
 async def create_response(
@@ -81,13 +73,12 @@ async def create_response(
         if earlier is not None:
             check_same_request(earlier.request_digest, digest)
             return earlier
-    model = _model(body, resolve_model(body.model, state.model_aliases))
+    model = request_model(body, resolve_model(body.model, state.model_aliases))
     response_id = new_response_id()
     seal = await state.compaction_seal()
-    parsed = parse_input(body.input, response_id.removeprefix("resp_"), partial(seal.open, owner))
-    chat = await _continued_chat(state, owner, body, connection_responses)
-    if chat is None and parsed.message is None:
-        chat = await _waiting_on_answers(state, owner, parsed)
+    unseal = partial(seal.open, owner)
+    parsed = parse_input(body.input, response_id.removeprefix("resp_"), unseal)
+    chat = await chat_to_continue(state, owner, body, parsed, unseal, connection_responses)
     base = NewResponse(
         id=response_id,
         chat_id=uuid.UUID(int=0),
@@ -95,7 +86,7 @@ async def create_response(
         turn_id="",
         after_message_id=None,
         previous_response_id=body.previous_response_id,
-        request=_echoed(body),
+        request=echoed_request(body),
         input_items=parsed.items,
         idempotency_key=idempotency_key,
         request_digest=digest,
@@ -104,27 +95,13 @@ async def create_response(
     if chat is not None and chat.status == "requires_action":
         on_chat(chat.id)
         return await _answer_calls(request, key, chat, parsed, base)
-    if parsed.message is None:
-        raise ApiError(
-            400,
-            "no_pending_calls",
-            "function_call_output items answer the previous response's function calls,"
-            " and it made none that wait for an answer",
-            {"param": "input"},
-        )
-    if chat is not None and chat.status == "running":  # an idle chat waits, or failed
-        raise ApiError(
-            409,
-            "response_in_progress",
-            "the previous response is still in progress: wait for it, or cancel it",
-            {"param": "previous_response_id", "status": chat.status},
-        )
+    refuse_unless_turn_can_begin(chat, parsed)
     system = "\n\n".join(t for t in [body.instructions or "", *parsed.system] if t) or None
-    settings = _TurnSettings(
+    settings = TurnSettings(
         model,
         system,
-        _dynamic_tools(body),
-        _tool_use(body),
+        dynamic_tools_of(body),
+        tool_use_of(body),
         # "auto": compact at 70 % of the window; "disabled": never, so an overflow fails.
         compaction_threshold=0.7 if body.truncation == "auto" else 0.0,
     )
@@ -139,14 +116,27 @@ async def create_response(
             else:
                 chat = await _reconfigured(state, chat, settings)
             sending.enter_context(state.chat_sends.slot(chat.id))
-            queued, created = await store_message(
-                request, chat, parsed.message, idempotency_key, admitted=admitted, conn=conn
-            )
+            if parsed.message is not None:
+                queued, created = await store_message(
+                    request, chat, parsed.message, idempotency_key, admitted=admitted, conn=conn
+                )
+            else:  # the turn begins with the client's function results, in a new chat
+                queued, created = await state.transcript.enqueue(
+                    chat.id, list(parsed.results), idempotency_key, digest, conn=conn
+                )
             await _save_history(
                 state, conn, chat.id, response_id, parsed.history if created else []
             )
+            answered = [r.tool_call_id for r in parsed.results]
             record, _ = await state.responses.create(
-                base.model_copy(update={"chat_id": chat.id, "turn_id": str(queued.id)}), conn
+                base.model_copy(
+                    update={
+                        "chat_id": chat.id,
+                        "turn_id": str(queued.id),
+                        "answered_call_ids": answered,
+                    }
+                ),
+                conn,
             )
         on_chat(chat.id)
         # A stream (or a response waited for to its end) follows the turn's events anyway:
@@ -159,24 +149,12 @@ async def create_response(
 
 
 @dataclass(frozen=True)
-class _TurnSettings:
-    """What a request sets for its turn: the model, the system prompt, the client tools,
-    how the model may call tools, and when the context is compacted."""
-
-    model: ModelConfig
-    system: str | None
-    tools: list[DynamicTool]
-    tool_use: ToolUse
-    compaction_threshold: float
-
-
-@dataclass(frozen=True)
 class _NewChat:
     """What a response that starts a chat makes it from."""
 
     owner: str
     body: CreateResponse
-    settings: _TurnSettings
+    settings: TurnSettings
     idempotency_key: str | None
     digest: str
 
@@ -226,8 +204,8 @@ async def _new_chat(state: GatewayState, new: _NewChat, conn: Conn) -> tuple[Cha
         tool_use=settings.tool_use,
         active_tools=body.chatd_tools or [],
         compaction_threshold=settings.compaction_threshold,
-        tool_policy=_tool_policy(body),
-        mcp_servers=_mcp_servers(state, body),
+        tool_policy=tool_policy_of(body),
+        mcp_servers=mcp_servers_of(state, body),
         subagents=body.chatd_subagents,
         fallback_models=[
             resolve_model(name, state.model_aliases) for name in body.chatd_fallback_models or []
@@ -237,10 +215,10 @@ async def _new_chat(state: GatewayState, new: _NewChat, conn: Conn) -> tuple[Cha
 
 
 async def _reconfigured(
-    state: GatewayState, chat: ChatRecord, settings: _TurnSettings
+    state: GatewayState, chat: ChatRecord, settings: TurnSettings
 ) -> ChatRecord:
     """The continued chat with this request's settings (rewritten only if they differ)."""
-    current = _TurnSettings(
+    current = TurnSettings(
         chat.model,
         chat.system_prompt,
         chat.dynamic_tools,
@@ -260,121 +238,6 @@ async def _reconfigured(
     if reconfigured is None:
         raise ApiError(409, "response_in_progress", "the previous response is still in progress")
     return reconfigured
-
-
-async def _continued_chat(
-    state: GatewayState,
-    owner: str,
-    body: CreateResponse,
-    connection_responses: AbstractSet[str],
-) -> ChatRecord | None:
-    """The chat `previous_response_id` or `conversation` continues. A previous response that
-    is not its chat's latest forks the chat at that response's end; so does one stored
-    differently (`store`) from this one, so that neither chat holds the other's kind."""
-    conversation = body.conversation_id()
-    if conversation is not None:
-        chat = await _owned_chat(state, owner, conversation)
-        if chat is None:
-            raise ApiError(
-                404, "conversation_not_found", f"conversation {conversation!r} not found",
-                {"param": "conversation"},
-            )  # fmt: skip
-        return chat
-    if body.previous_response_id is None:
-        return None
-    if body.previous_response_id in connection_responses:
-        previous = await state.responses.reread(body.previous_response_id)
-    else:
-        previous = await state.responses.get(owner, body.previous_response_id)
-    if previous is None:
-        raise previous_not_found(body.previous_response_id)
-    latest, chat = await asyncio.gather(
-        state.responses.latest_in_chat(previous.chat_id), state.chats.get(previous.chat_id, owner)
-    )
-    if latest == previous.id and previous.store == body.store:
-        return chat
-    fork = await _fork_at(state, owner, previous)
-    if not body.store:
-        await state.chats.discard_after(fork.id, unstored_deadline())
-    return fork
-
-
-async def _waiting_on_answers(
-    state: GatewayState, owner: str, parsed: ParsedInput
-) -> ChatRecord | None:
-    """The chat waiting on the calls the input answers, for clients that send their whole
-    conversation each time instead of `previous_response_id`."""
-    call_ids = [o.call_id for o in parsed.outputs] + [
-        a.approval_request_id.removeprefix(APPROVAL_PREFIX) for a in parsed.approvals
-    ]
-    chat = await state.chats.waiting_on(owner, call_ids)
-    if chat is None:
-        raise ApiError(
-            400,
-            "no_pending_calls",
-            f"no response waits for the results of calls {call_ids}: answer a response's"
-            " function calls while it waits for them (with its previous_response_id, or"
-            " the whole conversation), or end the input with a user message",
-            {"param": "input"},
-        )
-    return chat
-
-
-async def _fork_at(state: GatewayState, owner: str, previous: ResponseRecord) -> ChatRecord:
-    """A new chat whose transcript is the conversation up to the end of `previous`."""
-    last = await conversation_end(state, previous, "a continuation can fork it")
-    try:
-        fork = await ForkStore(state.pool).fork(
-            previous.chat_id,
-            owner,
-            last,
-            title=None,
-            idempotency_key=None,
-            request_digest="",
-        )
-    except ForkRefused as err:
-        raise ApiError(409, err.code, err.message, {"param": "previous_response_id"}) from err
-    chat = await state.chats.get(fork.chat_id, owner)
-    assert chat is not None
-    return chat
-
-
-async def conversation_end(state: GatewayState, previous: ResponseRecord, then: str) -> int:
-    """The last transcript message of the conversation up to the end of `previous` (its
-    output's last, or its input's); a 409 while it is in progress (`then`: what the
-    client may do once it has ended)."""
-    if previous.ended_at is None:
-        raise ApiError(
-            409,
-            "response_in_progress",
-            f"that response is still in progress: {then} once it ends",
-            {"param": "previous_response_id"},
-        )
-    messages = await state.responses.output_messages(previous)
-    return messages[-1].id if messages else await _input_end(state, previous)
-
-
-def previous_not_found(response_id: str) -> ApiError:
-    return ApiError(
-        400,
-        "previous_response_not_found",
-        f"Previous response with id {response_id!r} not found.",
-        {"param": "previous_response_id"},
-    )
-
-
-def unstored_deadline() -> datetime:
-    return datetime.now(UTC) + UNSTORED_LIFETIME
-
-
-async def _input_end(state: GatewayState, previous: ResponseRecord) -> int:
-    """The last transcript message of a response that produced no output: its input."""
-    last = await state.responses.last_turn_message_id(previous)
-    if last is None:
-        raise ApiError(
-            409, "response_in_progress", "that response's input is not in the conversation yet"
-        )
-    return last
 
 
 async def _answer_calls(
@@ -452,110 +315,3 @@ async def _approve(state: GatewayState, key: str, chat: ChatRecord, parsed: Pars
         decisions=decisions, key_id=str(key_id) if key_id else None, owner=chat.owner
     )
     await submit_tool_approvals(state.temporal, str(chat.id), approvals)
-
-
-async def _owned_chat(state: GatewayState, owner: str, chat_id: str) -> ChatRecord | None:
-    try:
-        key = uuid.UUID(chat_id)
-    except ValueError:
-        return None
-    return await state.chats.get(key, owner)
-
-
-def _model(body: CreateResponse, model: ModelConfig) -> ModelConfig:
-    """The model with the request's sampling, output limit and reasoning effort."""
-    effort = body.reasoning.effort if body.reasoning else None
-    changes: dict[str, Any] = {
-        "max_output_tokens": body.max_output_tokens,
-        "temperature": body.temperature,
-        "top_p": body.top_p,
-    }
-    if body.text is not None:
-        changes["output_format"] = body.text.output_format()
-        changes["verbosity"] = body.text.verbosity
-    search = body.web_search()
-    if search is not None:
-        domains = search.filters.allowed_domains if search.filters else None
-        changes["web_search"] = WebSearchConfig(allowed_domains=domains)
-        if model.provider == "openai":
-            changes["openai_api"] = "responses"  # OpenAI searches on its Responses API only
-    if effort and effort != "none":
-        if model.provider == "anthropic":
-            changes["thinking_budget_tokens"] = _THINKING_BUDGETS[effort]
-        else:
-            changes["reasoning_effort"] = effort
-    return model.model_copy(update={k: v for k, v in changes.items() if v is not None})
-
-
-def _tool_use(body: CreateResponse) -> ToolUse:
-    """`tool_choice` and `parallel_tool_calls` as the chat keeps them."""
-    choice = body.tool_choice
-    parallel = body.parallel_tool_calls
-    if isinstance(choice, SpecificFunction):
-        return ToolUse(mode="required", only=[choice.name], parallel=parallel)
-    if isinstance(choice, AllowedTools):
-        return ToolUse(mode=choice.mode, only=[t.name for t in choice.tools], parallel=parallel)
-    return ToolUse(mode=choice, parallel=parallel)
-
-
-def _dynamic_tools(body: CreateResponse) -> list[DynamicTool]:
-    return [
-        DynamicTool(
-            name=tool.name,
-            description=tool.description or "",
-            input_schema=tool.parameters or {"type": "object"},
-        )
-        for tool in body.function_tools()
-    ]
-
-
-def _mcp_servers(state: GatewayState, body: CreateResponse) -> list[str]:
-    """`chatd:mcp_servers` and the `mcp` tools' `server_label`s: servers the operator
-    configured, by name."""
-    names = [*(body.chatd_mcp_servers or []), *(t.server_label for t in body.mcp_tools())]
-    unknown = [n for n in names if n not in state.mcp_servers]
-    if unknown:
-        raise ApiError(
-            400,
-            "invalid_request",
-            f"unknown MCP servers {unknown}: a chat selects servers the operator configured",
-            {"param": "tools", "known": sorted(state.mcp_servers)},
-        )
-    return list(dict.fromkeys(names))
-
-
-def _tool_policy(body: CreateResponse) -> dict[str, PolicyDecision]:
-    """`chatd:tool_policy`, with each `mcp` tool's `require_approval` for its server's
-    tools."""
-    policy: dict[str, PolicyDecision] = {}
-    for tool in body.mcp_tools():
-        if tool.require_approval is not None:
-            decision: PolicyDecision = "ask" if tool.require_approval == "always" else "auto"
-            policy[f"{tool.server_label}{MCP_SEPARATOR}*"] = decision
-    return {**policy, **(body.chatd_tool_policy or {})}
-
-
-def _echoed(body: CreateResponse) -> dict[str, Any]:
-    """The request fields a Response object repeats."""
-    return {
-        "model": body.model,
-        "instructions": body.instructions,
-        "tools": [tool.model_dump() for tool in body.function_tools()],
-        "tool_choice": body.tool_choice
-        if isinstance(body.tool_choice, str)
-        else body.tool_choice.model_dump(),
-        "parallel_tool_calls": body.parallel_tool_calls,
-        "truncation": body.truncation,
-        "max_output_tokens": body.max_output_tokens,
-        "reasoning": body.reasoning.model_dump() if body.reasoning else None,
-        "metadata": body.metadata,
-        "background": body.background,
-        "temperature": body.temperature,
-        "top_p": body.top_p,
-        "text": body.text.model_dump(by_alias=True, exclude_none=True) if body.text else None,
-        "service_tier": body.service_tier,
-        "prompt_cache_key": body.prompt_cache_key,
-        "safety_identifier": body.safety_identifier,
-        "user": body.user,
-        "chatd:events": body.chatd_events,
-    }

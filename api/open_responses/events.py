@@ -30,12 +30,12 @@ from typing import Any
 from api.open_responses.resource import (
     APPROVAL_PREFIX,
     ItemIds,
+    ReasoningShown,
     approval_request_item,
     awaits_approval,
     function_call_item,
     is_web_search,
     message_item,
-    reasoning_item,
     shows_as_tool_run,
     superseded,
     tool_call_item,
@@ -65,6 +65,8 @@ class _OpenItem:
     output_index: int
     text: str = ""
     call: ToolCallPart | None = None
+    reasoning: ReasoningPart | None = None
+    """A reasoning item's persisted part (its provider state is sealed for the client)."""
 
 
 @dataclass
@@ -77,6 +79,8 @@ class ResponseEvents:
     answered_call_ids: set[str]
     extensions: bool = False
     """Whether the client asked for `chatd:` events (`chatd:events`)."""
+    reasoning: ReasoningShown = field(default_factory=ReasoningShown)
+    """Reasoning as a summary or as content, with its state sealed or not."""
     output_format: OutputFormat | None = None
     """The response's structured output format: a final answer that misses it is closed
     `incomplete` (the model is asked again, or the response fails)."""
@@ -171,8 +175,7 @@ class ResponseEvents:
             self._open[index] = item
         if kind in ("text", "reasoning") and part.get("text"):
             item.text += part["text"]
-            name = "response.output_text.delta" if kind == "text" else "response.reasoning.delta"
-            events.append(self._part_event(name, item, delta=part["text"]))
+            events += self._delta_of(kind, item, part["text"])
         elif kind == "tool_call" and part.get("args_delta"):
             item.text += part["args_delta"]
             events.append(
@@ -196,8 +199,8 @@ class ResponseEvents:
             content: dict[str, Any] = {"type": "output_text", "text": "", "annotations": []}
         elif kind == "reasoning":
             item = _OpenItem("reasoning", self._ids.next("rs"), output_index)
-            added = reasoning_item(item.item_id, "")
-            content = {"type": "reasoning_text", "text": ""}
+            added = self.reasoning.item(item.item_id, "")
+            content = {"type": self._reasoning_kind, "text": ""}
         elif kind == "tool_call":
             call = ToolCallPart(id=part.get("id") or "", name=part.get("name") or "")
             item = _OpenItem("function_call", self._ids.next("fc"), output_index, call=call)
@@ -209,7 +212,7 @@ class ResponseEvents:
         self._outputs += 1
         return item, [
             self._item_event("response.output_item.added", item, added),
-            self._part_event("response.content_part.added", item, part=content),
+            self._part_event(self._part_added(item), item, part=content),
         ]
 
     def _message(self, message: StoredMessage) -> list[dict[str, Any]]:
@@ -245,15 +248,10 @@ class ResponseEvents:
             return self._provider_tool(part)
         if isinstance(part, ToolCallPart):
             self._calls[part.id] = part
-            if part.name not in self.client_tools:
-                return []
-            kind, text = "tool_call", part.arguments
-        elif isinstance(part, TextPart):
-            kind, text = "text", part.text
-        elif isinstance(part, ReasoningPart):
-            kind, text = "reasoning", part.text
-        else:
+        shown = self._shown(part)
+        if shown is None:
             return []
+        kind, text = shown
         events: list[dict[str, Any]] = []
         item = self._open.pop(index, None)
         if item is None or item.kind != _KINDS[kind]:
@@ -269,7 +267,19 @@ class ResponseEvents:
             item.text = text
         if isinstance(part, ToolCallPart):
             item.call = part
+        if isinstance(part, ReasoningPart):
+            item.reasoning = part
         return events + self._close(item, "completed")
+
+    def _shown(self, part: Part) -> tuple[str, str] | None:
+        """The kind of item a step's part is, and its text (None: it is no item)."""
+        if isinstance(part, ToolCallPart):
+            return ("tool_call", part.arguments) if part.name in self.client_tools else None
+        if isinstance(part, TextPart):
+            return "text", part.text
+        if isinstance(part, ReasoningPart):
+            return "reasoning", part.text
+        return None
 
     def _provider_tool(self, part: ToolCallPart | ToolResultPart) -> list[dict[str, Any]]:
         """A provider's web search: its call opens the item (once, whether it streamed or
@@ -319,8 +329,11 @@ class ResponseEvents:
                     delta=delta,
                 )
             ]
-        name = "response.output_text.delta" if kind == "text" else "response.reasoning.delta"
-        return [self._part_event(name, item, delta=delta)]
+        if kind == "text":
+            return [self._part_event("response.output_text.delta", item, delta=delta)]
+        if self.reasoning.as_summary:
+            return [self._part_event("response.reasoning_summary_text.delta", item, delta=delta)]
+        return [self._part_event("response.reasoning.delta", item, delta=delta)]
 
     def _close(self, item: _OpenItem, status: str) -> list[dict[str, Any]]:
         """The `done` events of an item (and of its content part)."""
@@ -345,14 +358,29 @@ class ResponseEvents:
             done = message_item(item.item_id, item.text, status)
             text_done = self._part_event("response.output_text.done", item, text=item.text)
         else:
-            content = {"type": "reasoning_text", "text": item.text}
-            done = reasoning_item(item.item_id, item.text)
-            text_done = self._part_event("response.reasoning.done", item, text=item.text)
+            content = {"type": self._reasoning_kind, "text": item.text}
+            done = self.reasoning.item(item.item_id, item.text, item.reasoning)
+            name = (
+                "response.reasoning_summary_text.done"
+                if self.reasoning.as_summary
+                else "response.reasoning.done"
+            )
+            text_done = self._part_event(name, item, text=item.text)
         return [
             text_done,
-            self._part_event("response.content_part.done", item, part=content),
+            self._part_event(self._part_added(item).replace(".added", ".done"), item, part=content),
             self._item_event("response.output_item.done", item, done),
         ]
+
+    @property
+    def _reasoning_kind(self) -> str:
+        return "summary_text" if self.reasoning.as_summary else "reasoning_text"
+
+    def _part_added(self, item: _OpenItem) -> str:
+        """The event that opens an item's part: a reasoning summary's is a summary part."""
+        if item.kind == "reasoning" and self.reasoning.as_summary:
+            return "response.reasoning_summary_part.added"
+        return "response.content_part.added"
 
     def _reset(self) -> list[dict[str, Any]]:
         abandoned = [*self._open.values(), *self._searches.values()]
@@ -368,8 +396,10 @@ class ResponseEvents:
         return self._event(kind, output_index=item.output_index, item_id=item.item_id)
 
     def _part_event(self, kind: str, item: _OpenItem, **fields: Any) -> dict[str, Any]:
+        summary = kind.startswith("response.reasoning_summary")
+        index = "summary_index" if summary else "content_index"
         return self._event(
-            kind, item_id=item.item_id, output_index=item.output_index, content_index=0, **fields
+            kind, item_id=item.item_id, output_index=item.output_index, **{index: 0}, **fields
         )
 
     def _event(self, kind: str, **fields: Any) -> dict[str, Any]:

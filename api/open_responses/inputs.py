@@ -25,13 +25,25 @@ from api.open_responses.requests import (
     InputText,
     ItemReference,
     MessageItem,
+    ReasoningItem,
 )
+from api.open_responses.sealing import SealedKind
 from api.schemas import SendMessage
 from api.user_parts import UserFilePart, UserPart, UserTextPart
 from chatd.context import SUMMARY_PREAMBLE
-from chatd.parts import Part, Role, TextPart, ToolCallPart, ToolResultPart
+from chatd.parts import Part, ReasoningPart, Role, TextPart, ToolCallPart, ToolResultPart
 
-__all__ = ["HistoryMessage", "ParsedInput", "parse_input", "parse_window"]
+__all__ = [
+    "HistoryMessage",
+    "ParsedInput",
+    "Unseal",
+    "parse_input",
+    "parse_window",
+    "restart_from_copy",
+]
+
+Unseal = Callable[[str, SealedKind], str]
+"""Opens an item's `encrypted_content` sealed as that kind (ValueError if it can't)."""
 
 _ITEMS: TypeAdapter[InputItem] = TypeAdapter(InputItem)
 _DATA_URL = re.compile(r"^data:(?P<type>[\w.+-]+/[\w.+-]+);base64,(?P<data>.*)$", re.DOTALL)
@@ -61,12 +73,15 @@ class ParsedInput:
     items: list[dict[str, Any]] = field(default_factory=list)
     """The items as `input_items` lists them: each with an id and a status."""
     restated: bool = False
-    """The answers came after the client's own copy of the conversation (not used)."""
+    """The answers came after the client's own copy of the conversation (not used while a
+    chat waits on them)."""
+    copy: list[InputItem] = field(default_factory=list)
+    """That copy, for a turn that begins from it when no chat waits (`restart_from_copy`)."""
+    results: list[ToolResultPart] = field(default_factory=list)
+    """The answers as the tool message such a turn begins with."""
 
 
-def parse_input(
-    raw: str | list[dict[str, Any]], response_hex: str, unseal: Callable[[str], str]
-) -> ParsedInput:
+def parse_input(raw: str | list[dict[str, Any]], response_hex: str, unseal: Unseal) -> ParsedInput:
     """Check and sort the items. The last item is the new user message, or the last items
     are function results (the answer to the calls a response waits on). `unseal` reads a
     `compaction` item's summary (ValueError if this server did not make it)."""
@@ -86,6 +101,7 @@ def parse_input(
         parsed.outputs = [item for item in answered if isinstance(item, FunctionCallOutputItem)]
         parsed.approvals = [item for item in answered if isinstance(item, ApprovalResponseItem)]
         parsed.restated = first_answer > 0
+        parsed.copy = items[:first_answer]
         return parsed
     last = items[-1]
     if not (isinstance(last, MessageItem) and last.role == "user"):
@@ -101,9 +117,29 @@ def parse_input(
     return parsed
 
 
-def parse_window(
-    raw: str | list[dict[str, Any]], unseal: Callable[[str], str]
-) -> list[HistoryMessage]:
+def restart_from_copy(parsed: ParsedInput, unseal: Unseal) -> None:
+    """Read the client's copy of the conversation as history, and its function results as
+    the tool message a new turn begins with: a stateless client (`store: false`, no
+    `previous_response_id`) answers calls no chat waits on. Approvals can't begin a turn."""
+    if parsed.approvals or not parsed.copy:
+        raise ApiError(
+            400,
+            "no_pending_calls",
+            "no response waits for these answers: give the whole conversation, with the"
+            " function_call items they answer, or continue with previous_response_id",
+            {"param": "input"},
+        )
+    call_names: dict[str, str] = {}
+    for index, item in enumerate(parsed.copy):
+        _add_history(parsed, index, item, call_names, unseal)
+    for offset, output in enumerate(parsed.outputs):
+        index = len(parsed.copy) + offset
+        scratch: list[HistoryMessage] = []
+        _add_result(scratch, index, output, call_names)
+        parsed.results += [p for p in scratch[0].parts if isinstance(p, ToolResultPart)]
+
+
+def parse_window(raw: str | list[dict[str, Any]], unseal: Unseal) -> list[HistoryMessage]:
     """Every item as history, for a summary (`POST /v1/responses/compact`): system text
     becomes a user message (the summary request has its own instructions)."""
     if isinstance(raw, str):
@@ -134,44 +170,77 @@ def _add_history(
     index: int,
     item: InputItem,
     call_names: dict[str, str],
-    unseal: Callable[[str], str],
+    unseal: Unseal,
 ) -> None:
     """An earlier item into the history (or the system text), merging a model's calls into
     its message and a run of results into one tool message, as the transcript holds them."""
     history = parsed.history
     if isinstance(item, CompactionItem | ItemReference):
         history.append(_summary(index, item, unseal))
+    elif isinstance(item, ReasoningItem):
+        reasoning = _reasoning(item, unseal)
+        if reasoning is not None:
+            _add_to_step(history, reasoning)
     elif isinstance(item, MessageItem):
-        if item.role in ("system", "developer"):
-            parsed.system.append(_plain_text(item))
-        elif item.role == "assistant":
-            history.append(HistoryMessage("assistant", [TextPart(text=_plain_text(item))]))
-        else:
-            history.append(HistoryMessage("user", list(_user_message(index, item).user_parts())))
+        _add_message(parsed, index, item)
     elif isinstance(item, ApprovalResponseItem):
         raise _refusal(index, "an mcp_approval_response answers the previous response only")
     elif isinstance(item, FunctionCallItem):
         call = ToolCallPart(id=item.call_id, name=item.name, arguments=item.arguments)
         call_names[item.call_id] = item.name
-        if history and history[-1].role == "assistant":
-            history[-1].parts.append(call)
-        else:
-            history.append(HistoryMessage("assistant", [call]))
+        _add_to_step(history, call)
     else:
-        if item.call_id not in call_names:
-            raise _refusal(index, f"no function_call with call_id {item.call_id!r} before it")
-        result = ToolResultPart(
-            tool_call_id=item.call_id, name=call_names[item.call_id], output=item.text()
-        )
-        if history and history[-1].role == "tool":
-            history[-1].parts.append(result)
-        else:
-            history.append(HistoryMessage("tool", [result]))
+        _add_result(history, index, item, call_names)
 
 
-def _summary(
-    index: int, item: CompactionItem | ItemReference, unseal: Callable[[str], str]
-) -> HistoryMessage:
+def _add_message(parsed: ParsedInput, index: int, item: MessageItem) -> None:
+    """A message into the history; system and developer text into the system prompt."""
+    if item.role in ("system", "developer"):
+        parsed.system.append(_plain_text(item))
+    elif item.role == "assistant":
+        parsed.history.append(HistoryMessage("assistant", [TextPart(text=_plain_text(item))]))
+    else:
+        parsed.history.append(HistoryMessage("user", list(_user_message(index, item).user_parts())))
+
+
+def _add_result(
+    history: list[HistoryMessage],
+    index: int,
+    item: FunctionCallOutputItem,
+    call_names: dict[str, str],
+) -> None:
+    """A call's result, in one tool message with the results before it."""
+    if item.call_id not in call_names:
+        raise _refusal(index, f"no function_call with call_id {item.call_id!r} before it")
+    result = ToolResultPart(
+        tool_call_id=item.call_id, name=call_names[item.call_id], output=item.text()
+    )
+    if history and history[-1].role == "tool":
+        history[-1].parts.append(result)
+    else:
+        history.append(HistoryMessage("tool", [result]))
+
+
+def _add_to_step(history: list[HistoryMessage], part: Part) -> None:
+    """A part of the model's step: with the model's message before it, if any."""
+    if history and history[-1].role == "assistant":
+        history[-1].parts.append(part)
+    else:
+        history.append(HistoryMessage("assistant", [part]))
+
+
+def _reasoning(item: ReasoningItem, unseal: Unseal) -> ReasoningPart | None:
+    """The reasoning state a reasoning item holds, if this deployment sealed it for this
+    owner; None for any other (another server's, or a summary alone): it is dropped."""
+    if not item.encrypted_content:
+        return None
+    try:
+        return ReasoningPart.model_validate_json(unseal(item.encrypted_content, "reasoning"))
+    except ValueError:
+        return None
+
+
+def _summary(index: int, item: CompactionItem | ItemReference, unseal: Unseal) -> HistoryMessage:
     """A compaction item's summary, as the transcript holds a summary: a user message."""
     if isinstance(item, ItemReference):
         raise _refusal(
@@ -180,7 +249,7 @@ def _summary(
             " continue a response: send the item itself",
         )
     try:
-        summary = unseal(item.encrypted_content)
+        summary = unseal(item.encrypted_content, "compaction")
     except ValueError as err:
         raise _refusal(index, f"encrypted_content: {err}") from err
     return HistoryMessage("user", [TextPart(text=f"{SUMMARY_PREAMBLE}\n\n{summary}")])
@@ -255,6 +324,7 @@ _PREFIXES = {
     "mcp_approval_response": "mcpr",
     "compaction": "cmp",
     "item_reference": "ref",
+    "reasoning": "rs",
 }
 
 

@@ -31,6 +31,7 @@ __all__ = [
     "ItemReference",
     "McpTool",
     "MessageItem",
+    "ReasoningItem",
     "SpecificFunction",
     "ToolChoice",
     "UserContent",
@@ -156,6 +157,19 @@ class CompactionItem(BaseModel):
     created_by: str | None = None
 
 
+class ReasoningItem(BaseModel):
+    """A model's reasoning, given back: its `encrypted_content` (sealed by this deployment)
+    restores the provider's own reasoning state; one this deployment can't read is dropped."""
+
+    model_config = _STRICT
+    type: Literal["reasoning"]
+    id: str | None = None
+    summary: list[dict[str, Any]] = Field(default_factory=list)
+    content: list[dict[str, Any]] | None = None
+    encrypted_content: str | None = Field(default=None, max_length=2_000_000)
+    status: str | None = None
+
+
 class ItemReference(BaseModel):
     """An earlier output item by id, as clients send their copy of a conversation. Taken
     only where that copy is not needed: before the function results that continue the
@@ -172,6 +186,7 @@ InputItem = Annotated[
     | FunctionCallOutputItem
     | ApprovalResponseItem
     | CompactionItem
+    | ReasoningItem
     | ItemReference,
     Field(discriminator="type"),
 ]

@@ -9,8 +9,11 @@ chat durably holds: an attempt abandoned by a crashed worker is not in it. Item 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+from api.open_responses.sealing import SealedKind
 from chatd.models import ModelError
 from chatd.output_format import OutputFormat, misfit
 from chatd.parts import Part, ReasoningPart, TextPart, ToolCallPart, ToolResultPart, Usage
@@ -21,6 +24,7 @@ from chatd.tools.names import MCP_SEPARATOR
 __all__ = [
     "APPROVAL_PREFIX",
     "ItemIds",
+    "ReasoningShown",
     "ResponseStatus",
     "approval_request_item",
     "awaits_approval",
@@ -28,6 +32,7 @@ __all__ = [
     "is_web_search",
     "output_format_of",
     "output_items",
+    "reasoning_shown",
     "response_status",
     "shows_as_tool_run",
     "superseded",
@@ -77,9 +82,47 @@ def message_item(item_id: str, text: str, status: str) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class ReasoningShown:
+    """How a response shows the model's reasoning: as its summary (the client set
+    `reasoning.summary`) or its content, and with its provider state sealed into
+    `encrypted_content` (the client included `reasoning.encrypted_content`)."""
+
+    as_summary: bool = False
+    seal: Callable[[ReasoningPart], str] | None = None
+
+    def item(self, item_id: str, text: str, part: ReasoningPart | None = None) -> dict[str, Any]:
+        """The reasoning item; `part` (with its provider state) is what gets sealed."""
+        kind = "summary_text" if self.as_summary else "reasoning_text"
+        texts = [{"type": kind, "text": text}] if text else []
+        item: dict[str, Any] = {
+            "type": "reasoning",
+            "id": item_id,
+            "summary": texts if self.as_summary else [],
+            "content": [] if self.as_summary else texts,
+        }
+        restorable = part is not None and (part.signature or part.provider_data)
+        if self.seal is not None and part is not None and restorable:
+            item["encrypted_content"] = self.seal(part)
+        return item
+
+
 def reasoning_item(item_id: str, text: str) -> dict[str, Any]:
-    content = [{"type": "reasoning_text", "text": text}] if text else []
-    return {"type": "reasoning", "id": item_id, "summary": [], "content": content}
+    """A reasoning item as shown by default: its text as content, nothing sealed."""
+    return ReasoningShown().item(item_id, text)
+
+
+def reasoning_shown(
+    record: ResponseRecord, seal: Callable[[str, str, SealedKind], str]
+) -> ReasoningShown:
+    """How the response asked to see reasoning; `seal` seals text for an owner."""
+    asked = record.request.get("reasoning") or {}
+    sealed = "reasoning.encrypted_content" in (record.request.get("include") or [])
+    owner = record.owner
+    return ReasoningShown(
+        as_summary=asked.get("summary") is not None,
+        seal=(lambda part: seal(owner, part.model_dump_json(), "reasoning")) if sealed else None,
+    )
 
 
 def function_call_item(item_id: str, call: ToolCallPart, status: str) -> dict[str, Any]:
@@ -206,7 +249,10 @@ def superseded(message: StoredMessage, output_format: OutputFormat | None) -> bo
 
 
 def output_items(
-    record: ResponseRecord, messages: list[StoredMessage], client_tools: set[str]
+    record: ResponseRecord,
+    messages: list[StoredMessage],
+    client_tools: set[str],
+    reasoning: ReasoningShown = ReasoningShown(),
 ) -> list[dict[str, Any]]:
     """The response's output: each model step's reasoning, text, provider web searches and
     client function calls, then the results of the tools the workers ran for it."""
@@ -227,7 +273,7 @@ def output_items(
         for part in message.parts:
             if isinstance(part, ToolCallPart):
                 calls[part.id] = part
-            item = _step_item(part, message.role, ids, searched, client_tools)
+            item = _step_item(part, message.role, ids, searched, client_tools, reasoning)
             if item is not None:
                 items.append(item)
             if isinstance(part, ToolResultPart):
@@ -250,13 +296,14 @@ def _step_item(
     ids: ItemIds,
     searched: dict[str, ToolResultPart],
     client_tools: set[str],
+    reasoning: ReasoningShown,
 ) -> dict[str, Any] | None:
     """The item a model step's part is: its reasoning, text, a provider's web search, or a
     call of the client's functions (None for the rest)."""
     if isinstance(part, ToolCallPart) and is_web_search(part):
         return web_search_item(ids.next("ws"), part, searched.get(part.id))
     if isinstance(part, ReasoningPart) and role == "assistant":
-        return reasoning_item(ids.next("rs"), part.text)
+        return reasoning.item(ids.next("rs"), part.text, part)
     if isinstance(part, TextPart) and role == "assistant":
         return message_item(ids.next("msg"), part.text, "completed")
     if isinstance(part, ToolCallPart) and not part.provider_executed and part.name in client_tools:

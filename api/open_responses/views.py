@@ -12,14 +12,17 @@ from typing import Any
 from api.background import in_background
 from api.open_responses.events import TERMINAL_EVENTS, ResponseEvents
 from api.open_responses.resource import (
+    ReasoningShown,
     build_resource,
     output_format_of,
     output_items,
+    reasoning_shown,
     response_status,
     usage_of,
 )
 from api.quotas import StreamSlot
 from api.state import GatewayState
+from chatd.store.events import ChatEvent
 from chatd.store.responses import ResponseRecord
 
 __all__ = ["current_resource", "discard_soon", "event_stream", "response_events", "until_ended"]
@@ -39,10 +42,11 @@ async def current_resource(state: GatewayState, record: ResponseRecord) -> dict[
     running = chat.turn_id if chat is not None else None
     status, incomplete = response_status(record, messages, running)
     ended = record.ended_at is not None
+    reasoning = await _reasoning_shown(state, record)
     return build_resource(
         record,
         status=status,
-        output=output_items(record, messages, client_tools(record)),
+        output=output_items(record, messages, client_tools(record), reasoning),
         usage=usage_of(messages) if ended else None,
         incomplete=incomplete,
     )
@@ -58,6 +62,10 @@ async def until_ended(state: GatewayState, record: ResponseRecord) -> ResponseRe
                 return current or record
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(wake.wait(), WAKE_AT_LEAST_S)
+
+
+async def _reasoning_shown(state: GatewayState, record: ResponseRecord) -> ReasoningShown:
+    return reasoning_shown(record, (await state.compaction_seal()).seal)
 
 
 def _snapshot(record: ResponseRecord) -> dict[str, Any]:
@@ -83,6 +91,7 @@ async def response_events(
         client_tools(record),
         set(record.answered_call_ids),
         extensions=bool(record.request.get("chatd:events")),
+        reasoning=await _reasoning_shown(state, record),
         output_format=output_format_of(record),
     )
     opening = _snapshot(record)
@@ -96,6 +105,8 @@ async def response_events(
             events = await state.events.read_after(record.chat_id, cursor)
             out: list[dict[str, Any]] = []
             for event in events:
+                if translator.reasoning.seal is not None:
+                    event = await _with_reasoning_state(state, record, event)
                 out += translator.feed(event, in_progress)
                 cursor = event.seq
                 if translator.ended:
@@ -130,6 +141,22 @@ async def event_stream(
             yield ": keep-alive\n\n"
     if ended:
         yield "data: [DONE]\n\n"
+
+
+async def _with_reasoning_state(
+    state: GatewayState, record: ResponseRecord, event: ChatEvent
+) -> ChatEvent:
+    """A model step's `message` event with its reasoning's provider state, which events
+    never carry, read back for sealing into the stream's reasoning items."""
+    data = event.data
+    reasons = any(p.get("type") == "reasoning" for p in data.get("parts") or [])
+    if event.event != "message" or data.get("role") != "assistant" or not reasons:
+        return event
+    stored = await state.transcript.get(record.chat_id, int(data["id"]))
+    if stored is None:
+        return event
+    parts = [p.model_dump(mode="json") for p in stored.parts]
+    return event.model_copy(update={"data": {**data, "parts": parts}})
 
 
 def discard_soon(state: GatewayState, record: ResponseRecord) -> None:

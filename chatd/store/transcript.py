@@ -27,6 +27,7 @@ from chatd.store.step_keys import StepKey, stored_key
 __all__ = [
     "INSERT_STEP",
     "MESSAGE_EVENT_SQL",
+    "QUEUED_ROLE_SQL",
     "NewMessage",
     "QueuedMessage",
     "StoredMessage",
@@ -70,6 +71,10 @@ class QueuedMessage(BaseModel):
 
 
 _SENT = "id, parts, client_message_id, created_at, request_digest"
+
+QUEUED_ROLE_SQL = """CASE WHEN parts @> '[{"type": "tool_result"}]' THEN 'tool' ELSE 'user' END"""
+"""The role a queued message takes in the transcript: a user's message, or the function
+results a stateless client's conversation ends with (a turn that begins from them)."""
 
 
 def _stored(row: asyncpg.Record) -> StoredMessage:
@@ -312,11 +317,11 @@ class TranscriptStore:
         statement, so it sees the message exactly once, before or after the promotion.
         """
         rows = await self._pool.fetch(
-            """SELECT role, parts, response_id FROM (
+            f"""SELECT role, parts, response_id FROM (
                    SELECT id, role, parts, response_id FROM messages
                    WHERE chat_id = $1 AND NOT compressed AND ($3::bigint IS NULL OR id <= $3)
                    UNION ALL
-                   SELECT NULL, 'user', parts, NULL FROM queued_messages
+                   SELECT NULL, {QUEUED_ROLE_SQL}, parts, NULL FROM queued_messages
                    WHERE id = $2 AND chat_id = $1 AND promoted_at IS NULL
                ) AS context ORDER BY id NULLS LAST""",
             chat_id,

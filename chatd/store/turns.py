@@ -12,7 +12,13 @@ from chatd.models import ModelError
 from chatd.parts import Usage
 from chatd.store.chats import ChatStatus
 from chatd.store.step_keys import stored_key, user_message_key
-from chatd.store.transcript import INSERT_STEP, MESSAGE_EVENT_SQL, NewMessage, StoredMessage
+from chatd.store.transcript import (
+    INSERT_STEP,
+    MESSAGE_EVENT_SQL,
+    QUEUED_ROLE_SQL,
+    NewMessage,
+    StoredMessage,
+)
 
 __all__ = ["INTERRUPT_CHANNEL", "TurnStore"]
 
@@ -73,7 +79,7 @@ WITH queued AS (
     WHERE id = $2 AND chat_id = $1 AND promoted_at IS NULL RETURNING parts
 ), m AS (
     INSERT INTO messages (chat_id, turn_id, step_key, role, parts)
-    SELECT $1, $3, $4, 'user', parts FROM queued RETURNING *
+    SELECT $1, $3, $4, {QUEUED_ROLE_SQL}, parts FROM queued RETURNING *
 ), c AS (
     UPDATE chats SET status = 'running', turn_id = $3, last_error = NULL, pending_tool_calls = NULL,
                      action_expires_at = NULL, updated_at = now()

@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from api.errors import ApiError
-from api.open_responses.inputs import parse_input
+from api.open_responses.inputs import parse_input, restart_from_copy
 from chatd.context import SUMMARY_PREAMBLE
-from chatd.parts import TextPart, ToolCallPart, ToolResultPart
+from chatd.parts import ReasoningPart, TextPart, ToolCallPart, ToolResultPart
 
 _JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=20),
@@ -41,11 +41,11 @@ _ITEMISH = st.fixed_dictionaries(
 )  # fmt: skip
 
 
-def _unseal(sealed: str) -> str:
+def _unseal(sealed: str, kind: str) -> str:
     """Opens what `_seal` made: the tests' stand-in for the deployment's key."""
-    if not sealed.startswith("sealed:"):
+    if not sealed.startswith(f"sealed:{kind}:"):
         raise ValueError("not ours")
-    return sealed.removeprefix("sealed:")
+    return sealed.removeprefix(f"sealed:{kind}:")
 
 
 def _dumped(parts: Sequence[BaseModel]) -> list[dict[str, Any]]:
@@ -143,7 +143,11 @@ def test_answers_after_the_client_s_copy_of_the_conversation_are_the_answers() -
 def test_a_compaction_item_stands_for_its_summary_in_the_history() -> None:
     parsed = parse_input(
         [
-            {"type": "compaction", "id": "cmp_1", "encrypted_content": "sealed:slate was agreed"},
+            {
+                "type": "compaction",
+                "id": "cmp_1",
+                "encrypted_content": "sealed:compaction:slate was agreed",
+            },
             {"role": "user", "content": "go on"},
         ],
         "abc",
@@ -154,3 +158,68 @@ def test_a_compaction_item_stands_for_its_summary_in_the_history() -> None:
     (part,) = summary.parts
     assert isinstance(part, TextPart)
     assert part.text == f"{SUMMARY_PREAMBLE}\n\nslate was agreed"
+
+
+def test_a_sealed_reasoning_item_restores_its_part_and_any_other_is_dropped() -> None:
+    state = ReasoningPart(text="think", signature="sig")
+    raw = [
+        {"role": "user", "content": "q"},
+        {"type": "reasoning", "summary": [], "encrypted_content": "forged"},
+        {"type": "reasoning", "summary": [{"type": "summary_text", "text": "no state"}]},
+        {"type": "reasoning", "summary": [],
+         "encrypted_content": f"sealed:reasoning:{state.model_dump_json()}"},
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "r"},
+        {"role": "user", "content": "next"},
+    ]  # fmt: skip
+    parsed = parse_input(raw, "abc", _unseal)
+    roles = [(m.role, [p.type for p in m.parts]) for m in parsed.history]
+    assert roles == [("user", ["text"]), ("assistant", ["reasoning", "tool_call"]),
+                     ("tool", ["tool_result"])]  # fmt: skip
+    assert parsed.history[1].parts[0] == state
+
+
+def test_a_compaction_sealed_as_reasoning_does_not_open() -> None:
+    raw = [
+        {"type": "compaction", "encrypted_content": "sealed:reasoning:x"},
+        {"role": "user", "content": "hi"},
+    ]
+    with pytest.raises(ApiError, match="not ours"):
+        parse_input(raw, "abc", _unseal)
+
+
+def test_results_no_chat_waits_on_restart_from_the_copy_before_them() -> None:
+    raw = [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "q"},
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+        {"type": "function_call", "call_id": "c2", "name": "g", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "one"},
+        {"type": "function_call_output", "call_id": "c2", "output": "two"},
+    ]
+    parsed = parse_input(raw, "abc", _unseal)
+    assert parsed.message is None and not parsed.history, "nothing read while a chat may wait"
+    restart_from_copy(parsed, _unseal)
+    assert parsed.system == ["be brief"]
+    assert [m.role for m in parsed.history] == ["user", "assistant"]
+    assert [(r.tool_call_id, r.name, r.output) for r in parsed.results] == [
+        ("c1", "f", "one"),
+        ("c2", "g", "two"),
+    ]
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        [{"type": "function_call_output", "call_id": "c1", "output": "x"}],
+        [{"role": "user", "content": "q"},
+         {"type": "function_call_output", "call_id": "c1", "output": "x"}],
+        [{"role": "user", "content": "q"},
+         {"type": "mcp_approval_response", "approval_request_id": "mcpr_c1", "approve": True}],
+    ],
+)  # fmt: skip
+def test_answers_without_their_calls_can_t_begin_a_turn(raw: list[Any]) -> None:
+    parsed = parse_input(raw, "abc", _unseal)
+    with pytest.raises(ApiError) as refused:
+        restart_from_copy(parsed, _unseal)
+    assert refused.value.status == 400

@@ -81,8 +81,9 @@ async def _text(provider: OpenAIResponsesProvider, request: ModelRequest) -> tup
 
 
 async def test_the_fake_refuses_an_unknown_previous_response_as_openai_does(
-    client: openai.AsyncOpenAI,
+    server: FakeProviderServer, client: openai.AsyncOpenAI
 ) -> None:
+    server.script("chain-unknown", [FakeResponse.of_text("unused")])
     with pytest.raises(openai.BadRequestError) as caught:
         await client.responses.create(
             model="chain-unknown", input="hi", previous_response_id="resp_gone", stream=True
