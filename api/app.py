@@ -19,7 +19,7 @@ from api.errors import (
     install_error_handlers,
 )
 from api.limits import BodySizeLimit
-from api.open_responses import model_catalog
+from api.open_responses import conversations, model_catalog
 from api.open_responses import routes as open_responses
 from api.open_responses import sockets as open_responses_sockets
 from api.open_responses.model_names import model_aliases
@@ -119,6 +119,7 @@ def create_app(config: GatewayConfig) -> FastAPI:
     for module in routers:
         app.include_router(module.router, prefix=API_PREFIX, responses=ERROR_RESPONSES)
     app.include_router(open_responses.router, responses=OPENAI_ERROR_RESPONSES)
+    app.include_router(conversations.router, responses=OPENAI_ERROR_RESPONSES)
     app.include_router(model_catalog.router, responses=OPENAI_ERROR_RESPONSES)
     app.include_router(open_responses_sockets.router)
     if config.console:
