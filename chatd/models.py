@@ -39,6 +39,11 @@ class WebSearchConfig(BaseModel):
     """Anthropic only (OpenAI supports an allow list only)."""
     max_uses: int | None = Field(default=None, ge=1, le=50)
     """Anthropic only: searches per model step."""
+    user_location: dict[str, str] | None = None
+    """Where the user is, roughly (`type: approximate`, city, region, country, timezone),
+    for local results; both providers take it in this shape."""
+    search_context_size: Literal["low", "medium", "high"] | None = None
+    """OpenAI only: how much of each page the search reads."""
 
 
 class ModelConfig(BaseModel):

@@ -180,8 +180,11 @@ async def _input_end(state: GatewayState, previous: ResponseRecord) -> int:
 
 
 async def owned_chat(state: GatewayState, owner: str, chat_id: str) -> ChatRecord | None:
+    """The owner's chat `chat_id`; None for one on its way out (a deleted conversation, a
+    `store: false` response's chat), which no request may continue."""
     try:
         key = uuid.UUID(chat_id)
     except ValueError:
         return None
-    return await state.chats.get(key, owner)
+    chat = await state.chats.get(key, owner)
+    return chat if chat is not None and chat.discard_at is None else None

@@ -27,13 +27,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from api.open_responses.client_tools import ClientTools, call_item, custom_input
 from api.open_responses.resource import (
     APPROVAL_PREFIX,
     ItemIds,
     ReasoningShown,
     approval_request_item,
     awaits_approval,
-    function_call_item,
     is_web_search,
     message_item,
     shows_as_tool_run,
@@ -75,7 +75,7 @@ class ResponseEvents:
 
     response_id: str
     turn_id: str
-    client_tools: set[str]
+    client_tools: ClientTools
     answered_call_ids: set[str]
     extensions: bool = False
     """Whether the client asked for `chatd:` events (`chatd:events`)."""
@@ -166,8 +166,8 @@ class ResponseEvents:
         item = self._open.get(index)
         kind = part.get("type")
         if item is None:
-            if kind == "tool_call" and part.get("name") not in self.client_tools:
-                return []  # a tool the workers run: an item once its result is persisted
+            if kind == "tool_call" and not self._streams_arguments(part.get("name")):
+                return []  # a worker's tool, or one whose item shows once its call is whole
             opened = self._begin(kind, part)
             if opened is None:
                 return []
@@ -204,7 +204,7 @@ class ResponseEvents:
         elif kind == "tool_call":
             call = ToolCallPart(id=part.get("id") or "", name=part.get("name") or "")
             item = _OpenItem("function_call", self._ids.next("fc"), output_index, call=call)
-            added = function_call_item(item.item_id, call, "in_progress")
+            added = call_item(item.item_id, call, "in_progress", self.client_tools.get(call.name))
             self._outputs += 1
             return item, [self._item_event("response.output_item.added", item, added)]
         else:
@@ -261,15 +261,22 @@ class ResponseEvents:
             assert opened is not None
             item, events_added = opened
             events += events_added
-        if text != item.text:  # the durable text completes what streamed
+        streams = kind != "tool_call" or self._streams_arguments(getattr(part, "name", None))
+        if text != item.text and streams:  # the durable text completes what streamed
             rest = text.removeprefix(item.text) if text.startswith(item.text) else text
             events += self._delta_of(kind, item, rest)
-            item.text = text
+        item.text = text
         if isinstance(part, ToolCallPart):
             item.call = part
         if isinstance(part, ReasoningPart):
             item.reasoning = part
         return events + self._close(item, "completed")
+
+    def _streams_arguments(self, name: Any) -> bool:
+        """Whether a call's arguments stream as they come: a client's function's do; a
+        custom tool's input and a shell command show once whole."""
+        tool = self.client_tools.get(name) if isinstance(name, str) else None
+        return tool is not None and tool.kind == "function"
 
     def _shown(self, part: Part) -> tuple[str, str] | None:
         """The kind of item a step's part is, and its text (None: it is no item)."""
@@ -340,19 +347,25 @@ class ResponseEvents:
         if item.kind == "function_call":
             assert item.call is not None
             call = item.call.model_copy(update={"arguments": item.text})
-            return [
-                self._event(
+            tool = self.client_tools.get(call.name)
+            done = call_item(item.item_id, call, status, tool)
+            if tool is None or tool.kind == "function":
+                finished = self._event(
                     "response.function_call_arguments.done",
                     item_id=item.item_id,
                     output_index=item.output_index,
                     arguments=item.text,
-                ),
-                self._item_event(
-                    "response.output_item.done",
-                    item,
-                    function_call_item(item.item_id, call, status),
-                ),
-            ]
+                )
+            elif tool.kind == "custom":
+                finished = self._event(
+                    "response.custom_tool_call_input.done",
+                    item_id=item.item_id,
+                    output_index=item.output_index,
+                    input=custom_input(item.text),
+                )
+            else:
+                return [self._item_event("response.output_item.done", item, done)]
+            return [finished, self._item_event("response.output_item.done", item, done)]
         if item.kind == "message":
             content = {"type": "output_text", "text": item.text, "annotations": []}
             done = message_item(item.item_id, item.text, status)

@@ -5,6 +5,7 @@ Every refusal is a 400 naming the item (`input[2]`), raised before anything is s
 
 from __future__ import annotations
 
+import json
 import mimetypes
 import re
 from collections.abc import Callable
@@ -14,9 +15,12 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from api.errors import ApiError
+from api.open_responses.client_tools import LOCAL_SHELL, model_name
 from api.open_responses.requests import (
     ApprovalResponseItem,
     CompactionItem,
+    CustomToolCallItem,
+    CustomToolCallOutputItem,
     FunctionCallItem,
     FunctionCallOutputItem,
     InputFile,
@@ -24,6 +28,8 @@ from api.open_responses.requests import (
     InputItem,
     InputText,
     ItemReference,
+    LocalShellCallItem,
+    LocalShellCallOutputItem,
     MessageItem,
     ReasoningItem,
 )
@@ -87,9 +93,10 @@ def parse_input(raw: str | list[dict[str, Any]], response_hex: str, unseal: Unse
     `compaction` item's summary (ValueError if this server did not make it)."""
     if isinstance(raw, str):
         raw = [{"type": "message", "role": "user", "content": raw}]
-    items = [_item(index, entry) for index, entry in enumerate(raw)]
+    given = [_item(index, entry) for index, entry in enumerate(raw)]
     parsed = ParsedInput()
-    parsed.items = [_listed(item, f"{response_hex}_{i}") for i, item in enumerate(items)]
+    parsed.items = [_listed(item, f"{response_hex}_{i}") for i, item in enumerate(given)]
+    items = [_as_function_item(item) for item in given]
     answers = (FunctionCallOutputItem, ApprovalResponseItem)
     first_answer = len(items)
     while first_answer and isinstance(items[first_answer - 1], answers):
@@ -147,7 +154,7 @@ def parse_window(raw: str | list[dict[str, Any]], unseal: Unseal) -> list[Histor
     parsed = ParsedInput()
     call_names: dict[str, str] = {}
     for index, entry in enumerate(raw):
-        _add_history(parsed, index, _item(index, entry), call_names, unseal)
+        _add_history(parsed, index, _as_function_item(_item(index, entry)), call_names, unseal)
     system = [HistoryMessage("user", [TextPart(text=text)]) for text in parsed.system]
     return system + parsed.history
 
@@ -163,6 +170,34 @@ def _item(index: int, entry: Any) -> InputItem:
         first = err.errors()[0]
         where = "".join(f"[{x}]" if isinstance(x, int) else f".{x}" for x in first["loc"])
         raise _refusal(index, f"{where.lstrip('.')}: {first['msg']}".lstrip(": ")) from err
+
+
+def _as_function_item(item: InputItem) -> InputItem:
+    """A call of a client's tool, or its output, as the chat holds it: a function call
+    under the name the model calls the tool by (`api.open_responses.client_tools`)."""
+    if isinstance(item, FunctionCallItem) and item.namespace:
+        name = model_name(item.name, item.namespace)
+        return item.model_copy(update={"name": name, "namespace": None})
+    if isinstance(item, CustomToolCallItem):
+        arguments = json.dumps({"input": item.input})
+        return _call(item.call_id, model_name(item.name, item.namespace), arguments)
+    if isinstance(item, LocalShellCallItem):
+        action = item.action.model_dump(exclude_none=True, exclude={"type"})
+        return _call(item.call_id, LOCAL_SHELL, json.dumps(action))
+    if isinstance(item, CustomToolCallOutputItem):
+        return FunctionCallOutputItem(
+            type="function_call_output", call_id=item.call_id, output=item.output
+        )
+    if isinstance(item, LocalShellCallOutputItem):
+        call_id = item.call_id or item.id
+        return FunctionCallOutputItem(
+            type="function_call_output", call_id=call_id, output=item.output
+        )
+    return item
+
+
+def _call(call_id: str, name: str, arguments: str) -> FunctionCallItem:
+    return FunctionCallItem(type="function_call", call_id=call_id, name=name, arguments=arguments)
 
 
 def _add_history(
@@ -189,8 +224,10 @@ def _add_history(
         call = ToolCallPart(id=item.call_id, name=item.name, arguments=item.arguments)
         call_names[item.call_id] = item.name
         _add_to_step(history, call)
-    else:
+    elif isinstance(item, FunctionCallOutputItem):
         _add_result(history, index, item, call_names)
+    else:  # a client tool's item `_as_function_item` did not make a function's
+        raise _refusal(index, f"a {item.type} item can't be read here")
 
 
 def _add_message(parsed: ParsedInput, index: int, item: MessageItem) -> None:
@@ -324,6 +361,10 @@ _PREFIXES = {
     "mcp_approval_response": "mcpr",
     "compaction": "cmp",
     "item_reference": "ref",
+    "custom_tool_call": "ctc",
+    "custom_tool_call_output": "ctco",
+    "local_shell_call": "lsc",
+    "local_shell_call_output": "lsco",
     "reasoning": "rs",
 }
 

@@ -13,6 +13,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from api.open_responses.client_tools import model_tools
 from chatd.output_format import OutputFormat
 from chatd.tool_policy import ToolPolicy
 from chatd.tools.names import client_tool_name
@@ -115,6 +116,62 @@ class FunctionCallItem(BaseModel):
     call_id: str = Field(min_length=1, max_length=64)
     name: str = Field(min_length=1, max_length=64, pattern=_NAME)
     arguments: str
+    namespace: str | None = Field(default=None, max_length=64, pattern=_NAME)
+    status: str | None = None
+
+
+class CustomToolCallItem(BaseModel):
+    """A call of a custom tool the model made earlier: its freeform `input`."""
+
+    model_config = _STRICT
+    type: Literal["custom_tool_call"]
+    id: str | None = None
+    call_id: str = Field(min_length=1, max_length=64)
+    name: str = Field(min_length=1, max_length=64, pattern=_NAME)
+    input: str
+    namespace: str | None = Field(default=None, max_length=64, pattern=_NAME)
+    status: str | None = None
+
+
+class CustomToolCallOutputItem(BaseModel):
+    """The client's result of a custom tool call."""
+
+    model_config = _STRICT
+    type: Literal["custom_tool_call_output"]
+    id: str | None = None
+    call_id: str = Field(min_length=1, max_length=64)
+    output: str | list[InputText]
+    status: str | None = None
+
+
+class LocalShellAction(BaseModel):
+    type: Literal["exec"] = "exec"
+    command: list[str] = Field(max_length=1000)
+    working_directory: str | None = None
+    timeout_ms: int | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    user: str | None = None
+
+
+class LocalShellCallItem(BaseModel):
+    """A shell command the model asked the client to run earlier."""
+
+    model_config = _STRICT
+    type: Literal["local_shell_call"]
+    id: str | None = None
+    call_id: str = Field(min_length=1, max_length=64)
+    action: LocalShellAction
+    status: str | None = None
+
+
+class LocalShellCallOutputItem(BaseModel):
+    """The client's result of a shell command: `id` names the call (as OpenAI's does)."""
+
+    model_config = _STRICT
+    type: Literal["local_shell_call_output"]
+    id: str = Field(min_length=1, max_length=64)
+    call_id: str | None = Field(default=None, max_length=64)
+    output: str
     status: str | None = None
 
 
@@ -184,6 +241,10 @@ InputItem = Annotated[
     MessageItem
     | FunctionCallItem
     | FunctionCallOutputItem
+    | CustomToolCallItem
+    | CustomToolCallOutputItem
+    | LocalShellCallItem
+    | LocalShellCallOutputItem
     | ApprovalResponseItem
     | CompactionItem
     | ReasoningItem
@@ -220,6 +281,43 @@ class FunctionTool(BaseModel):
         return self
 
 
+class CustomTool(BaseModel):
+    """A tool whose input is freeform text (or text a grammar accepts), run by the client:
+    the model sees a function of one string, and calls come back as `custom_tool_call`."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    type: Literal["custom"]
+    name: str = Field(min_length=1, max_length=64, pattern=_NAME)
+    description: str | None = Field(default=None, max_length=4096)
+    format: dict[str, Any] | None = None
+    defer_loading: bool | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _not_a_worker_tool(cls, name: str) -> str:
+        return client_tool_name(name)
+
+
+class NamespaceTool(BaseModel):
+    """Function and custom tools grouped under a name (Codex groups its sub-agent tools so):
+    the model sees each, as `<namespace>_<name>`; calls come back with their `namespace`."""
+
+    model_config = _STRICT
+    type: Literal["namespace"]
+    name: str = Field(min_length=1, max_length=32, pattern=_NAME)
+    description: str = Field(default="", max_length=4096)
+    tools: list[Annotated[FunctionTool | CustomTool, Field(discriminator="type")]] = Field(
+        min_length=1, max_length=64
+    )
+
+
+class LocalShellTool(BaseModel):
+    """Shell commands the client runs: calls come back as `local_shell_call` items."""
+
+    model_config = _STRICT
+    type: Literal["local_shell"]
+
+
 class McpTool(BaseModel):
     """An MCP server the operator configured, by its name (`server_label`): the chat offers
     its tools; `require_approval: always` asks a person before each call."""
@@ -237,13 +335,27 @@ class WebSearchFilters(BaseModel):
     )
 
 
+class UserLocation(BaseModel):
+    model_config = _STRICT
+    type: Literal["approximate"] = "approximate"
+    city: str | None = Field(default=None, max_length=200)
+    region: str | None = Field(default=None, max_length=200)
+    country: str | None = Field(default=None, max_length=2)
+    timezone: str | None = Field(default=None, max_length=100)
+
+
 class WebSearchTool(BaseModel):
     """The provider's own web search (Anthropic's or OpenAI's), run while the model streams:
     each search is a `web_search_call` output item."""
 
     model_config = _STRICT
-    type: Literal["web_search", "web_search_preview"]
+    type: Literal["web_search", "web_search_preview", "web_search_2025_08_26"]
     filters: WebSearchFilters | None = None
+    user_location: UserLocation | None = None
+    search_context_size: Literal["low", "medium", "high"] | None = None
+    """OpenAI's hint of how much of each page to read (Anthropic has none)."""
+    external_web_access: bool | None = None
+    """Accepted: the providers' searches here are always live."""
 
 
 class SpecificFunction(BaseModel):
@@ -336,6 +448,22 @@ class TextOptions(BaseModel):
         return None
 
 
+HOSTED_TOOLS = frozenset(
+    {
+        "file_search",
+        "image_generation",
+        "code_interpreter",
+        "computer",
+        "computer_use",
+        "computer_use_preview",
+        "tool_search",
+        "programmatic_tool_calling",
+        "shell",
+        "apply_patch",
+    }
+)
+"""Tools OpenAI runs (or whose calls need its own item kinds), which no provider here has."""
+
 Includable = Literal[
     "reasoning.encrypted_content",
     "message.output_text.logprobs",
@@ -365,9 +493,12 @@ class CreateResponse(BaseModel):
     )
     """Checked item by item in `api.open_responses.inputs` (so an error names the item)."""
     instructions: str | None = Field(default=None, max_length=200_000)
-    tools: list[Annotated[FunctionTool | McpTool | WebSearchTool, Field(discriminator="type")]] = (
-        Field(default_factory=list, max_length=64)
-    )
+    tools: list[
+        Annotated[
+            FunctionTool | NamespaceTool | CustomTool | LocalShellTool | McpTool | WebSearchTool,
+            Field(discriminator="type"),
+        ]
+    ] = Field(default_factory=list, max_length=64)
     tool_choice: ToolChoice = "auto"
     """A forced choice (`required`, a named function) binds the response's first model step;
     later steps of the same response, after tools the workers ran, are `auto`."""
@@ -439,16 +570,38 @@ class CreateResponse(BaseModel):
     """Stream `chatd:` events too (`chatd:retry`, `chatd:queue`, `chatd:reset`): off by
     default, as clients that validate every event against the spec refuse unknown ones."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_the_default(cls, data: Any) -> Any:
+        """An optional field sent as `null` takes its default, as OpenAI takes it (clients
+        that send every field, LlamaIndex's, send nulls)."""
+        if isinstance(data, dict):
+            return {name: value for name, value in data.items() if value is not None}
+        return data
+
     @field_validator("tools", mode="before")
     @classmethod
     def _function_by_default(cls, tools: Any) -> Any:
-        """A tool without a `type` is a function (as the specification's default says)."""
-        if isinstance(tools, list):
-            return [
-                {**t, "type": "function"} if isinstance(t, dict) and "type" not in t else t
-                for t in tools
-            ]
-        return tools
+        """A tool without a `type` is a function (as the specification's default says); a
+        hosted tool this deployment can't run is refused by name."""
+        if not isinstance(tools, list):
+            return tools
+        for index, tool in enumerate(tools):
+            kind = tool.get("type") if isinstance(tool, dict) else None
+            if kind in HOSTED_TOOLS:
+                raise ValueError(
+                    f"tools[{index}]: `{kind}` is a tool OpenAI hosts, which this deployment"
+                    " doesn't run; offer a function tool instead"
+                )
+        return [
+            {**t, "type": "function"} if isinstance(t, dict) and "type" not in t else t
+            for t in tools
+        ]
+
+    @model_validator(mode="after")
+    def _tool_names_are_unique(self) -> CreateResponse:
+        model_tools(self.client_tools())  # ValueError when two would share a name
+        return self
 
     @model_validator(mode="after")
     def _tool_choice_names_tools(self) -> CreateResponse:
@@ -477,7 +630,17 @@ class CreateResponse(BaseModel):
         return next((t for t in self.tools if isinstance(t, WebSearchTool)), None)
 
     def function_tools(self) -> list[FunctionTool]:
-        return [tool for tool in self.tools if isinstance(tool, FunctionTool)]
+        """The client's functions, those in namespaces too."""
+        functions = [tool for tool in self.tools if isinstance(tool, FunctionTool)]
+        for group in self.tools:
+            if isinstance(group, NamespaceTool):
+                functions += [t for t in group.tools if isinstance(t, FunctionTool)]
+        return functions
+
+    def client_tools(self) -> list[dict[str, Any]]:
+        """The tools the client runs, as the request gave them."""
+        kinds = (FunctionTool, NamespaceTool, CustomTool, LocalShellTool)
+        return [tool.model_dump() for tool in self.tools if isinstance(tool, kinds)]
 
     def mcp_tools(self) -> list[McpTool]:
         return [tool for tool in self.tools if isinstance(tool, McpTool)]

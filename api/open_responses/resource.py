@@ -9,10 +9,11 @@ chat durably holds: an attempt abandoned by a crashed worker is not in it. Item 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from dataclasses import dataclass
 from typing import Any
 
+from api.open_responses.client_tools import ClientTools, call_item
 from api.open_responses.sealing import SealedKind
 from chatd.models import ModelError
 from chatd.output_format import OutputFormat, misfit
@@ -29,6 +30,7 @@ __all__ = [
     "approval_request_item",
     "awaits_approval",
     "build_resource",
+    "function_call_item",
     "is_web_search",
     "output_format_of",
     "output_items",
@@ -126,14 +128,8 @@ def reasoning_shown(
 
 
 def function_call_item(item_id: str, call: ToolCallPart, status: str) -> dict[str, Any]:
-    return {
-        "type": "function_call",
-        "id": item_id,
-        "call_id": call.id,
-        "name": call.name,
-        "arguments": call.arguments,
-        "status": status,
-    }
+    """A model's call as a plain `function_call` item (its tool's kind unknown)."""
+    return call_item(item_id, call, status, None)
 
 
 def tool_call_item(
@@ -213,7 +209,9 @@ def approval_request_item(call: ToolCallPart) -> dict[str, Any]:
     }
 
 
-def shows_as_tool_run(part: ToolResultPart, client_tools: set[str], answered: set[str]) -> bool:
+def shows_as_tool_run(
+    part: ToolResultPart, client_tools: Container[str], answered: set[str]
+) -> bool:
     """Whether a result is an item of its own: a tool the workers ran, not the client's
     answer (that is input) nor a provider's (its call carries it)."""
     return (
@@ -223,7 +221,7 @@ def shows_as_tool_run(part: ToolResultPart, client_tools: set[str], answered: se
     )
 
 
-def awaits_approval(call: ToolCallPart, client_tools: set[str], results: set[str]) -> bool:
+def awaits_approval(call: ToolCallPart, client_tools: Container[str], results: set[str]) -> bool:
     """Whether a call a turn stopped on waits for a person (not for the client, and with no
     result yet)."""
     return call.name not in client_tools and call.id not in results and not call.provider_executed
@@ -251,7 +249,7 @@ def superseded(message: StoredMessage, output_format: OutputFormat | None) -> bo
 def output_items(
     record: ResponseRecord,
     messages: list[StoredMessage],
-    client_tools: set[str],
+    client_tools: ClientTools,
     reasoning: ReasoningShown = ReasoningShown(),
 ) -> list[dict[str, Any]]:
     """The response's output: each model step's reasoning, text, provider web searches and
@@ -295,7 +293,7 @@ def _step_item(
     role: str,
     ids: ItemIds,
     searched: dict[str, ToolResultPart],
-    client_tools: set[str],
+    client_tools: ClientTools,
     reasoning: ReasoningShown,
 ) -> dict[str, Any] | None:
     """The item a model step's part is: its reasoning, text, a provider's web search, or a
@@ -307,7 +305,7 @@ def _step_item(
     if isinstance(part, TextPart) and role == "assistant":
         return message_item(ids.next("msg"), part.text, "completed")
     if isinstance(part, ToolCallPart) and not part.provider_executed and part.name in client_tools:
-        return function_call_item(ids.next("fc"), part, "completed")
+        return call_item(ids.next("fc"), part, "completed", client_tools[part.name])
     return None
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from api.errors import ApiError
+from api.open_responses.client_tools import model_tools
 from api.open_responses.requests import AllowedTools, CreateResponse, SpecificFunction
 from api.state import GatewayState
 from chatd.models import ModelConfig, WebSearchConfig
@@ -56,7 +57,12 @@ def request_model(body: CreateResponse, model: ModelConfig) -> ModelConfig:
     search = body.web_search()
     if search is not None:
         domains = search.filters.allowed_domains if search.filters else None
-        changes["web_search"] = WebSearchConfig(allowed_domains=domains)
+        where = search.user_location.model_dump(exclude_none=True) if search.user_location else None
+        changes["web_search"] = WebSearchConfig(
+            allowed_domains=domains,
+            user_location=where,
+            search_context_size=search.search_context_size,
+        )
         if model.provider == "openai":
             changes["openai_api"] = "responses"  # OpenAI searches on its Responses API only
     if effort and effort != "none":
@@ -79,14 +85,8 @@ def tool_use_of(body: CreateResponse) -> ToolUse:
 
 
 def dynamic_tools_of(body: CreateResponse) -> list[DynamicTool]:
-    return [
-        DynamicTool(
-            name=tool.name,
-            description=tool.description or "",
-            input_schema=tool.parameters or {"type": "object"},
-        )
-        for tool in body.function_tools()
-    ]
+    """The client's tools as the chat's, under the names the model calls them by."""
+    return model_tools(body.client_tools())[0]
 
 
 def mcp_servers_of(state: GatewayState, body: CreateResponse) -> list[str]:
@@ -120,7 +120,7 @@ def echoed_request(body: CreateResponse) -> dict[str, Any]:
     return {
         "model": body.model,
         "instructions": body.instructions,
-        "tools": [tool.model_dump() for tool in body.function_tools()],
+        "tools": body.client_tools(),
         "tool_choice": body.tool_choice
         if isinstance(body.tool_choice, str)
         else body.tool_choice.model_dump(),

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from api.background import in_background
+from api.open_responses.client_tools import ClientTools, model_tools
 from api.open_responses.events import TERMINAL_EVENTS, ResponseEvents
 from api.open_responses.resource import (
     ReasoningShown,
@@ -31,8 +32,9 @@ WAKE_AT_LEAST_S = 15.0
 """A wait for the chat's next notification looks again after this long (a missed one)."""
 
 
-def client_tools(record: ResponseRecord) -> set[str]:
-    return {tool["name"] for tool in record.request.get("tools", [])}
+def client_tools(record: ResponseRecord) -> ClientTools:
+    """The client's tools the response offered, by the names the model calls them."""
+    return model_tools(record.request.get("tools", []))[1]
 
 
 async def current_resource(state: GatewayState, record: ResponseRecord) -> dict[str, Any]:

@@ -103,7 +103,7 @@ def build_anthropic_request(request: ModelRequest) -> dict[str, Any]:
     search = request.model.web_search
     if search is not None and request.tool_use.offers("web_search"):
         server_tool = {"type": WEB_SEARCH_TOOL_TYPE, "name": "web_search"}
-        options = search.model_dump(exclude_none=True)
+        options = search.model_dump(exclude_none=True, exclude={"search_context_size"})
         tools.append(server_tool | options)
     if tools:
         kwargs["tools"] = tools

@@ -130,6 +130,10 @@ def build_responses_request(request: ModelRequest, *, chain: bool = True) -> dic
     search = request.model.web_search
     if search is not None and request.tool_use.offers("web_search"):
         web: dict[str, Any] = {"type": "web_search"}
+        if search.user_location:
+            web["user_location"] = search.user_location
+        if search.search_context_size:
+            web["search_context_size"] = search.search_context_size
         if search.allowed_domains:
             web["filters"] = {"allowed_domains": search.allowed_domains}
         tools.append(web)

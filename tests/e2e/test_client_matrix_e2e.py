@@ -218,19 +218,11 @@ async def test_pydantic_ai_replays_a_thinking_model_s_reasoning(stack: Stack, se
 # LlamaIndex, in its own venv
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason=(
-        "LlamaIndex sends every optional field, unset ones as null: `metadata: null` and "
-        "`include: null` are a 400 invalid_request (param `metadata`); OpenAI accepts null "
-        "for both"
-    ),
-)
 @pytest.mark.slow
 async def test_llamaindex_openai_responses_chats_and_runs_a_tool(stack: Stack) -> None:
     """Two chained chat calls (`track_previous_responses`), then a tool loop with the whole
-    conversation and `store: false`, LlamaIndex's defaults."""
+    conversation and `store: false`, LlamaIndex's defaults. It sends every optional field,
+    unset ones as null (`metadata: null`, `include: null`), which mean their defaults."""
     if not LLAMAINDEX_PYTHON.exists():
         message = f"LlamaIndex's venv is missing; make it as .ci/run does: {LLAMAINDEX_SETUP}"
         if os.environ.get("CI"):

@@ -152,7 +152,7 @@ async def test_allowed_tools_and_none_reach_openai_in_its_words(stack: Stack) ->
         ({"tools": [WEATHER], "tool_choice": {"type": "function", "name": "nope"}}, "['nope']"),
         ({"tool_choice": "required"}, "needs tools"),
         ({"tools": [WEATHER], "tool_choice": {"type": "mcp", "server_label": "x"}}, "tool_choice"),
-        ({"tools": [{"type": "web_search", "search_context_size": "high"}]}, "search_context_size"),
+        ({"tools": [{"type": "web_search", "filters": {"excluded": ["x.com"]}}]}, "excluded"),
         ({"tools": [{"type": "file_search"}]}, "tools"),
     ],
     ids=[
