@@ -26,6 +26,7 @@ from api.open_responses.continuation import (
 )
 from api.open_responses.inputs import HistoryMessage, ParsedInput, parse_input
 from api.open_responses.model_names import resolve_model
+from api.open_responses.prefixes import PrefixMatch, conversation_of, matched_prefix, remember
 from api.open_responses.requests import CreateResponse
 from api.open_responses.resource import APPROVAL_PREFIX
 from api.open_responses.turn_settings import (
@@ -73,19 +74,59 @@ async def create_response(
         if earlier is not None:
             check_same_request(earlier.request_digest, digest)
             return earlier
+    conversation = conversation_of(body.input)
+    matched = await matched_prefix(state, owner, body, conversation)
+    record = await _created(
+        request,
+        _Request(owner, key, body, idempotency_key, digest, matched),
+        connection_responses,
+        on_chat,
+    )
+    await remember(state, owner, record, conversation)
+    return record
+
+
+@dataclass(frozen=True)
+class _Request:
+    """A `POST /v1/responses` as it is being served: who sent what, and the stored
+    conversation its input continues, if any."""
+
+    owner: str
+    key: str
+    body: CreateResponse
+    idempotency_key: str | None
+    digest: str
+    matched: PrefixMatch | None
+
+
+async def _created(
+    request: HTTPConnection,
+    asked: _Request,
+    connection_responses: AbstractSet[str],
+    on_chat: Callable[[uuid.UUID], None],
+) -> ResponseRecord:
+    state = state_of(request)
+    owner, key, body, idempotency_key, digest = (
+        asked.owner, asked.key, asked.body, asked.idempotency_key, asked.digest
+    )  # fmt: skip
     model = request_model(body, resolve_model(body.model, state.model_aliases))
     response_id = new_response_id()
     seal = await state.compaction_seal()
     unseal = partial(seal.open, owner)
-    parsed = parse_input(body.input, response_id.removeprefix("resp_"), unseal)
-    chat = await chat_to_continue(state, owner, body, parsed, unseal, connection_responses)
+    matched = asked.matched
+    raw = matched.rest if matched else body.input
+    parsed = parse_input(raw, response_id.removeprefix("resp_"), unseal)
+    if matched is not None:
+        chat: ChatRecord | None = matched.chat
+    else:
+        chat = await chat_to_continue(state, owner, body, parsed, unseal, connection_responses)
     base = NewResponse(
         id=response_id,
         chat_id=uuid.UUID(int=0),
         owner=owner,
         turn_id="",
         after_message_id=None,
-        previous_response_id=body.previous_response_id,
+        previous_response_id=matched.response.id if matched else body.previous_response_id,
         request=echoed_request(body),
         input_items=parsed.items,
         idempotency_key=idempotency_key,

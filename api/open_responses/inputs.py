@@ -43,6 +43,7 @@ __all__ = [
     "HistoryMessage",
     "ParsedInput",
     "Unseal",
+    "conversation_item",
     "parse_input",
     "parse_window",
     "restart_from_copy",
@@ -157,6 +158,12 @@ def parse_window(raw: str | list[dict[str, Any]], unseal: Unseal) -> list[Histor
         _add_history(parsed, index, _as_function_item(_item(index, entry)), call_names, unseal)
     system = [HistoryMessage("user", [TextPart(text=text)]) for text in parsed.system]
     return system + parsed.history
+
+
+def conversation_item(index: int, entry: Any) -> InputItem:
+    """An input item (or an output item given back) as the chat reads it: checked, and a
+    client tool's call or output as a function's. A 400 naming the item if it can't be."""
+    return _as_function_item(_item(index, entry))
 
 
 def _item(index: int, entry: Any) -> InputItem:

@@ -1,0 +1,139 @@
+"""Continuing a conversation a client keeps itself: a request with no `previous_response_id`
+whose input begins with a conversation this owner already has (the input and output of a
+stored response, and all before it) continues that response's chat, and only the items
+after that prefix are new. A client resending its growing conversation (LangChain,
+pydantic-ai, LlamaIndex do by default) then writes only what it added.
+
+Conversations are matched by a rolling digest over their items in a canonical form: the
+role and text of each user and assistant message, each function call's id, name and
+arguments, each result's id and text. Reasoning, system text and provider tool items don't
+count, so a client that drops or keeps them still matches. A response's output is checked
+item by item against the input that follows its prefix before anything is continued.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from api.errors import ApiError
+from api.open_responses.inputs import conversation_item
+from api.open_responses.requests import (
+    CreateResponse,
+    FunctionCallItem,
+    FunctionCallOutputItem,
+    InputItem,
+    MessageItem,
+)
+from api.open_responses.views import current_resource
+from api.state import GatewayState
+from chatd.store.chats import ChatRecord
+from chatd.store.conversation_prefixes import ConversationPrefixes, KnownPrefix
+from chatd.store.responses import ResponseRecord
+
+__all__ = ["Conversation", "PrefixMatch", "conversation_of", "matched_prefix", "remember"]
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """A request's input as the digests of its prefixes: `digests[k]` covers its first k + 1
+    items that count, the one `at[k]` is the index of."""
+
+    digests: list[bytes]
+    at: list[int]
+
+
+@dataclass(frozen=True)
+class PrefixMatch:
+    """The chat whose conversation the input begins with, the response it ended at, and the
+    input items after it."""
+
+    chat: ChatRecord
+    response: ResponseRecord
+    rest: list[dict[str, Any]]
+
+
+def conversation_of(raw: str | list[dict[str, Any]]) -> Conversation:
+    """The digests of the input's prefixes (items that can't be read don't count: the
+    request's own checks refuse them)."""
+    entries = [{"role": "user", "content": raw}] if isinstance(raw, str) else raw
+    digest = hashlib.sha256(b"chatd conversation").digest()
+    digests: list[bytes] = []
+    at: list[int] = []
+    for index, entry in enumerate(entries):
+        token = _token(entry)
+        if token is not None:
+            digest = hashlib.sha256(digest + token.encode()).digest()
+            digests.append(digest)
+            at.append(index)
+    return Conversation(digests, at)
+
+
+async def matched_prefix(
+    state: GatewayState, owner: str, body: CreateResponse, conversation: Conversation
+) -> PrefixMatch | None:
+    """The stored conversation this request's input continues, if any: its longest known
+    prefix, whose response is the newest of an idle chat and whose output the input repeats
+    after it."""
+    if body.previous_response_id or body.conversation or not isinstance(body.input, list):
+        return None
+    if len(conversation.digests) < 2 or not body.store:
+        return None
+    known = await ConversationPrefixes(state.pool).longest(owner, conversation.digests[:-1])
+    if known is None:
+        return None
+    response = await state.responses.get(owner, known.response_id)
+    chat = await state.chats.get(known.chat_id, owner)
+    if response is None or response.ended_at is None or chat is None or chat.discard_at:
+        return None
+    if await state.responses.latest_in_chat(chat.id) != response.id:
+        return None  # the chat went on since: this is a fork, made as a new chat
+    output = [_token(item) for item in (await current_resource(state, response))["output"]]
+    repeated = [token for token in output if token is not None]
+    following = _tokens_after(body.input, conversation.at[known.items - 1] + 1)
+    if following[: len(repeated)] != repeated or len(following) <= len(repeated):
+        return None
+    rest_from = conversation.at[known.items + len(repeated)]
+    return PrefixMatch(chat, response, body.input[rest_from:])
+
+
+async def remember(
+    state: GatewayState, owner: str, record: ResponseRecord, conversation: Conversation
+) -> None:
+    """Note that this response's conversation, through its input, is in its chat."""
+    if not record.store or not conversation.digests:
+        return
+    known = KnownPrefix(record.chat_id, record.id, len(conversation.digests))
+    await ConversationPrefixes(state.pool).remember(owner, conversation.digests[-1], known)
+
+
+def _tokens_after(entries: list[dict[str, Any]], start: int) -> list[str]:
+    return [t for t in (_token(e) for e in entries[start:]) if t is not None]
+
+
+def _token(entry: Any) -> str | None:
+    """An item's canonical form, or None for one that doesn't count."""
+    try:
+        item = conversation_item(0, entry)
+    except ApiError:
+        return None
+    return _canonical(item)
+
+
+def _canonical(item: InputItem) -> str | None:
+    if isinstance(item, MessageItem) and item.role in ("user", "assistant"):
+        if isinstance(item.content, str):
+            text = item.content
+        else:
+            text = "".join(
+                getattr(part, "text", None) or json.dumps(part.model_dump(), sort_keys=True)
+                for part in item.content
+            )
+        return f"{item.role}\x1f{text}"
+    if isinstance(item, FunctionCallItem):
+        return f"call\x1f{item.call_id}\x1f{item.name}\x1f{item.arguments}"
+    if isinstance(item, FunctionCallOutputItem):
+        return f"result\x1f{item.call_id}\x1f{item.text()}"
+    return None

@@ -1,0 +1,119 @@
+"""A client that resends its whole conversation with every request (no
+`previous_response_id`) continues the chat that holds it, and each call writes only what it
+added: the cost of a call stays flat as the conversation grows."""
+
+from __future__ import annotations
+
+from itertools import pairwise
+from typing import Any
+
+from harness import Stack
+from openai import AsyncOpenAI
+
+from chatd.fake_provider.script import FakeResponse, FakeText, FakeToolCall
+
+LOOKUP = {
+    "type": "function",
+    "name": "lookup",
+    "description": "Look a word up",
+    "parameters": {"type": "object", "properties": {"word": {"type": "string"}}},
+}
+
+
+def _client(stack: Stack) -> AsyncOpenAI:
+    root = stack.base_url.removesuffix("/api/v1")
+    return AsyncOpenAI(base_url=f"{root}/v1", api_key=stack.key, max_retries=0)
+
+
+async def _written(stack: Stack, chat_id: str) -> tuple[int, int]:
+    """The chat's transcript rows, and the bytes of its responses' stored input items."""
+    messages = await stack.pool.fetchval(
+        "SELECT count(*) FROM messages WHERE chat_id = $1::uuid", chat_id
+    )
+    inputs = await stack.pool.fetchval(
+        "SELECT coalesce(sum(octet_length(input_items::text)), 0) FROM responses"
+        " WHERE chat_id = $1::uuid",
+        chat_id,
+    )
+    return int(messages), int(inputs)
+
+
+async def test_a_resent_growing_conversation_continues_one_chat_at_flat_cost(
+    stack: Stack,
+) -> None:
+    turns = 12
+    name = stack.scripted_model(
+        *(FakeResponse(parts=[FakeText(text=f"answer {n}")]) for n in range(turns))
+    )["name"]
+    conversation: list[dict[str, Any]] = []
+    chats: set[str] = set()
+    growth: list[tuple[int, int]] = []
+    previous: str | None = None
+    async with _client(stack) as client:
+        for n in range(turns):
+            conversation.append({"role": "user", "content": f"question {n}"})
+            response = await client.responses.create(model=f"anthropic/{name}", input=conversation)
+            assert response.output_text == f"answer {n}"
+            assert response.previous_response_id == previous, "continued from the last one"
+            previous = response.id
+            assert response.conversation is not None
+            chats.add(response.conversation.id)
+            growth.append(await _written(stack, response.conversation.id))
+            conversation += [item.model_dump(exclude_none=True) for item in response.output]
+    assert len(chats) == 1, "one chat for the whole conversation"
+    rows = [b[0] - a[0] for a, b in pairwise(growth)]
+    sizes = [b[1] - a[1] for a, b in pairwise(growth)]
+    assert rows == [2] * (turns - 1), "each call writes its question and its answer"
+    assert max(sizes) - min(sizes) < 16, f"stored input per call stays flat: {sizes}"
+    last = stack.fake.requests(name)[-1].body["messages"]
+    assert len(last) == 2 * turns - 1, "the model still sees the whole conversation"
+
+
+async def test_a_tool_round_trip_resent_whole_continues_too(stack: Stack) -> None:
+    name = stack.scripted_model(
+        FakeResponse(parts=[FakeToolCall(name="lookup", arguments={"word": "x"}, id="toolu_a")]),
+        FakeResponse(parts=[FakeText(text="x is a letter")]),
+        FakeResponse(parts=[FakeText(text="y too")]),
+    )["name"]
+    model = f"anthropic/{name}"
+    async with _client(stack) as client:
+        conversation: list[dict[str, Any]] = [{"role": "user", "content": "what is x?"}]
+        first = await client.responses.create(model=model, input=conversation, tools=[LOOKUP])
+        call = first.output[0]
+        assert call.type == "function_call"
+        conversation += [
+            call.model_dump(exclude_none=True),
+            {"type": "function_call_output", "call_id": call.call_id, "output": "a letter"},
+        ]
+        second = await client.responses.create(model=model, input=conversation, tools=[LOOKUP])
+        assert second.output_text == "x is a letter"
+        conversation += [item.model_dump(exclude_none=True) for item in second.output]
+        conversation.append({"role": "user", "content": "and y?"})
+        third = await client.responses.create(model=model, input=conversation, tools=[LOOKUP])
+    assert third.output_text == "y too"
+    assert first.conversation and third.conversation
+    assert third.conversation.id == first.conversation.id
+    assert third.previous_response_id == second.id
+
+
+async def test_a_conversation_that_differs_from_the_stored_one_starts_its_own_chat(
+    stack: Stack,
+) -> None:
+    name = stack.scripted_model(
+        FakeResponse(parts=[FakeText(text="one")]),
+        FakeResponse(parts=[FakeText(text="two")]),
+    )["name"]
+    async with _client(stack) as client:
+        first = await client.responses.create(
+            model=f"anthropic/{name}", input=[{"role": "user", "content": "hi"}]
+        )
+        edited = [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "something the model never said"},
+            {"role": "user", "content": "go on"},
+        ]
+        second = await client.responses.create(model=f"anthropic/{name}", input=edited)
+    assert second.output_text == "two"
+    assert first.conversation and second.conversation
+    assert second.conversation.id != first.conversation.id
+    assert second.previous_response_id is None
