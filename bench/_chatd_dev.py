@@ -47,6 +47,8 @@ class ChatdDev:
     fake_url: str
     data_dir: Path
     pid: int
+    postgres_dsn: str
+    """The dev stack's PostgreSQL, for benches that read its statistics."""
 
 
 def _distinct_free_ports(n: int) -> list[int]:
@@ -97,6 +99,7 @@ async def chatd_dev(fake_command: Sequence[str]) -> AsyncIterator[ChatdDev]:
             fake_url=fake_url,
             data_dir=data_dir,
             pid=dev.process.pid,
+            postgres_dsn=f"postgresql://postgres@127.0.0.1:{postgres}/postgres",
         )
     finally:
         await asyncio.to_thread(_interrupt, dev)

@@ -452,6 +452,10 @@ class _AnyModelBook(ScriptBook):
         super().__init__()
         self._responder = responder
 
+    def knows(self, model: str) -> bool:
+        """Every model is served."""
+        return True
+
     def next_response(self, request: FakeRequest) -> FakeResponse:
         return self._responder(request)
 

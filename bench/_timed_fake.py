@@ -33,6 +33,10 @@ class TimedBook(ScriptBook):
         self._received_ns: list[int] = []
         self._emitted_ns: list[int] = []
 
+    def knows(self, model: str) -> bool:
+        """Every model is served."""
+        return True
+
     def next_response(self, request: FakeRequest) -> FakeResponse:
         return FakeResponse.of_text(self._reply)
 
