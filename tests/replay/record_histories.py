@@ -73,12 +73,18 @@ Scenario = Callable[[Stack], Awaitable[Run]]
 
 
 async def _chat(
-    stack: Stack, responses: list[FakeResponse], context_limit: int | None = None, **chat: Any
+    stack: Stack,
+    responses: list[FakeResponse],
+    context_limit: int | None = None,
+    output_format: dict[str, Any] | None = None,
+    **chat: Any,
 ) -> tuple[str, str]:
     """A chat on a freshly scripted model, and that model's name."""
     name = f"replay-{uuid.uuid4().hex[:10]}"
     stack.fake.script(name, responses)
-    model = {"provider": "anthropic", "name": name, "context_limit": context_limit}
+    model: dict[str, Any] = {"provider": "anthropic", "name": name, "context_limit": context_limit}
+    if output_format is not None:
+        model["output_format"] = output_format
     created = await stack.create_chat(model=model, **chat)
     return created["id"], name
 
@@ -356,6 +362,48 @@ async def failed_first_step(stack: Stack) -> Run:
     )
 
 
+FORECAST = {
+    "type": "json_schema",
+    "name": "forecast",
+    "schema": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "celsius": {"type": "integer"}},
+        "required": ["city", "celsius"],
+        "additionalProperties": False,
+    },
+    "strict": True,
+}
+"""A strict output format: the answers of the format scenarios are checked against it."""
+
+
+async def _format_turn(stack: Stack, answers: list[str], ends: str) -> tuple[str, Run]:
+    """A turn of a chat whose answers must fit `FORECAST`, the model answering `answers`
+    in turn: the chat's id and the run."""
+    responses = [FakeResponse(parts=[FakeText(text=a)]) for a in answers]
+    chat_id, _ = await _chat(stack, responses, output_format=FORECAST)
+    await stack.send(chat_id, "the weather in Oslo, as JSON")
+    await stack.wait_status(chat_id, ends, within_s=WITHIN_S)
+    return chat_id, await _run(stack, chat_id)
+
+
+async def format_corrected_turn(stack: Stack) -> Run:
+    """A strict output format: the first answer misses the schema, a note asks again, and
+    the corrective step's answer fits (the turn ends `waiting`)."""
+    _, run = await _format_turn(
+        stack, ['{"city": "Oslo", "celsius": "cold"}', '{"city": "Oslo", "celsius": 3}'], "waiting"
+    )
+    return run
+
+
+async def format_failed_turn(stack: Stack) -> Run:
+    """A strict output format missed twice: after the one correction the turn ends in
+    `error`, of kind `output_format`."""
+    chat_id, run = await _format_turn(stack, ["Sunny, 3 degrees.", '{"city": "Oslo"}'], "error")
+    chat = (await stack.http.get(f"/chats/{chat_id}")).json()
+    assert chat["last_error"]["kind"] == "output_format", chat["last_error"]
+    return run
+
+
 async def _signalled(stack: Stack, chat_id: str, text: str) -> str:
     """A message stored as a gateway stores a send, handed over with a signal-with-start
     (`workers.turns.queue_message`, a send no worker took in time); its id."""
@@ -472,6 +520,8 @@ SCENARIOS: dict[str, Scenario] = {
     "signalled_turn": signalled_turn,
     "signalled_after_its_turn": signalled_after_its_turn,
     "summarise_window": summarise_window,
+    "format_corrected_turn": format_corrected_turn,
+    "format_failed_turn": format_failed_turn,
 }
 TITLED = {"titled_turn"}
 """Scenarios recorded on a stack that names untitled chats."""

@@ -21,6 +21,7 @@ from workflows.decide import (
     backoff_delay,
     ends_turn,
     gave_up,
+    misfit_error,
     next_move,
     should_retry,
     step_finishes_turn,
@@ -34,6 +35,7 @@ from workflows.payloads import (
 )
 
 THRESHOLD = 100
+MISFIT = "celsius: 'cold' is not of type 'integer'"
 
 
 def _turn(step: int = 0, *, compactions: int = 0, just_compacted: bool = False) -> TurnProgress:
@@ -216,3 +218,42 @@ def test_a_step_finishes_its_turn_only_if_allowed_and_under_its_plans_threshold(
     first = given.model_copy(update={"step": 0, "begin": True, "compact_at_tokens": 0})
     assert step_finishes_turn(first, began, step)  # the plan it began with decides
     assert not step_finishes_turn(first, began, step.model_copy(update={"interrupted": True}))
+
+
+def _misfit(*, note_saved: bool, tokens: int = 10) -> Streamed:
+    """A final answer that missed the chat's output format."""
+    return Streamed(
+        StreamStepResult(
+            message_id=1, input_tokens=tokens, format_error=MISFIT, format_note_saved=note_saved
+        )
+    )
+
+
+def test_a_misfit_with_its_note_saved_gets_one_corrective_step() -> None:
+    assert next_move(_turn(3), _misfit(note_saved=True)) == Generate(4)
+    # Even over the threshold: the correction comes first, the compaction after its step.
+    assert next_move(_turn(3), _misfit(note_saved=True, tokens=THRESHOLD)) == Generate(4)
+
+
+def test_a_misfit_without_a_note_or_at_the_step_limit_fails_the_turn() -> None:
+    last = TurnProgress(step=24, max_steps=25, compact_at_tokens=THRESHOLD)
+    for turn, misfit in ((_turn(3), _misfit(note_saved=False)), (last, _misfit(note_saved=True))):
+        move = next_move(turn, misfit)
+        assert move == Finish(misfit_error(MISFIT))
+        assert isinstance(move, Finish) and move.error is not None
+        assert move.error.kind == "output_format" and MISFIT in move.error.message
+        assert move.error.detail == {"problem": MISFIT}
+
+
+def test_an_interrupted_step_ends_the_turn_whatever_its_format() -> None:
+    interrupted = _misfit(note_saved=True).result.model_copy(update={"interrupted": True})
+    assert next_move(_turn(3), Streamed(interrupted)) == Finish()
+
+
+def test_a_step_whose_answer_misses_the_format_never_finishes_its_turn() -> None:
+    given = StreamStepInput(chat_id="c", turn_id="t", step=1, may_finish=True)
+    fits = StreamStepResult(message_id=1, input_tokens=10)
+    assert step_finishes_turn(given, None, fits)
+    for note_saved in (True, False):
+        missed = fits.model_copy(update={"format_error": MISFIT, "format_note_saved": note_saved})
+        assert not step_finishes_turn(given, None, missed)
