@@ -62,31 +62,60 @@ def requested_schema(api: ApiName, body: dict[str, Any]) -> dict[str, Any] | Non
     return schema if isinstance(schema, dict) else {"type": "object"}
 
 
-def example_for(schema: dict[str, Any], root: dict[str, Any] | None = None) -> Any:
-    """A value that fits `schema`: every property filled, the first of each choice."""
+def example_for(schema: dict[str, Any], root: dict[str, Any] | None = None, depth: int = 0) -> Any:
+    """A value that fits `schema`: the first of each choice, every property filled while
+    shallow, then only what is required (so a recursive model ends)."""
     root = root if root is not None else schema
     ref = schema.get("$ref")
     if isinstance(ref, str) and ref.startswith("#/"):
         target: Any = root
         for key in ref[2:].split("/"):
             target = target.get(key, {}) if isinstance(target, dict) else {}
-        return example_for(target, root)
+        return example_for(target, root, depth + 1)
     if "const" in schema:
         return schema["const"]
     if schema.get("enum"):
         return schema["enum"][0]
-    for choice in ("anyOf", "oneOf", "allOf"):
-        options = [o for o in schema.get(choice) or [] if o.get("type") != "null"]
-        if options:
-            return example_for(options[0], root)
+    options = schema.get("anyOf") or schema.get("oneOf") or schema.get("allOf") or []
+    if options:
+        return _chosen(options, root, depth)
     kind = schema.get("type", "object")
     if isinstance(kind, list):
         kind = next((k for k in kind if k != "null"), "null")
     if kind == "object":
-        properties = schema.get("properties") or {}
-        return {name: example_for(sub, root) for name, sub in properties.items()}
+        return _object_for(schema, root, depth)
     if kind == "array":
-        items = schema.get("items")
-        count = max(1, int(schema.get("minItems", 1)))
-        return [example_for(items, root) for _ in range(count)] if items else []
+        return _array_for(schema, root, depth)
     return _SCALARS.get(kind)
+
+
+_SHALLOW = 4
+"""How deep an example fills optional properties and array items."""
+
+
+def _chosen(options: list[dict[str, Any]], root: dict[str, Any], depth: int) -> Any:
+    """The first option; deep down, null where null is an option (a recursive model ends)."""
+    if depth >= _SHALLOW and any(o.get("type") == "null" for o in options):
+        return None
+    concrete = [o for o in options if o.get("type") != "null"]
+    return example_for(concrete[0], root, depth) if concrete else None
+
+
+def _object_for(schema: dict[str, Any], root: dict[str, Any], depth: int) -> dict[str, Any]:
+    properties: dict[str, Any] = schema.get("properties") or {}
+    required = set(schema.get("required") or [])
+    return {
+        name: example_for(sub, root, depth + 1)
+        for name, sub in properties.items()
+        if depth < _SHALLOW or name in required
+    }
+
+
+def _array_for(schema: dict[str, Any], root: dict[str, Any], depth: int) -> list[Any]:
+    fixed = [example_for(sub, root, depth + 1) for sub in schema.get("prefixItems") or []]
+    least = int(schema.get("minItems", 0))
+    wanted = max(least, len(fixed), 0 if depth >= _SHALLOW else 1)
+    wanted = min(wanted, int(schema.get("maxItems", wanted)))
+    items = schema.get("items")
+    rest = items if isinstance(items, dict) else {}
+    return [*fixed, *(example_for(rest, root, depth + 1) for _ in range(wanted - len(fixed)))]

@@ -81,15 +81,17 @@ WEB_SEARCH_TOOL_TYPE = "web_search_20250305"
 def build_anthropic_request(request: ModelRequest) -> dict[str, Any]:
     """The `messages.create` kwargs (without `stream`) for a request, with cache breakpoints."""
     messages = build_anthropic_messages(request.messages)
+    answer_tool = _answer_tool(request)
     # The API refuses thinking in a step whose tool choice is forced: that step doesn't think.
-    thinking = _may_think(messages) and request.tool_use.mode != "required"
+    forced = request.tool_use.mode == "required" or answer_tool is not None
+    thinking = _may_think(messages) and not forced
     kwargs: dict[str, Any] = {
         "model": request.model.name,
         "messages": messages,
         **_call_options(request.model, thinking=thinking),
     }
     answer_format = request.model.output_format
-    if answer_format is not None:
+    if answer_format is not None and answer_tool is None:
         schema = answer_format.schema_or_object()
         kwargs["output_config"] = {"format": {"type": "json_schema", "schema": schema}}
     if request.system:
@@ -105,13 +107,37 @@ def build_anthropic_request(request: ModelRequest) -> dict[str, Any]:
         server_tool = {"type": WEB_SEARCH_TOOL_TYPE, "name": "web_search"}
         options = search.model_dump(exclude_none=True, exclude={"search_context_size"})
         tools.append(server_tool | options)
-    if tools:
+    if answer_tool is not None:
+        # The answer is the input of a tool the model must call (this one, or another first).
+        only = {"type": "tool", "name": ANSWER_TOOL} if not tools else {"type": "any"}
+        kwargs["tools"] = [*tools, answer_tool]
+        kwargs["tool_choice"] = only
+    elif tools:
         kwargs["tools"] = tools
         choice = _tool_choice(request.tool_use)
         if choice is not None:
             kwargs["tool_choice"] = choice
     _mark_cache(kwargs["messages"])
     return kwargs
+
+
+ANSWER_TOOL = "give_final_answer"
+"""The tool whose input is a structured answer, for models without structured outputs."""
+_WITHOUT_STRUCTURED_OUTPUTS = re.compile(r"^claude-(3|(sonnet|opus)-4-(0|2025))")
+"""Models older than Anthropic's structured outputs (Claude 3, Sonnet and Opus 4.0)."""
+
+
+def _answer_tool(request: ModelRequest) -> dict[str, Any] | None:
+    """The forced tool that carries a structured answer, when the model can't be given the
+    format itself; its input streams as the answer's text (`_StreamMapper`)."""
+    answer_format = request.model.output_format
+    if answer_format is None or not _WITHOUT_STRUCTURED_OUTPUTS.match(request.model.name):
+        return None
+    schema = answer_format.schema_or_object()
+    if schema.get("type") != "object":
+        return None  # a tool's input is an object: such a format goes as instructions only
+    description = answer_format.description or "Give your final answer, in this shape."
+    return {"name": ANSWER_TOOL, "description": description, "input_schema": schema}
 
 
 def _tool_choice(use: ToolUse) -> dict[str, Any] | None:
@@ -298,6 +324,10 @@ class _StreamMapper:
         self._next = 0
         self._server_calls: dict[int, tuple[dict[str, Any], list[str]]] = {}
         self._call_names: dict[str, str] = {}
+        self._answers: set[int] = set()
+        """Parts that are the input of the answer tool: the answer's text."""
+        self._calls = 0
+        """Calls of tools other than the answer tool."""
         self._usage = Usage()
         self._stop_reason: str | None = None
 
@@ -322,7 +352,11 @@ class _StreamMapper:
         """The step's `StepFinish`; a stream that ended without a stop reason is an error."""
         if self._stop_reason is None:
             raise ProviderError(incomplete_stream_error(self._provider))
-        return StepFinish(stop_reason=self._stop_reason, usage=self._usage)
+        called = len(self._indexes) > len(self._answers) and self._stop_reason == "tool_use"
+        answered = self._answers and not called
+        return StepFinish(
+            stop_reason="end_turn" if answered else self._stop_reason, usage=self._usage
+        )
 
     def _allocate(self, block_index: int) -> int:
         index = self._next
@@ -355,7 +389,12 @@ class _StreamMapper:
         if isinstance(block, wire.RedactedThinkingBlock):
             part = ReasoningPart(provider_data=block.model_dump(mode="json", exclude_none=True))
             return [PartDelta(index=index, type="reasoning", part=part.model_dump(mode="json"))]
+        if isinstance(block, wire.ToolUseBlock) and block.name == ANSWER_TOOL:
+            self._answers.add(index)
+            text = json.dumps(block.input) if block.input else None
+            return [PartDelta(index=index, type="text", text=text)] if text else []
         if isinstance(block, wire.ToolUseBlock):
+            self._calls += 1
             args = json.dumps(block.input) if block.input else None
             call = {"id": block.id, "name": block.name, "args_delta": args}
             return [PartDelta(index=index, type="tool_call", **call)]
@@ -376,6 +415,8 @@ class _StreamMapper:
         if isinstance(delta, wire.SignatureDelta):
             return [PartDelta(index=index, type="reasoning", signature=delta.signature)]
         if isinstance(delta, wire.InputJSONDelta) and delta.partial_json:
+            if index in self._answers:
+                return [PartDelta(index=index, type="text", text=delta.partial_json)]
             return [PartDelta(index=index, type="tool_call", args_delta=delta.partial_json)]
         return []
 

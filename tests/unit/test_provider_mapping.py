@@ -12,6 +12,7 @@ import openai
 import pytest
 
 from chatd.models import ModelConfig
+from chatd.output_format import OutputFormat
 from chatd.parts import (
     FilePart,
     Message,
@@ -21,7 +22,7 @@ from chatd.parts import (
     ToolCallPart,
     ToolResultPart,
 )
-from chatd.providers.anthropic import AnthropicProvider, build_anthropic_request
+from chatd.providers.anthropic import ANSWER_TOOL, AnthropicProvider, build_anthropic_request
 from chatd.providers.base import (
     ModelProvider,
     ModelRequest,
@@ -754,3 +755,61 @@ async def test_responses_failed_event_raises() -> None:
         await run(provider, request([]))
     assert (caught.value.error.kind, caught.value.error.retryable) == ("rate_limit", True)
     assert caught.value.error.message == "slow down"
+
+
+# --- Structured output -----------------------------------------------------------------------
+
+ANSWER_SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+STRICT = OutputFormat(type="json_schema", name="count", schema=ANSWER_SCHEMA, strict=True)
+
+
+def test_each_api_is_given_the_format_in_its_own_words() -> None:
+    anthropic_kwargs = build_anthropic_request(
+        request(transcript(), output_format=STRICT).model_copy(
+            update={"model": ModelConfig(provider="anthropic", name="claude-sonnet-4-5",
+                                         output_format=STRICT)}
+        )
+    )  # fmt: skip
+    assert anthropic_kwargs["output_config"] == {
+        "format": {"type": "json_schema", "schema": ANSWER_SCHEMA}
+    }
+    chat = build_chat_request(request(transcript(), output_format=STRICT, verbosity="low"))
+    assert chat["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "count", "schema": ANSWER_SCHEMA, "strict": True},
+    }
+    assert chat["verbosity"] == "low"
+    responses = build_responses_request(request(transcript(), output_format=STRICT))
+    assert responses["text"] == {
+        "format": {"type": "json_schema", "name": "count", "schema": ANSWER_SCHEMA, "strict": True}
+    }
+    json_mode = OutputFormat(type="json_object")
+    assert build_chat_request(request(transcript(), output_format=json_mode))[
+        "response_format"
+    ] == {"type": "json_object"}
+    assert build_responses_request(request(transcript(), output_format=json_mode))["text"] == {
+        "format": {"type": "json_object"}
+    }
+
+
+def test_an_older_claude_answers_through_a_forced_tool_without_thinking() -> None:
+    model = ModelConfig(
+        provider="anthropic",
+        name="claude-3-7-sonnet-latest",
+        output_format=STRICT,
+        thinking_budget_tokens=2048,
+    )
+    alone = build_anthropic_request(ModelRequest(model=model, messages=transcript()[:1]))
+    assert "output_config" not in alone and "thinking" not in alone
+    assert alone["tools"][-1]["name"] == ANSWER_TOOL
+    assert alone["tools"][-1]["input_schema"] == ANSWER_SCHEMA
+    assert alone["tool_choice"] == {"type": "tool", "name": ANSWER_TOOL}
+    with_tools = build_anthropic_request(
+        ModelRequest(model=model, messages=transcript()[:1], tools=[TOOL])
+    )
+    assert [t["name"] for t in with_tools["tools"]] == ["lookup", ANSWER_TOOL]
+    assert with_tools["tool_choice"] == {"type": "any"}, "a real tool may still come first"
+    plain = build_anthropic_request(
+        ModelRequest(model=model.for_prose(), messages=transcript()[:1])
+    )
+    assert "tools" not in plain and "thinking" in plain

@@ -22,6 +22,7 @@ from chatd.fake_provider import (
     FakeWebSearch,
 )
 from chatd.models import ModelConfig
+from chatd.output_format import OutputFormat
 from chatd.parts import (
     Message,
     Part,
@@ -32,7 +33,7 @@ from chatd.parts import (
     ToolResultPart,
 )
 from chatd.providers import close_clients, make_provider
-from chatd.providers.anthropic import AnthropicProvider
+from chatd.providers.anthropic import ANSWER_TOOL, AnthropicProvider
 from chatd.providers.base import (
     ModelProvider,
     ModelRequest,
@@ -352,3 +353,27 @@ async def test_demo_model_via_make_provider(adapter: Adapters, server: FakeProvi
     assert isinstance(parts[0], ToolCallPart) and parts[0].name == TOOL.name
     assert json.loads(parts[0].arguments or "{}") == {}  # it requires no field
     assert finish.stop_reason == "tool_use"
+
+
+async def test_an_answer_tool_s_input_streams_as_the_answer_s_text(
+    adapter: Adapters, server: FakeProviderServer
+) -> None:
+    """A Claude without structured outputs answers through a forced tool: its input is the
+    step's text, and the step ends as a final answer, not a tool call."""
+    model = "claude-3-5-haiku-streams"
+    answer = FakeToolCall(name=ANSWER_TOOL, arguments={"n": 3}, chunk_size=2)
+    server.script(model, [FakeResponse(parts=[answer])])
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}}
+    request = ModelRequest(
+        model=ModelConfig(
+            provider="anthropic",
+            name=model,
+            output_format=OutputFormat(type="json_schema", schema=schema, strict=True),
+        ),
+        messages=[Message(role="user", parts=[TextPart(text="count")])],
+    )
+    parts, finish = await run(adapter("anthropic"), request)
+    assert parts == [TextPart(text='{"n": 3}')]
+    assert finish.stop_reason == "end_turn"
+    sent = server.requests(model)[0].body
+    assert sent["tool_choice"] == {"type": "tool", "name": ANSWER_TOOL}
