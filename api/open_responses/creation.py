@@ -82,7 +82,7 @@ async def create_response(
         connection_responses,
         on_chat,
     )
-    await remember(state, owner, record, conversation)
+    await remember(state, owner, body, record, conversation)
     return record
 
 
@@ -137,7 +137,8 @@ async def _created(
         on_chat(chat.id)
         return await _answer_calls(request, key, chat, parsed, base)
     refuse_unless_turn_can_begin(chat, parsed)
-    system = "\n\n".join(t for t in [body.instructions or "", *parsed.system] if t) or None
+    given = [body.instructions or "", *(matched.system if matched else []), *parsed.system]
+    system = "\n\n".join(t for t in given if t) or None
     settings = TurnSettings(
         model,
         system,

@@ -31,6 +31,7 @@ from api.open_responses.requests import (
     LocalShellCallItem,
     LocalShellCallOutputItem,
     MessageItem,
+    OutputEchoItem,
     ReasoningItem,
 )
 from api.open_responses.sealing import SealedKind
@@ -47,6 +48,7 @@ __all__ = [
     "parse_input",
     "parse_window",
     "restart_from_copy",
+    "system_texts",
 ]
 
 Unseal = Callable[[str, SealedKind], str]
@@ -160,6 +162,17 @@ def parse_window(raw: str | list[dict[str, Any]], unseal: Unseal) -> list[Histor
     return system + parsed.history
 
 
+def system_texts(entries: list[dict[str, Any]]) -> list[str]:
+    """The text of the system and developer messages among `entries`, in order."""
+    texts: list[str] = []
+    for index, entry in enumerate(entries):
+        if isinstance(entry, dict) and entry.get("role") in ("system", "developer"):
+            item = conversation_item(index, entry)
+            if isinstance(item, MessageItem):
+                texts.append(_plain_text(item))
+    return texts
+
+
 def conversation_item(index: int, entry: Any) -> InputItem:
     """An input item (or an output item given back) as the chat reads it: checked, and a
     client tool's call or output as a function's. A 400 naming the item if it can't be."""
@@ -223,6 +236,8 @@ def _add_history(
         reasoning = _reasoning(item, unseal)
         if reasoning is not None:
             _add_to_step(history, reasoning)
+    elif isinstance(item, OutputEchoItem):
+        return  # what the model did then is in its messages; the item itself isn't needed
     elif isinstance(item, MessageItem):
         _add_message(parsed, index, item)
     elif isinstance(item, ApprovalResponseItem):
@@ -373,6 +388,10 @@ _PREFIXES = {
     "local_shell_call": "lsc",
     "local_shell_call_output": "lsco",
     "reasoning": "rs",
+    "web_search_call": "ws",
+    "mcp_call": "mcp",
+    "mcp_list_tools": "mcpl",
+    "mcp_approval_request": "mcpr",
 }
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from api.errors import ApiError
-from api.open_responses.inputs import conversation_item
+from api.open_responses.inputs import conversation_item, system_texts
 from api.open_responses.requests import (
     CreateResponse,
     FunctionCallItem,
@@ -53,6 +53,8 @@ class PrefixMatch:
     chat: ChatRecord
     response: ResponseRecord
     rest: list[dict[str, Any]]
+    system: list[str]
+    """The system and developer text of the input before `rest` (it holds for the turn)."""
 
 
 def conversation_of(raw: str | list[dict[str, Any]]) -> Conversation:
@@ -75,15 +77,40 @@ async def matched_prefix(
     state: GatewayState, owner: str, body: CreateResponse, conversation: Conversation
 ) -> PrefixMatch | None:
     """The stored conversation this request's input continues, if any: its longest known
-    prefix, whose response is the newest of an idle chat and whose output the input repeats
-    after it."""
-    if body.previous_response_id or body.conversation or not isinstance(body.input, list):
+    prefix (of a few candidates, where conversations share one) whose response is the
+    newest of an idle chat and whose output the input repeats after it."""
+    if not _whole_conversation(body) or len(conversation.digests) < 2:
         return None
-    if len(conversation.digests) < 2 or not body.store:
-        return None
-    known = await ConversationPrefixes(state.pool).longest(owner, conversation.digests[:-1])
-    if known is None:
-        return None
+    candidates = await ConversationPrefixes(state.pool).longest(
+        owner, conversation.digests[:-1], _CANDIDATES
+    )
+    for known in candidates:
+        matched = await _continues(state, owner, body, conversation, known)
+        if matched is not None:
+            return matched
+    return None
+
+
+_CANDIDATES = 4
+"""How many known conversations sharing the longest prefixes are checked."""
+
+
+def _whole_conversation(body: CreateResponse) -> bool:
+    """Whether the input is the client's whole conversation: nothing else continues it (and
+    it is stored: a `store: false` response's chat is gone once it has ended)."""
+    unchained = not (body.previous_response_id or body.conversation)
+    return unchained and body.store
+
+
+async def _continues(
+    state: GatewayState,
+    owner: str,
+    body: CreateResponse,
+    conversation: Conversation,
+    known: KnownPrefix,
+) -> PrefixMatch | None:
+    """The match, if the input goes on from `known` with its response's whole output."""
+    assert isinstance(body.input, list)
     response = await state.responses.get(owner, known.response_id)
     chat = await state.chats.get(known.chat_id, owner)
     if response is None or response.ended_at is None or chat is None or chat.discard_at:
@@ -96,14 +123,20 @@ async def matched_prefix(
     if following[: len(repeated)] != repeated or len(following) <= len(repeated):
         return None
     rest_from = conversation.at[known.items + len(repeated)]
-    return PrefixMatch(chat, response, body.input[rest_from:])
+    before = body.input[:rest_from]
+    return PrefixMatch(chat, response, body.input[rest_from:], system_texts(before))
 
 
 async def remember(
-    state: GatewayState, owner: str, record: ResponseRecord, conversation: Conversation
+    state: GatewayState,
+    owner: str,
+    body: CreateResponse,
+    record: ResponseRecord,
+    conversation: Conversation,
 ) -> None:
-    """Note that this response's conversation, through its input, is in its chat."""
-    if not record.store or not conversation.digests:
+    """Note that this response's conversation, through its input, is in its chat (when the
+    input was the whole conversation)."""
+    if not _whole_conversation(body) or not conversation.digests:
         return
     known = KnownPrefix(record.chat_id, record.id, len(conversation.digests))
     await ConversationPrefixes(state.pool).remember(owner, conversation.digests[-1], known)

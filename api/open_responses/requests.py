@@ -11,7 +11,14 @@ from typing import Annotated, Any, Literal
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from api.open_responses.client_tools import model_tools
 from chatd.output_format import OutputFormat
@@ -227,6 +234,16 @@ class ReasoningItem(BaseModel):
     status: str | None = None
 
 
+class OutputEchoItem(BaseModel):
+    """An output item of ours a client gives back with its conversation that the model
+    doesn't need again (a provider's search, a tool the workers ran, an approval request):
+    taken and dropped."""
+
+    model_config = ConfigDict(extra="allow")
+    type: Literal["web_search_call", "mcp_call", "mcp_list_tools", "mcp_approval_request"]
+    id: str | None = None
+
+
 class ItemReference(BaseModel):
     """An earlier output item by id, as clients send their copy of a conversation. Taken
     only where that copy is not needed: before the function results that continue the
@@ -248,6 +265,7 @@ InputItem = Annotated[
     | ApprovalResponseItem
     | CompactionItem
     | ReasoningItem
+    | OutputEchoItem
     | ItemReference,
     Field(discriminator="type"),
 ]
@@ -476,6 +494,14 @@ Includable = Literal[
 ]
 
 
+_NOT_SERVED = {
+    "max_tool_calls": "not honoured here: a turn's tool calls are bounded by its step limit"
+    " (the chat's max_steps); leave it out",
+    "moderation": "no moderation runs on this deployment; leave it out",
+    "prompt": "this deployment holds no prompt templates; send the prompt as `instructions`",
+}
+
+
 class ConversationRef(BaseModel):
     model_config = _STRICT
     id: str = Field(min_length=1, max_length=200)
@@ -550,12 +576,22 @@ class CreateResponse(BaseModel):
     """Options of programs and image tools this deployment doesn't have: accepted, unused."""
     top_logprobs: int | None = Field(default=None, ge=0, le=0)
     """Only 0: no provider's log probabilities are passed on."""
-    max_tool_calls: None = None
+    max_tool_calls: Any = None
     """Refused when set: the model's calls are limited per turn by the chat's step limit."""
-    moderation: None = None
+    moderation: Any = None
     """Refused when set: no moderation runs on this deployment."""
-    prompt: None = None
+    prompt: Any = None
     """Refused when set: this deployment holds no prompt templates; send `instructions`."""
+
+    @field_validator("max_tool_calls", "moderation", "prompt")
+    @classmethod
+    def _not_served(cls, value: Any, info: ValidationInfo) -> Any:
+        """Fields whose answer this deployment can't give: served without them, the answer
+        would silently differ."""
+        if value is not None:
+            raise ValueError(_NOT_SERVED[str(info.field_name)])
+        return value
+
     chatd_tool_policy: ToolPolicy | None = Field(default=None, alias="chatd:tool_policy")
     chatd_tools: list[str] | None = Field(default=None, alias="chatd:tools", max_length=64)
     """Built-in tools the chat offers (none unless named), run by the workers."""

@@ -34,13 +34,10 @@ class ConversationPrefixes:
         known: KnownPrefix,
         conn: Conn | None = None,
     ) -> None:
-        """Note where the conversation with this digest ends; the newest response wins."""
+        """Note where the conversation with this digest ends (once per response)."""
         await (conn or self._pool).execute(
             """INSERT INTO conversation_prefixes (owner, digest, chat_id, response_id, items)
-               VALUES ($1, $2, $3, $4, $5)
-               ON CONFLICT (owner, digest) DO UPDATE
-               SET chat_id = EXCLUDED.chat_id, response_id = EXCLUDED.response_id,
-                   items = EXCLUDED.items""",
+               VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING""",
             owner,
             digest,
             known.chat_id,
@@ -48,13 +45,15 @@ class ConversationPrefixes:
             known.items,
         )
 
-    async def longest(self, owner: str, digests: list[bytes]) -> KnownPrefix | None:
-        """The longest of these prefixes this owner's conversations are known to hold."""
-        row = await self._pool.fetchrow(
+    async def longest(self, owner: str, digests: list[bytes], limit: int) -> list[KnownPrefix]:
+        """Where this owner's conversations are known to hold these prefixes: the longest
+        first, then the newest."""
+        rows = await self._pool.fetch(
             """SELECT chat_id, response_id, items FROM conversation_prefixes
                WHERE owner = $1 AND digest = ANY($2::bytea[])
-               ORDER BY items DESC LIMIT 1""",
+               ORDER BY items DESC, created_at DESC LIMIT $3""",
             owner,
             digests,
+            limit,
         )
-        return KnownPrefix(row["chat_id"], row["response_id"], row["items"]) if row else None
+        return [KnownPrefix(r["chat_id"], r["response_id"], r["items"]) for r in rows]

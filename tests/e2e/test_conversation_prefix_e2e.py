@@ -45,7 +45,7 @@ async def test_a_resent_growing_conversation_continues_one_chat_at_flat_cost(
     name = stack.scripted_model(
         *(FakeResponse(parts=[FakeText(text=f"answer {n}")]) for n in range(turns))
     )["name"]
-    conversation: list[dict[str, Any]] = []
+    conversation: list[dict[str, Any]] = [{"role": "developer", "content": "Be terse."}]
     chats: set[str] = set()
     growth: list[tuple[int, int]] = []
     previous: str | None = None
@@ -65,8 +65,9 @@ async def test_a_resent_growing_conversation_continues_one_chat_at_flat_cost(
     sizes = [b[1] - a[1] for a, b in pairwise(growth)]
     assert rows == [2] * (turns - 1), "each call writes its question and its answer"
     assert max(sizes) - min(sizes) < 16, f"stored input per call stays flat: {sizes}"
-    last = stack.fake.requests(name)[-1].body["messages"]
-    assert len(last) == 2 * turns - 1, "the model still sees the whole conversation"
+    last = stack.fake.requests(name)[-1].body
+    assert len(last["messages"]) == 2 * turns - 1, "the model still sees the whole conversation"
+    assert last["system"][0]["text"] == "Be terse.", "the system text holds on every call"
 
 
 async def test_a_tool_round_trip_resent_whole_continues_too(stack: Stack) -> None:
@@ -117,3 +118,40 @@ async def test_a_conversation_that_differs_from_the_stored_one_starts_its_own_ch
     assert first.conversation and second.conversation
     assert second.conversation.id != first.conversation.id
     assert second.previous_response_id is None
+
+
+async def test_two_conversations_that_begin_alike_each_continue_their_own_chat(
+    stack: Stack,
+) -> None:
+    name = stack.scripted_model(
+        FakeResponse(parts=[FakeText(text="first hello")]),
+        FakeResponse(parts=[FakeText(text="second hello")]),
+        FakeResponse(parts=[FakeText(text="first again")]),
+        FakeResponse(parts=[FakeText(text="second again")]),
+        FakeResponse(parts=[FakeText(text="chained")]),
+    )["name"]
+    model = f"anthropic/{name}"
+    async with _client(stack) as client:
+        one = await client.responses.create(model=model, input=[{"role": "user", "content": "hi"}])
+        two = await client.responses.create(model=model, input=[{"role": "user", "content": "hi"}])
+        ones, twos = [], []
+        for earlier, replies in ((one, ones), (two, twos)):
+            conversation = [
+                {"role": "user", "content": "hi"},
+                *(item.model_dump(exclude_none=True) for item in earlier.output),
+                {"role": "user", "content": "more"},
+            ]
+            replies.append(await client.responses.create(model=model, input=conversation))
+        chained = await client.responses.create(
+            model=model, input="hi", previous_response_id=ones[0].id
+        )
+    assert ones[0].output_text == "first again" and twos[0].output_text == "second again"
+    assert ones[0].previous_response_id == one.id and twos[0].previous_response_id == two.id
+    assert chained.previous_response_id == ones[0].id
+    rows = await stack.pool.fetch(
+        "SELECT response_id FROM conversation_prefixes WHERE response_id = ANY($1::text[])",
+        [one.id, two.id, ones[0].id, twos[0].id, chained.id],
+    )
+    assert {r["response_id"] for r in rows} == {one.id, two.id, ones[0].id, twos[0].id}, (
+        "a chained request's input is not its whole conversation: nothing to remember"
+    )

@@ -117,6 +117,12 @@ async def test_a_whole_conversation_ending_in_results_no_chat_waits_on_begins_a_
             input=[
                 {"role": "developer", "content": "Be brief."},
                 {"role": "user", "content": "weather?"},
+                {
+                    "type": "web_search_call",
+                    "id": "ws_1",
+                    "status": "completed",
+                    "action": {"type": "search", "query": "weather"},
+                },
                 {"type": "function_call", "call_id": "c1", "name": "lookup", "arguments": "{}"},
                 {"type": "function_call_output", "call_id": "c1", "output": "sun"},
             ],
