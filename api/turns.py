@@ -226,6 +226,8 @@ async def submit_tool_results(
             name=names[r.tool_call_id],
             output=r.output,
             is_error=r.is_error,
+            media_type=r.media_type,
+            data=r.data,
         )
         for r in results
     ]

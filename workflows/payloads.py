@@ -249,6 +249,9 @@ class SubmittedToolResult(_Payload):
     tool_call_id: str
     output: Any = None
     is_error: bool = False
+    media_type: str | None = None
+    data: str | None = None
+    """An image or file the result holds, as base64 `data` of `media_type`."""
 
 
 class SubmitToolResultsInput(_Payload):

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from chatd.parts import ToolCallPart
 from chatd.store.chats import DynamicTool
+from chatd.tools.names import MCP_SEPARATOR
 
 __all__ = [
     "LOCAL_SHELL",
@@ -56,7 +57,10 @@ ClientTools = dict[str, ClientTool]
 
 
 def model_name(name: str, namespace: str | None) -> str:
-    """The name the model calls a client's tool by."""
+    """The name the model calls a client's tool by (a namespace's `__`, as Codex's MCP
+    servers' `mcp__<server>` have, is one `_`: `__` marks the workers' MCP tools)."""
+    while namespace and MCP_SEPARATOR in namespace:
+        namespace = namespace.replace(MCP_SEPARATOR, "_")
     return f"{namespace}_{name}" if namespace else name
 
 

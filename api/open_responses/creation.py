@@ -24,10 +24,10 @@ from api.open_responses.continuation import (
     refuse_unless_turn_can_begin,
     unstored_deadline,
 )
-from api.open_responses.inputs import HistoryMessage, ParsedInput, parse_input
+from api.open_responses.inputs import HistoryMessage, ParsedInput, parse_input, result_media
 from api.open_responses.model_names import resolve_model
 from api.open_responses.prefixes import PrefixMatch, conversation_of, matched_prefix, remember
-from api.open_responses.requests import CreateResponse
+from api.open_responses.requests import CreateResponse, FunctionCallOutputItem
 from api.open_responses.resource import APPROVAL_PREFIX
 from api.open_responses.turn_settings import (
     TurnSettings,
@@ -328,9 +328,7 @@ async def _answer_calls(
         return record
     try:
         if parsed.outputs:
-            results = [
-                SubmittedToolResult(tool_call_id=o.call_id, output=o.text()) for o in parsed.outputs
-            ]
+            results = [_submitted(index, output) for index, output in enumerate(parsed.outputs)]
             await submit_tool_results(
                 state.temporal, ClientResultStaging(state.pool), chat, results
             )
@@ -340,6 +338,17 @@ async def _answer_calls(
         await state.responses.discard(record.id)
         raise
     return record
+
+
+def _submitted(index: int, output: FunctionCallOutputItem) -> SubmittedToolResult:
+    """A function result as the turn takes it: text, and an image or file if it has one."""
+    media = result_media(index, output)
+    return SubmittedToolResult(
+        tool_call_id=output.call_id,
+        output=output.text(),
+        media_type=media.media_type if media else None,
+        data=media.data if media else None,
+    )
 
 
 async def _approve(state: GatewayState, key: str, chat: ChatRecord, parsed: ParsedInput) -> None:

@@ -48,6 +48,7 @@ __all__ = [
     "parse_input",
     "parse_window",
     "restart_from_copy",
+    "result_media",
     "system_texts",
 ]
 
@@ -271,8 +272,13 @@ def _add_result(
     """A call's result, in one tool message with the results before it."""
     if item.call_id not in call_names:
         raise _refusal(index, f"no function_call with call_id {item.call_id!r} before it")
+    media = result_media(index, item)
     result = ToolResultPart(
-        tool_call_id=item.call_id, name=call_names[item.call_id], output=item.text()
+        tool_call_id=item.call_id,
+        name=call_names[item.call_id],
+        output=item.text(),
+        media_type=media.media_type if media else None,
+        data=media.data if media else None,
     )
     if history and history[-1].role == "tool":
         history[-1].parts.append(result)
@@ -318,6 +324,16 @@ def _plain_text(item: MessageItem) -> str:
     if isinstance(item.content, str):
         return item.content
     return "".join(getattr(part, "text", "") for part in item.content)
+
+
+def result_media(index: int, item: FunctionCallOutputItem) -> UserFilePart | None:
+    """A function result's image or file, checked as a user's file is."""
+    media = item.media()
+    if isinstance(media, InputImage):
+        return _file(index, media.image_url, None, "image_url")
+    if isinstance(media, InputFile):
+        return _file(index, media.file_data, media.filename, "file_data")
+    return None
 
 
 def _user_message(index: int, item: MessageItem) -> SendMessage:

@@ -47,6 +47,8 @@ __all__ = [
 ]
 
 _STRICT = ConfigDict(extra="forbid")
+_DESCRIPTION = 16_384
+"""A client tool's description, at most (Codex's `spawn_agent` has some 6,000 characters)."""
 _NAME = r"^[A-Za-z0-9_-]+$"
 
 
@@ -189,13 +191,20 @@ class FunctionCallOutputItem(BaseModel):
     type: Literal["function_call_output"]
     id: str | None = None
     call_id: str = Field(min_length=1, max_length=64)
-    output: str | list[InputText]
+    output: str | list[UserContent]
+    """Text, or content parts: text, and an image or a file (Codex's `view_image`)."""
     status: str | None = None
 
     def text(self) -> str:
         if isinstance(self.output, str):
             return self.output
-        return "".join(part.text for part in self.output)
+        return "".join(part.text for part in self.output if isinstance(part, InputText))
+
+    def media(self) -> InputImage | InputFile | None:
+        """The output's image or file, if it has one (the first)."""
+        if isinstance(self.output, str):
+            return None
+        return next((p for p in self.output if not isinstance(p, InputText)), None)
 
 
 class ApprovalResponseItem(BaseModel):
@@ -278,14 +287,9 @@ class FunctionTool(BaseModel):
     model_config = _STRICT
     type: Literal["function"] = "function"
     name: str = Field(min_length=1, max_length=64, pattern=_NAME)
-    description: str | None = Field(default=None, max_length=4096)
+    description: str | None = Field(default=None, max_length=_DESCRIPTION)
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
-
-    @field_validator("name")
-    @classmethod
-    def _not_a_worker_tool(cls, name: str) -> str:
-        return client_tool_name(name)
 
     @model_validator(mode="after")
     def _parameters_are_a_schema(self) -> FunctionTool:
@@ -306,14 +310,9 @@ class CustomTool(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
     type: Literal["custom"]
     name: str = Field(min_length=1, max_length=64, pattern=_NAME)
-    description: str | None = Field(default=None, max_length=4096)
+    description: str | None = Field(default=None, max_length=_DESCRIPTION)
     format: dict[str, Any] | None = None
     defer_loading: bool | None = None
-
-    @field_validator("name")
-    @classmethod
-    def _not_a_worker_tool(cls, name: str) -> str:
-        return client_tool_name(name)
 
 
 class NamespaceTool(BaseModel):
@@ -323,7 +322,7 @@ class NamespaceTool(BaseModel):
     model_config = _STRICT
     type: Literal["namespace"]
     name: str = Field(min_length=1, max_length=32, pattern=_NAME)
-    description: str = Field(default="", max_length=4096)
+    description: str = Field(default="", max_length=_DESCRIPTION)
     tools: list[Annotated[FunctionTool | CustomTool, Field(discriminator="type")]] = Field(
         min_length=1, max_length=64
     )
@@ -374,6 +373,8 @@ class WebSearchTool(BaseModel):
     """OpenAI's hint of how much of each page to read (Anthropic has none)."""
     external_web_access: bool | None = None
     """Accepted: the providers' searches here are always live."""
+    search_content_types: list[Literal["text", "image"]] | None = Field(default=None, max_length=2)
+    """Accepted: what a search returns is the provider's choice."""
 
 
 class SpecificFunction(BaseModel):
@@ -635,8 +636,11 @@ class CreateResponse(BaseModel):
         ]
 
     @model_validator(mode="after")
-    def _tool_names_are_unique(self) -> CreateResponse:
-        model_tools(self.client_tools())  # ValueError when two would share a name
+    def _tool_names_are_the_client_s(self) -> CreateResponse:
+        """Each client tool's name as the model calls it is unique, and not one of the
+        worker's (ValueError)."""
+        for name in model_tools(self.client_tools())[1]:
+            client_tool_name(name)
         return self
 
     @model_validator(mode="after")

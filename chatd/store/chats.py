@@ -36,7 +36,7 @@ class DynamicTool(BaseModel):
     """A client-executed tool declared by the chat."""
 
     name: str = Field(min_length=1, max_length=64, pattern=r"^[a-zA-Z0-9_-]+$")
-    description: str = Field(default="", max_length=4096)
+    description: str = Field(default="", max_length=16_384)
     input_schema: dict[str, Any] = Field(default_factory=lambda: {"type": "object"})
 
 

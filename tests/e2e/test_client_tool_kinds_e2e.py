@@ -179,3 +179,64 @@ async def test_web_search_options_reach_the_provider(stack: Stack) -> None:
     )
     assert search["user_location"] == location
     assert "search_context_size" not in search, "OpenAI's option only"
+
+
+async def test_codex_s_namespaces_and_an_image_result_go_through(stack: Stack) -> None:
+    """Codex groups its sub-agent tools (named as the workers' are) in a namespace with long
+    descriptions, and its MCP servers' tools in `mcp__<server>` namespaces; `view_image`
+    answers with an image."""
+    image = (
+        "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQ"
+        "AAAABJRU5ErkJggg=="
+    )
+    model, name = _scripted(
+        stack,
+        _call("view_image", {"path": "a.png"}, "toolu_img"),
+        FakeResponse(parts=[FakeText(text="a red dot")]),
+    )
+    spawn = {
+        "type": "function",
+        "name": "spawn_agent",
+        "description": "Spawn a sub-agent. " * 320,
+        "strict": False,
+        "parameters": {"type": "object", "properties": {"task": {"type": "string"}}},
+    }
+    tools: list[Any] = [
+        {
+            "type": "function",
+            "name": "view_image",
+            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+        },
+        {"type": "namespace", "name": "multi_agent_v1", "description": "Sub-agents",
+         "tools": [spawn]},
+        {"type": "namespace", "name": "mcp__echoer", "description": "", "tools": [
+            {"type": "function", "name": "shout", "parameters": {"type": "object"}}]},
+        {"type": "web_search", "external_web_access": False,
+         "search_content_types": ["text", "image"]},
+    ]  # fmt: skip
+    async with _client(stack) as client:
+        first = await client.responses.create(model=model, input="what is in a.png?", tools=tools)
+        call = first.output[0]
+        assert call.type == "function_call" and call.name == "view_image"
+        second = await client.responses.create(
+            model=model,
+            previous_response_id=first.id,
+            tools=tools,
+            input=[
+                {
+                    "type": "function_call_output",
+                    "call_id": call.call_id,
+                    "output": [
+                        {"type": "input_image", "image_url": f"data:image/png;base64,{image}",
+                         "detail": "high"},
+                    ],
+                }  # type: ignore[typeddict-item]
+            ],
+        )  # fmt: skip
+    assert second.output_text == "a red dot"
+    offered = [t["name"] for t in stack.fake.requests(name)[0].body["tools"]]
+    assert "multi_agent_v1_spawn_agent" in offered and "mcp_echoer_shout" in offered
+    result = stack.fake.requests(name)[1].body["messages"][-1]["content"][0]
+    assert result["type"] == "tool_result"
+    assert result["content"][-1]["type"] == "image", result
+    assert result["content"][-1]["source"]["data"] == image
