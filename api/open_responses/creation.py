@@ -27,6 +27,7 @@ from api.open_responses.continuation import (
 from api.open_responses.inputs import HistoryMessage, ParsedInput, parse_input, result_media
 from api.open_responses.model_names import resolve_model
 from api.open_responses.prefixes import PrefixMatch, conversation_of, matched_prefix, remember
+from api.open_responses.references import with_references_resolved
 from api.open_responses.requests import CreateResponse, FunctionCallOutputItem
 from api.open_responses.resource import APPROVAL_PREFIX
 from api.open_responses.turn_settings import (
@@ -74,6 +75,9 @@ async def create_response(
         if earlier is not None:
             check_same_request(earlier.request_digest, digest)
             return earlier
+    body = body.model_copy(
+        update={"input": await with_references_resolved(state, owner, body.input)}
+    )
     conversation = conversation_of(body.input)
     matched = await matched_prefix(state, owner, body, conversation)
     record = await _created(

@@ -155,3 +155,29 @@ async def test_two_conversations_that_begin_alike_each_continue_their_own_chat(
     assert {r["response_id"] for r in rows} == {one.id, two.id, ones[0].id, twos[0].id}, (
         "a chained request's input is not its whole conversation: nothing to remember"
     )
+
+
+async def test_item_references_stand_for_the_items_they_name(stack: Stack) -> None:
+    """A client may give its earlier items back by reference: each is read back from the
+    stored response that holds it, so the conversation still continues its chat."""
+    name = stack.scripted_model(
+        FakeResponse(parts=[FakeText(text="one")]),
+        FakeResponse(parts=[FakeText(text="two")]),
+    )["name"]
+    model = f"anthropic/{name}"
+    async with _client(stack) as client:
+        first = await client.responses.create(model=model, input="count")
+        second = await client.responses.create(
+            model=model,
+            input=[
+                {"role": "user", "content": "count"},
+                {"type": "item_reference", "id": first.output[0].id},
+                {"role": "user", "content": "go on"},
+            ],
+        )
+    assert second.output_text == "two"
+    assert first.conversation and second.conversation
+    assert second.conversation.id == first.conversation.id
+    sent = stack.fake.requests(name)[1].body["messages"]
+    assert [m["role"] for m in sent] == ["user", "assistant", "user"]
+    assert sent[1]["content"][0]["text"] == "one"
