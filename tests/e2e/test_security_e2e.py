@@ -74,6 +74,9 @@ class Operation:
         return _BODIES.get(ref.rsplit("/", 1)[-1], {})
 
 
+_CONVERTER = re.compile(r"\{(\w+):\w+\}")
+
+
 def _operations(app: FastAPI, document: dict[str, Any]) -> list[Operation]:
     """Every method of every route (as the OpenAPI generator walks them, included routers
     flattened) but the probes and the app's own documentation."""
@@ -84,10 +87,11 @@ def _operations(app: FastAPI, document: dict[str, Any]) -> list[Operation]:
         if route.path in skipped or isinstance(route.route, APIWebSocketRoute):
             continue  # the WebSocket's keys: test_a_socket_refuses_missing_bad_and_revoked_keys
         assert route.path and route.methods, f"no probe for {route!r}: add one to this module"
+        path = _CONVERTER.sub(r"{\1}", route.path)  # `{model_id:path}` is documented bare
         for method in sorted(route.methods):
-            spec = document["paths"].get(route.path, {}).get(method.lower(), {})
-            assert spec or not route.include_in_schema, f"{method} {route.path} is undocumented"
-            operations.append(Operation(method, route.path, spec))
+            spec = document["paths"].get(path, {}).get(method.lower(), {})
+            assert spec or not route.include_in_schema, f"{method} {path} is undocumented"
+            operations.append(Operation(method, path, spec))
     return operations
 
 
