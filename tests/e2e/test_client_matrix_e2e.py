@@ -137,7 +137,11 @@ async def test_langchain_bind_tools_runs_a_tool_loop(
 async def test_langchain_with_structured_output_gets_the_model(stack: Stack, sent: Sent) -> None:
     """`with_structured_output(Model)`: json_schema, LangChain's default on the Responses API."""
     llm = _chat_openai(stack, "demo/demo", sent)
-    forecast = await llm.with_structured_output(Forecast).ainvoke("the weather in Lyon")
+    try:
+        forecast = await llm.with_structured_output(Forecast).ainvoke("the weather in Lyon")
+    except ValueError as failed:  # say what was asked and what the model was sent
+        asked = [r.body for r in stack.fake.requests("demo")][-2:]
+        raise AssertionError(f"{failed}\nsent: {sent.bodies}\nthe demo got: {asked}") from failed
     assert isinstance(forecast, Forecast), sent.bodies
     assert sent.bodies[0]["text"]["format"]["type"] == "json_schema"
 

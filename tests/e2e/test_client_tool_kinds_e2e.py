@@ -11,7 +11,6 @@ import httpx
 import openai
 import pytest
 from harness import Stack
-from openai import AsyncOpenAI
 
 from chatd.fake_provider.script import FakeResponse, FakeText, FakeToolCall
 
@@ -36,11 +35,6 @@ PATCH = {
 }
 
 
-def _client(stack: Stack) -> AsyncOpenAI:
-    root = stack.base_url.removesuffix("/api/v1")
-    return AsyncOpenAI(base_url=f"{root}/v1", api_key=stack.key, max_retries=0)
-
-
 def _scripted(stack: Stack, *responses: FakeResponse) -> tuple[str, str]:
     name = stack.scripted_model(*responses)["name"]
     return f"anthropic/{name}", name
@@ -56,7 +50,7 @@ async def test_a_namespaced_function_is_called_back_in_the_client_s_terms(stack:
         _call("agents_spawn", {"task": "tests"}, "toolu_ns"),
         FakeResponse(parts=[FakeText(text="spawned")]),
     )
-    async with _client(stack) as client:
+    async with stack.responses_client() as client:
         first = await client.responses.create(model=model, input="spawn one", tools=[SPAWN])
         call = first.output[0]
         assert call.type == "function_call"
@@ -103,7 +97,7 @@ async def test_a_custom_tool_takes_freeform_input_and_its_output(stack: Stack) -
     item = next(e["item"] for e in events if e["type"] == "response.output_item.done")
     assert item["type"] == "custom_tool_call" and item["input"] == patch
     assert item["name"] == "apply_patch"
-    async with _client(stack) as client:
+    async with stack.responses_client() as client:
         second = await client.responses.create(
             model=model,
             tools=[PATCH],
@@ -129,7 +123,7 @@ async def test_local_shell_calls_come_back_as_local_shell_call_items(stack: Stac
         _call("local_shell", {"command": ["ls", "-la"], "working_directory": "/tmp"}, "toolu_sh"),
         FakeResponse(parts=[FakeText(text="listed")]),
     )
-    async with _client(stack) as client:
+    async with stack.responses_client() as client:
         first = await client.responses.create(
             model=model, input="list files", tools=[{"type": "local_shell"}]
         )
@@ -147,7 +141,7 @@ async def test_local_shell_calls_come_back_as_local_shell_call_items(stack: Stac
 
 @pytest.mark.parametrize("hosted", ["file_search", "code_interpreter", "image_generation"])
 async def test_a_hosted_tool_is_refused_by_name(stack: Stack, hosted: str) -> None:
-    async with _client(stack) as client:
+    async with stack.responses_client() as client:
         with pytest.raises(openai.BadRequestError) as refused:
             await client.responses.create(
                 model="demo/demo",
@@ -160,7 +154,7 @@ async def test_a_hosted_tool_is_refused_by_name(stack: Stack, hosted: str) -> No
 async def test_web_search_options_reach_the_provider(stack: Stack) -> None:
     model, name = _scripted(stack, FakeResponse(parts=[FakeText(text="found")]))
     location = {"type": "approximate", "city": "Oslo", "country": "NO"}
-    async with _client(stack) as client:
+    async with stack.responses_client() as client:
         response = await client.responses.create(
             model=model,
             input="news?",
@@ -214,7 +208,7 @@ async def test_codex_s_namespaces_and_an_image_result_go_through(stack: Stack) -
         {"type": "web_search", "external_web_access": False,
          "search_content_types": ["text", "image"]},
     ]  # fmt: skip
-    async with _client(stack) as client:
+    async with stack.responses_client() as client:
         first = await client.responses.create(model=model, input="what is in a.png?", tools=tools)
         call = first.output[0]
         assert call.type == "function_call" and call.name == "view_image"

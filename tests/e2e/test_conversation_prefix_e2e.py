@@ -8,7 +8,6 @@ from itertools import pairwise
 from typing import Any
 
 from harness import Stack
-from openai import AsyncOpenAI
 
 from chatd.fake_provider.script import FakeResponse, FakeText, FakeToolCall
 
@@ -18,11 +17,6 @@ LOOKUP = {
     "description": "Look a word up",
     "parameters": {"type": "object", "properties": {"word": {"type": "string"}}},
 }
-
-
-def _client(stack: Stack) -> AsyncOpenAI:
-    root = stack.base_url.removesuffix("/api/v1")
-    return AsyncOpenAI(base_url=f"{root}/v1", api_key=stack.key, max_retries=0)
 
 
 async def _written(stack: Stack, chat_id: str) -> tuple[int, int]:
@@ -49,7 +43,7 @@ async def test_a_resent_growing_conversation_continues_one_chat_at_flat_cost(
     chats: set[str] = set()
     growth: list[tuple[int, int]] = []
     previous: str | None = None
-    async with _client(stack) as client:
+    async with stack.responses_client() as client:
         for n in range(turns):
             conversation.append({"role": "user", "content": f"question {n}"})
             response = await client.responses.create(model=f"anthropic/{name}", input=conversation)
@@ -77,7 +71,7 @@ async def test_a_tool_round_trip_resent_whole_continues_too(stack: Stack) -> Non
         FakeResponse(parts=[FakeText(text="y too")]),
     )["name"]
     model = f"anthropic/{name}"
-    async with _client(stack) as client:
+    async with stack.responses_client() as client:
         conversation: list[dict[str, Any]] = [{"role": "user", "content": "what is x?"}]
         first = await client.responses.create(model=model, input=conversation, tools=[LOOKUP])
         call = first.output[0]
@@ -104,7 +98,7 @@ async def test_a_conversation_that_differs_from_the_stored_one_starts_its_own_ch
         FakeResponse(parts=[FakeText(text="one")]),
         FakeResponse(parts=[FakeText(text="two")]),
     )["name"]
-    async with _client(stack) as client:
+    async with stack.responses_client() as client:
         first = await client.responses.create(
             model=f"anthropic/{name}", input=[{"role": "user", "content": "hi"}]
         )
@@ -131,7 +125,7 @@ async def test_two_conversations_that_begin_alike_each_continue_their_own_chat(
         FakeResponse(parts=[FakeText(text="chained")]),
     )["name"]
     model = f"anthropic/{name}"
-    async with _client(stack) as client:
+    async with stack.responses_client() as client:
         one = await client.responses.create(model=model, input=[{"role": "user", "content": "hi"}])
         two = await client.responses.create(model=model, input=[{"role": "user", "content": "hi"}])
         ones, twos = [], []
@@ -165,7 +159,7 @@ async def test_item_references_stand_for_the_items_they_name(stack: Stack) -> No
         FakeResponse(parts=[FakeText(text="two")]),
     )["name"]
     model = f"anthropic/{name}"
-    async with _client(stack) as client:
+    async with stack.responses_client() as client:
         first = await client.responses.create(model=model, input="count")
         second = await client.responses.create(
             model=model,

@@ -9,7 +9,6 @@ from typing import Any
 import openai
 import pytest
 from harness import Stack
-from openai import AsyncOpenAI
 
 from chatd.fake_provider.script import FakeReasoning, FakeResponse, FakeText, FakeToolCall
 
@@ -19,11 +18,6 @@ LOOKUP = {
     "description": "Look a word up",
     "parameters": {"type": "object", "properties": {"word": {"type": "string"}}},
 }
-
-
-def _client(stack: Stack) -> AsyncOpenAI:
-    root = stack.base_url.removesuffix("/api/v1")
-    return AsyncOpenAI(base_url=f"{root}/v1", api_key=stack.key, max_retries=0)
 
 
 def _thinking_model(stack: Stack, *responses: FakeResponse) -> tuple[str, str]:
@@ -55,7 +49,7 @@ async def test_a_replayed_reasoning_item_restores_signed_thinking_for_tool_use(
         "reasoning": {"effort": "low", "summary": "auto"},
     }
     question = {"role": "user", "content": "what does durable mean?"}
-    async with _client(stack) as client:
+    async with stack.responses_client() as client:
         first = await client.responses.create(input=[question], **asked)
         assert first.status == "completed"
         reasoning, call = first.output[0], first.output[1]
@@ -85,7 +79,7 @@ async def test_a_replayed_reasoning_item_restores_signed_thinking_for_tool_use(
 
 async def test_a_reasoning_item_this_deployment_cant_read_is_dropped(stack: Stack) -> None:
     model, name = _thinking_model(stack, FakeResponse(parts=[FakeText(text="fine")]))
-    async with _client(stack) as client:
+    async with stack.responses_client() as client:
         response = await client.responses.create(
             model=model,
             store=False,
@@ -110,7 +104,7 @@ async def test_a_whole_conversation_ending_in_results_no_chat_waits_on_begins_a_
     calls no chat waits on (another gateway's chat, expired, or never made here) begin a
     turn from that history instead of a 400."""
     model, name = _thinking_model(stack, FakeResponse(parts=[FakeText(text="Sunny.")]))
-    async with _client(stack) as client:
+    async with stack.responses_client() as client:
         response = await client.responses.create(
             model=model,
             tools=[LOOKUP],

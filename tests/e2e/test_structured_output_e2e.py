@@ -11,7 +11,6 @@ import openai
 import pytest
 from agents import Agent, OpenAIResponsesModel, Runner
 from harness import Stack
-from openai import AsyncOpenAI
 from pydantic import BaseModel
 
 from chatd.fake_provider.script import FakeResponse, FakeText
@@ -25,11 +24,6 @@ class Forecast(BaseModel):
     hours: list[int]
 
 
-def _client(stack: Stack) -> AsyncOpenAI:
-    root = stack.base_url.removesuffix("/api/v1")
-    return AsyncOpenAI(base_url=f"{root}/v1", api_key=stack.key, max_retries=0)
-
-
 def _scripted(stack: Stack, *texts: str, provider: str = "anthropic") -> tuple[str, str]:
     """A fake model answering `texts` in turn: its `/v1` name and its own name."""
     name = stack.scripted_model(*(FakeResponse(parts=[FakeText(text=t)]) for t in texts))["name"]
@@ -39,7 +33,7 @@ def _scripted(stack: Stack, *texts: str, provider: str = "anthropic") -> tuple[s
 async def test_parse_with_the_demo_model_gives_the_schema_s_object(stack: Stack) -> None:
     """`responses.parse(text_format=...)`: the demo model answers JSON that fits, and the
     response repeats the format it was asked for."""
-    async with _client(stack) as client:
+    async with stack.responses_client() as client:
         response = await client.responses.parse(
             model="demo/demo", input="the weather in Paris", text_format=Forecast
         )
@@ -56,7 +50,7 @@ async def test_parse_with_the_demo_model_gives_the_schema_s_object(stack: Stack)
 async def test_a_strict_answer_that_misses_the_schema_gets_one_correction(stack: Stack) -> None:
     good = json.dumps({"city": "Oslo", "celsius": 3, "sunny": False, "hours": [9, 10]})
     model, name = _scripted(stack, '{"city": "Oslo", "celsius": "cold"}', good)
-    async with _client(stack) as client:
+    async with stack.responses_client() as client:
         response = await client.responses.parse(model=model, input="Oslo?", text_format=Forecast)
     assert response.status == "completed", response.error
     assert response.output_parsed == Forecast.model_validate_json(good)
@@ -67,7 +61,7 @@ async def test_a_strict_answer_that_misses_the_schema_gets_one_correction(stack:
 
 async def test_a_second_misfit_fails_the_response_with_a_clear_error(stack: Stack) -> None:
     model, name = _scripted(stack, "Sunny, 20 degrees.", '{"city": "Rome"}', "unused")
-    async with _client(stack) as client:
+    async with stack.responses_client() as client:
         response = await client.responses.create(
             model=model,
             input="Rome?",
@@ -91,7 +85,7 @@ async def test_json_object_mode_on_chat_completions_streams_text(stack: Stack) -
     `output_text` deltas."""
     model, name = _scripted(stack, '{"answer": 42}', provider="openai")
     deltas: list[str] = []
-    async with _client(stack) as client:
+    async with stack.responses_client() as client:
         stream = await client.responses.create(
             model=model,
             input="the answer, as JSON",
@@ -111,7 +105,7 @@ async def test_json_object_mode_on_chat_completions_streams_text(stack: Stack) -
 
 
 async def test_a_malformed_schema_is_a_400_naming_the_field(stack: Stack) -> None:
-    async with _client(stack) as client:
+    async with stack.responses_client() as client:
         with pytest.raises(openai.BadRequestError) as bad:
             await client.responses.create(
                 model="demo/demo",
@@ -124,7 +118,7 @@ async def test_a_malformed_schema_is_a_400_naming_the_field(stack: Stack) -> Non
 
 async def test_the_agents_sdk_output_type_gets_its_object(stack: Stack) -> None:
     """The Agents SDK with `output_type`, as its docs configure it."""
-    async with _client(stack) as client:
+    async with stack.responses_client() as client:
         agent = Agent(
             name="forecaster",
             instructions="Answer with a forecast.",

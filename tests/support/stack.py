@@ -17,6 +17,7 @@ from typing import Any
 
 import asyncpg
 import httpx
+import openai
 from temporalio.client import Client
 from temporalio.worker import Worker
 
@@ -69,6 +70,11 @@ class Stack:
             generate_titles=False,
         )
         return build_worker(self.temporal, self.pool, config)
+
+    def responses_client(self) -> openai.AsyncOpenAI:
+        """The `openai` SDK on this stack's Open Responses (`/v1`), no retries."""
+        root = self.base_url.removesuffix("/api/v1")
+        return openai.AsyncOpenAI(base_url=f"{root}/v1", api_key=self.key, max_retries=0)
 
     def scripted_model(self, *responses: FakeResponse) -> dict[str, str]:
         """The model config of a fake model of the caller's own, answering `responses` in

@@ -264,7 +264,15 @@ def test_strict_inputs_keep_the_types_the_store_and_workflows_take() -> None:
     payload = SubmitToolResultsInput(results=results.results)
     assert payload.model_dump() == {
         "tool_call_ids": [],
-        "results": [{"tool_call_id": "t", "output": None, "is_error": True}],
+        "results": [
+            {
+                "tool_call_id": "t",
+                "output": None,
+                "is_error": True,
+                "media_type": None,
+                "data": None,
+            }
+        ],
     }
     with pytest.raises(ValidationError):
         ToolResults.model_validate({"results": [{"tool_call_id": "t", "extra": 1}]})
