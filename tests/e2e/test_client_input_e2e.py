@@ -164,8 +164,8 @@ def _check_inputs(stack: Stack) -> None:
     @_examples(EDGES)
     def check(request: tuple[str, dict[str, Any], dict[str, Any]]) -> None:
         kind, model, message = request
-        if model != DEMO:
-            stack.fake.script(model["name"], _answer)
+        if model["name"] != DEMO["name"]:  # any provider named `demo` is the demo model's
+            stack.fake.script(model["name"], _answer)  # name: scripting it would replace it
         if kind == "create":
             created = _post(http, "/chats", {"model": model, "message": message})
             if not _refused_in_the_error_shape(created):

@@ -24,6 +24,20 @@ class Forecast(BaseModel):
     hours: list[int]
 
 
+async def _what_happened(stack: Stack, response_id: str) -> str:
+    """The response's error, its chat's transcript and the demo's last requests."""
+    rows = await stack.pool.fetch(
+        "SELECT m.role, m.parts, m.usage, c.model FROM responses r JOIN chats c ON c.id = r.chat_id"
+        " JOIN messages m ON m.chat_id = r.chat_id WHERE r.id = $1 ORDER BY m.id",
+        response_id,
+    )
+    asked = [r.body.get("messages") for r in stack.fake.requests("demo")][-3:]
+    error = await stack.pool.fetchval(
+        "SELECT ended_error FROM responses WHERE id = $1", response_id
+    )
+    return f"error {error}\ntranscript {[dict(r) for r in rows]}\nthe demo got {asked}"
+
+
 def _scripted(stack: Stack, *texts: str, provider: str = "anthropic") -> tuple[str, str]:
     """A fake model answering `texts` in turn: its `/v1` name and its own name."""
     name = stack.scripted_model(*(FakeResponse(parts=[FakeText(text=t)]) for t in texts))["name"]
@@ -37,7 +51,7 @@ async def test_parse_with_the_demo_model_gives_the_schema_s_object(stack: Stack)
         response = await client.responses.parse(
             model="demo/demo", input="the weather in Paris", text_format=Forecast
         )
-    assert response.status == "completed"
+    assert response.status == "completed", await _what_happened(stack, response.id)
     parsed = response.output_parsed
     assert isinstance(parsed, Forecast), response.output_text
     assert parsed.hours, "every property of the schema is filled"
