@@ -78,7 +78,7 @@ async def create_response(
     body = body.model_copy(
         update={"input": await with_references_resolved(state, owner, body.input)}
     )
-    conversation = conversation_of(body.input)
+    conversation = conversation_of(body)
     matched = await matched_prefix(state, owner, body, conversation)
     record = await _created(
         request,
@@ -86,7 +86,7 @@ async def create_response(
         connection_responses,
         on_chat,
     )
-    await remember(state, owner, body, record, conversation)
+    await remember(state, owner, record, conversation)
     return record
 
 

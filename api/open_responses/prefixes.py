@@ -57,9 +57,13 @@ class PrefixMatch:
     """The system and developer text of the input before `rest` (it holds for the turn)."""
 
 
-def conversation_of(raw: str | list[dict[str, Any]]) -> Conversation:
-    """The digests of the input's prefixes (items that can't be read don't count: the
-    request's own checks refuse them)."""
+def conversation_of(body: CreateResponse) -> Conversation:
+    """The digests of the input's prefixes, when the input is the client's whole
+    conversation (none otherwise: nothing is matched or remembered). Items that can't be
+    read don't count: the request's own checks refuse them."""
+    if not _whole_conversation(body):
+        return Conversation([], [])
+    raw = body.input
     entries = [{"role": "user", "content": raw}] if isinstance(raw, str) else raw
     digest = hashlib.sha256(b"chatd conversation").digest()
     digests: list[bytes] = []
@@ -79,7 +83,7 @@ async def matched_prefix(
     """The stored conversation this request's input continues, if any: its longest known
     prefix (of a few candidates, where conversations share one) whose response is the
     newest of an idle chat and whose output the input repeats after it."""
-    if not _whole_conversation(body) or len(conversation.digests) < 2:
+    if len(conversation.digests) < 2:
         return None
     candidates = await ConversationPrefixes(state.pool).longest(
         owner, conversation.digests[:-1], _CANDIDATES
@@ -128,15 +132,11 @@ async def _continues(
 
 
 async def remember(
-    state: GatewayState,
-    owner: str,
-    body: CreateResponse,
-    record: ResponseRecord,
-    conversation: Conversation,
+    state: GatewayState, owner: str, record: ResponseRecord, conversation: Conversation
 ) -> None:
     """Note that this response's conversation, through its input, is in its chat (when the
     input was the whole conversation)."""
-    if not _whole_conversation(body) or not conversation.digests:
+    if not conversation.digests:
         return
     known = KnownPrefix(record.chat_id, record.id, len(conversation.digests))
     await ConversationPrefixes(state.pool).remember(owner, conversation.digests[-1], known)
