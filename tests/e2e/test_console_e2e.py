@@ -494,6 +494,31 @@ HOSTILE = "\n\n".join(
 )
 
 
+async def test_a_refresh_that_fails_mid_turn_does_not_throw(
+    console: ConsolePage, console_stack: Stack
+) -> None:
+    """Status events make the page re-read the chat; while that read fails (as it does when
+    the gateway dies between an event and the read), the turn still shows to its end and
+    the page throws nothing (the fixture checks `pageerror`)."""
+    stack = console_stack
+    chat_id = await _chat_with(stack, FakeResponse(parts=[FakeText(text="still shown")]))
+    page = console.page
+    await console.open_chat(chat_id)
+    failed: list[str] = []
+
+    async def refuse(route: Any) -> None:
+        failed.append(route.request.url)
+        await route.abort("connectionrefused")
+
+    await page.route(f"**/chats/{chat_id}", refuse)
+    await page.get_by_role("textbox", name="Message", exact=True).fill("go")
+    await page.get_by_role("button", name="Send").click()
+    await expect(_assistant(page).last).to_contain_text("still shown")
+    await expect(page.get_by_role("status", name="Chat status")).to_have_text("waiting")
+    assert failed, "the page re-read the chat while the turn ran"
+    await page.unroute(f"**/chats/{chat_id}")
+
+
 async def test_hostile_model_output_stays_inert(console: ConsolePage, console_stack: Stack) -> None:
     stack = console_stack
     huge_line = "A" * 300_000

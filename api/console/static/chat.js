@@ -48,6 +48,7 @@ export class ChatView {
     this.tab = "transcript";
     this.frame = null;
     this.closed = false;
+    this.missed = new Set();
     this.build();
     this.onKey = (event) => this.key(event);
     document.addEventListener("keydown", this.onKey);
@@ -129,8 +130,8 @@ export class ChatView {
       await this.refreshChat();
       await this.loadTranscript();
       this.maxLoaded = Math.max(0, ...this.messages.keys());
-      this.loadDecisions();
-      this.loadChildren();
+      this.inBackground(this.loadDecisions);
+      this.inBackground(this.loadChildren);
       this.connect(0);
       this.input.focus();
     } catch (err) {
@@ -143,8 +144,23 @@ export class ChatView {
     this.stream = new LiveStream(`/chats/${this.id}/stream`, {
       after,
       onEvent: (frame) => this.onEvent(frame),
-      onState: this.onState,
+      onState: (state) => {
+        this.onState(state);
+        if (state === "live") for (const load of this.missed) this.inBackground(load);
+      },
       onRefused: (err) => this.refused(err),
+    });
+  }
+
+  /**
+   * Run one of the loaders an event asks for without waiting on it. A loader that fails
+   * (the gateway is restarting) runs again once the stream is live, so the page catches up
+   * instead of throwing.
+   */
+  inBackground(load) {
+    this.missed.delete(load);
+    load.call(this).catch(() => {
+      if (!this.closed) this.missed.add(load);
     });
   }
 
@@ -224,12 +240,12 @@ export class ChatView {
       status: () => this.onStatus(data),
       retry: () => this.onRetry(data),
       reset: () => this.onReset(),
-      queue: () => this.refreshChat(),
+      queue: () => this.inBackground(this.refreshChat),
       error: () => {
         if (this.chat) this.chat.last_error = data;
       },
-      chat: () => this.refreshChat(),
-      subagent: () => this.loadChildren(),
+      chat: () => this.inBackground(this.refreshChat),
+      subagent: () => this.inBackground(this.loadChildren),
       transcript_edited: () => {
         for (const id of [...this.messages.keys()]) if (id >= data.from_message_id) this.messages.delete(id);
       },
@@ -275,8 +291,8 @@ export class ChatView {
     }
     if (data.status === "running") replace(this.notice);
     if (this.replaying()) return;
-    this.refreshChat();
-    if (data.status !== "running") this.loadDecisions();
+    this.inBackground(this.refreshChat);
+    if (data.status !== "running") this.inBackground(this.loadDecisions);
   }
 
   onRetry(data) {
@@ -394,7 +410,7 @@ export class ChatView {
     this.actionKey = key;
     const approvals = pending.filter((c) => c.action === "approval");
     const client = pending.filter((c) => c.action !== "approval");
-    const sent = () => this.refreshChat();
+    const sent = () => this.inBackground(this.refreshChat);
     const expires = chat?.action_expires_at
       ? h("p", { class: "hint" }, `Waiting until ${new Date(chat.action_expires_at).toLocaleTimeString()}.`)
       : null;
@@ -455,7 +471,7 @@ export class ChatView {
     for (const tab of this.tabs) tab.setAttribute("aria-pressed", String(tab.textContent.toLowerCase() === name));
     this.transcript.hidden = name !== "transcript";
     this.panel.hidden = name === "transcript";
-    if (name === "audit") this.loadDecisions();
+    if (name === "audit") this.inBackground(this.loadDecisions);
     this.render();
   }
 
@@ -495,7 +511,7 @@ export class ChatView {
     } catch (err) {
       replace(this.sendError, errorText(err));
     }
-    this.refreshChat();
+    this.inBackground(this.refreshChat);
   }
 
   key(event) {
