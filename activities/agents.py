@@ -21,7 +21,7 @@ from chatd.store.step_keys import StepKey
 from chatd.store.tool_calls import CallKey, ToolCallStore
 from chatd.store.transcript import TranscriptStore
 from chatd.subagents import CHILDREN_SQL, WaitArgs, child_status
-from workflows.constants import workflow_id
+from workflows.constants import TurnMessages, workflow_id
 from workflows.payloads import AgentsChecked, CheckAgentsInput, InterruptChildrenInput
 
 __all__ = ["AgentActivities"]
@@ -81,7 +81,7 @@ class AgentActivities:
                     continue
                 handle = self._client.get_workflow_handle(workflow_id(str(row["id"])))
                 try:
-                    await handle.signal("interrupt")
+                    await handle.signal(TurnMessages.INTERRUPT)
                 except RPCError as err:
                     if err.status != RPCStatusCode.NOT_FOUND:
                         raise

@@ -25,8 +25,8 @@ from chatd.store.transcript import TranscriptStore
 from chatd.store.turns import TurnStore
 from chatd.telemetry import METRICS
 from workers.turns import hand_over_message, queue_message
-from workflows.chat_turn import ChatTurn
 from workflows.constants import (
+    TurnMessages,
     workflow_id,
 )
 from workflows.controls import (
@@ -183,7 +183,7 @@ async def interrupt_turn(client: Client, turns: TurnStore, chat: ChatRecord) -> 
     """
     handle = client.get_workflow_handle(workflow_id(str(chat.id)))
     try:
-        await handle.signal(ChatTurn.interrupt)
+        await handle.signal(TurnMessages.INTERRUPT)
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
             return False
@@ -237,7 +237,7 @@ async def submit_tool_results(
     try:
         # The SDK types an async handler's result as a coroutine; the value is unused.
         _accepted = await handle.execute_update(
-            ChatTurn.submit_tool_results, SubmitToolResultsInput(tool_call_ids=ids)
+            TurnMessages.SUBMIT_TOOL_RESULTS, SubmitToolResultsInput(tool_call_ids=ids)
         )
     except WorkflowUpdateFailedError as err:
         raise _refusal(err.cause) from err
@@ -255,7 +255,7 @@ async def submit_tool_approvals(
     """Hand a person's decisions to the waiting turn; raise `ApiError` 409/400 if refused."""
     handle = client.get_workflow_handle(workflow_id(chat_id))
     try:
-        _accepted = await handle.execute_update(ChatTurn.submit_tool_approvals, approvals)
+        _accepted = await handle.execute_update(TurnMessages.SUBMIT_TOOL_APPROVALS, approvals)
     except WorkflowUpdateFailedError as err:
         raise _refusal(err.cause) from err
     except RPCError as err:

@@ -17,14 +17,15 @@ from temporalio.service import RPCError
 
 from chatd.settings import retry_deadline_s
 from chatd.store.chats import ChatRecord
-from workflows.chat_turn import ChatTurn
 from workflows.constants import (
     CHAT_ID,
     CHAT_MODEL,
     CHAT_OWNER,
     CHAT_PARENT,
     CHAT_STATUS,
+    TURN_WORKFLOW,
     WORKFLOW_TASK_TIMEOUT,
+    TurnMessages,
     workflow_id,
 )
 from workflows.payloads import ChatTurnInput, SubmitMessageInput, SubmitMessageResult
@@ -50,17 +51,18 @@ async def hand_over_message(
     `name_chat`, a turn the message starts also names the chat. It waits for a worker to
     run the update; `queue_message` does not.
     """
-    start = WithStartWorkflowOperation(
-        ChatTurn.run,
+    start: WithStartWorkflowOperation[Any, Any] = WithStartWorkflowOperation(
+        TURN_WORKFLOW,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         **_start_options(chat, task_queue),
     )
     try:
         result: SubmitMessageResult = await client.execute_update_with_start_workflow(
-            ChatTurn.submit_message,
+            TurnMessages.SUBMIT_MESSAGE,
             SubmitMessageInput(queued_id=queued_id, untitled=name_chat),
             start_workflow_operation=start,
             id=update_id,
+            result_type=SubmitMessageResult,
         )
     except (RPCError, WorkflowUpdateRPCTimeoutOrCancelledError):
         # The SDK settled the start's handle too (with this error, if it had not started):
@@ -81,8 +83,8 @@ async def queue_message(
     knows its turn and queue, and a later run leaves a message another run began.
     """
     await client.start_workflow(
-        ChatTurn.run,
-        start_signal="queue_message",
+        TURN_WORKFLOW,
+        start_signal=TurnMessages.QUEUE_MESSAGE,
         start_signal_args=[SubmitMessageInput(queued_id=queued_id, untitled=name_chat)],
         rpc_timeout=QUEUE_RPC_TIMEOUT,
         **_start_options(chat, task_queue),

@@ -24,7 +24,13 @@ with workflow.unsafe.imports_passed_through():
     from activities.turn import TurnActivities
     from chatd.models import ModelError
     from chatd.webhooks.events import WebhookEvent
-    from workflows.constants import CHAT_MODEL, LOCAL_TIMEOUT, workflow_id
+    from workflows.constants import (
+        CHAT_MODEL,
+        LOCAL_TIMEOUT,
+        TURN_WORKFLOW,
+        TurnMessages,
+        workflow_id,
+    )
     from workflows.controls import (
         INVALID_TOOL_APPROVALS,
         TurnControls,
@@ -77,7 +83,7 @@ _IDLE_START_TIMEOUT = timedelta(minutes=1)
 _COMPACT_RETRY = retry_policy()
 
 
-@workflow.defn(name="ChatTurn")
+@workflow.defn(name=TURN_WORKFLOW)
 class ChatTurn:
     """One chat turn; messages sent meanwhile queue up and become the next runs."""
 
@@ -107,12 +113,12 @@ class ChatTurn:
         self._end_recorded = False
         """The turn's last step recorded its end itself (`StreamStepResult.finished_turn`)."""
 
-    @workflow.update(name="submit_message")
+    @workflow.update(name=TurnMessages.SUBMIT_MESSAGE)
     def submit_message(self, input: SubmitMessageInput) -> SubmitMessageResult:
         """Start the turn with this message, or queue it behind the running one."""
         return self._take(input)
 
-    @workflow.signal(name="queue_message")
+    @workflow.signal(name=TurnMessages.QUEUE_MESSAGE)
     def queue_message(self, input: SubmitMessageInput) -> None:
         """`submit_message` sent as a signal-with-start, when no worker took the update in
         time: the same start-or-queue, durable without a worker, with no answer."""
@@ -130,7 +136,7 @@ class ChatTurn:
             self._queue.append(input.queued_id)
         return SubmitMessageResult(queued=True, turn_id=input.queued_id)
 
-    @workflow.update(name="submit_tool_results")
+    @workflow.update(name=TurnMessages.SUBMIT_TOOL_RESULTS)
     async def submit_tool_results(self, input: SubmitToolResultsInput) -> SubmitToolResultsResult:
         """Accept the client's answer to the pending dynamic calls (the first submission wins).
 
@@ -158,7 +164,7 @@ class ChatTurn:
     def _validate_tool_results(self, input: SubmitToolResultsInput) -> None:
         self._controls.validate_results(input)
 
-    @workflow.update(name="submit_tool_approvals")
+    @workflow.update(name=TurnMessages.SUBMIT_TOOL_APPROVALS)
     async def submit_tool_approvals(
         self, input: SubmitToolApprovalsInput
     ) -> SubmitToolApprovalsResult:
@@ -196,12 +202,12 @@ class ChatTurn:
     def _validate_tool_approvals(self, input: SubmitToolApprovalsInput) -> None:
         self._controls.validate_approvals(input)
 
-    @workflow.signal(name="child_finished")
+    @workflow.signal(name=TurnMessages.CHILD_FINISHED)
     def child_finished(self, input: ChildFinished) -> None:
         """A subagent's turn ended: a `wait_agent` in progress looks at its children again."""
         self._controls.children_finished += 1
 
-    @workflow.signal(name="interrupt")
+    @workflow.signal(name=TurnMessages.INTERRUPT)
     def interrupt(self) -> None:
         """Stop the running turn; what was produced so far is kept."""
         if self._turn_id is not None:

@@ -12,12 +12,30 @@ __all__ = [
     "CHAT_STATUS",
     "LOCAL_TIMEOUT",
     "MODEL_ERROR_TYPE",
+    "TURN_WORKFLOW",
     "WORKFLOW_ID_PREFIX",
     "WORKFLOW_TASK_TIMEOUT",
+    "TurnMessages",
     "workflow_id",
 ]
 
 WORKFLOW_ID_PREFIX = "chat-"
+
+TURN_WORKFLOW = "ChatTurn"
+"""The turn workflow's type. The gateway starts and messages it by name, so that it never
+imports the workflow module (and with it every activity, the MCP SDK, the providers)."""
+
+
+class TurnMessages:
+    """The names of the turn workflow's updates and signals."""
+
+    SUBMIT_MESSAGE = "submit_message"
+    QUEUE_MESSAGE = "queue_message"
+    SUBMIT_TOOL_RESULTS = "submit_tool_results"
+    SUBMIT_TOOL_APPROVALS = "submit_tool_approvals"
+    CHILD_FINISHED = "child_finished"
+    INTERRUPT = "interrupt"
+
 
 WORKFLOW_TASK_TIMEOUT = timedelta(seconds=5)
 """How long a workflow task may run on a worker before the server hands it to another.

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict
 
 from chatd.providers.base import ToolSpec
 from chatd.tools.base import MediaOutput, ToolOutput
+from chatd.tools.names import MCP_SEPARATOR
 
 __all__ = [
     "QUALIFIED_NAME",
@@ -33,8 +34,7 @@ log = logging.getLogger(__name__)
 QUALIFIED_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 """What providers accept as a tool name; a server's tool that doesn't fit is skipped."""
 
-SEPARATOR = "__"
-"""Between server and tool; server names have no `_`, so the first `__` splits."""
+SEPARATOR = MCP_SEPARATOR
 
 
 class McpTool(BaseModel):

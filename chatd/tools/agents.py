@@ -29,7 +29,7 @@ from chatd.subagents import (
 )
 from chatd.tools.base import Tool, ToolContext, ToolOutput
 from workers.turns import hand_over_message
-from workflows.constants import workflow_id
+from workflows.constants import TurnMessages, workflow_id
 
 _CHILD_IDS = uuid.UUID("6d9a4c1e-6f0b-4b8e-9a55-3f1f0e2b7c11")
 """Namespace of child chat ids: one per spawning call, so a retried spawn finds its child."""
@@ -139,7 +139,7 @@ class _Agents:
     async def interrupt(self, args: AgentId, ctx: ToolContext) -> ToolOutput:
         child = await self._child(ctx, args.id)
         handle = self._client.get_workflow_handle(workflow_id(str(child.id)))
-        await handle.signal("interrupt")
+        await handle.signal(TurnMessages.INTERRUPT)
         return {"id": str(child.id), "status": "interrupt sent"}
 
     async def list(self, args: _NoArgs, ctx: ToolContext) -> ToolOutput:

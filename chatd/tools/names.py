@@ -4,7 +4,6 @@ would then call believing it runs on the worker."""
 
 from __future__ import annotations
 
-from chatd.mcp.mapping import SEPARATOR as MCP_SEPARATOR
 from chatd.subagents import AGENT_TOOLS
 
 __all__ = ["MCP_SEPARATOR", "WORKER_TOOL_NAMES", "client_tool_name", "collision"]
@@ -15,6 +14,10 @@ WORKER_TOOL_NAMES = frozenset(
 )
 """Every tool a worker may offer by itself (`chatd.tools.defaults` and the subagent tools),
 whether or not this deployment enables it."""
+
+MCP_SEPARATOR = "__"
+"""Between an MCP tool's server and tool; server names have no `_`, so the first `__`
+splits."""
 
 
 def collision(name: str) -> str | None:

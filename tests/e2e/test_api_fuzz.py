@@ -25,9 +25,9 @@ from schemathesis.specs.openapi.schemas import OpenApiSchema
 
 from chatd.store.quotas import LimitOverrides, QuotaStore
 
-MAX_EXAMPLES = 10
+MAX_EXAMPLES = 6
 """Random cases per operation and kind (valid or invalid data)."""
-SCENARIOS = 40
+SCENARIOS = 24
 STEPS_PER_SCENARIO = 8
 STREAM = "/api/v1/chats/{chat_id}/stream"
 WATCH = "/api/v1/stream"
