@@ -19,14 +19,14 @@ _RUNNING: set[asyncio.Task[None]] = set()
 """The tasks not done yet (the event loop holds only weak references to its tasks)."""
 
 
-def in_background(work: Coroutine[Any, Any, None], what: str) -> None:
+def in_background(work: Coroutine[Any, Any, object], what: str) -> None:
     """Run `work` without waiting for it; a database or network failure is logged."""
     task = asyncio.create_task(_logged(work, what))
     _RUNNING.add(task)
     task.add_done_callback(_RUNNING.discard)
 
 
-async def _logged(work: Coroutine[Any, Any, None], what: str) -> None:
+async def _logged(work: Coroutine[Any, Any, object], what: str) -> None:
     try:
         await work
     except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as err:

@@ -104,6 +104,19 @@ def retry_deadline_s() -> int:
     return int(value) if value.isdigit() and int(value) > 0 else DEFAULT_RETRY_DEADLINE_S
 
 
+DEFAULT_UNSTORED_KEEP = timedelta(minutes=10)
+
+
+def unstored_keep() -> timedelta:
+    """CHATD_UNSTORED_KEEP_SECONDS (default 10 min): how long the chat of a `store: false`
+    response is kept, hidden, once the response is over. A client that sends its whole
+    conversation again (Codex does on every call) then continues that chat, writing only
+    what it added; past this, its next request copies the conversation into a new chat.
+    0: deleted as soon as its turn has ended."""
+    value = os.environ.get("CHATD_UNSTORED_KEEP_SECONDS", "")
+    return timedelta(seconds=float(value)) if value else DEFAULT_UNSTORED_KEEP
+
+
 class ReconcilerSettings(BaseModel):
     """How often a worker looks for chats whose turn no workflow runs, and how long a turn
     must have been quiet before it may be ended (ARCHITECTURE rule 8, defence in depth)."""

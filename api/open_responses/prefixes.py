@@ -9,6 +9,10 @@ role and text of each user and assistant message, each function call's id, name 
 arguments, each result's id and text. Reasoning, system text and provider tool items don't
 count, so a client that drops or keeps them still matches. A response's output is checked
 item by item against the input that follows its prefix before anything is continued.
+
+A `store: false` request continues only a `store: false` response's chat, kept hidden for a
+while after it ended (`CHATD_UNSTORED_KEEP_SECONDS`): Codex sends its whole session on every
+call, and each call then writes only its new items.
 """
 
 from __future__ import annotations
@@ -19,12 +23,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from api.errors import ApiError
+from api.open_responses.continuation import unstored_deadline
 from api.open_responses.inputs import conversation_item, system_texts
 from api.open_responses.requests import (
     CreateResponse,
+    CustomToolCallItem,
+    CustomToolCallOutputItem,
     FunctionCallItem,
     FunctionCallOutputItem,
     InputItem,
+    LocalShellCallItem,
+    LocalShellCallOutputItem,
     MessageItem,
 )
 from api.open_responses.views import current_resource
@@ -100,10 +109,8 @@ _CANDIDATES = 4
 
 
 def _whole_conversation(body: CreateResponse) -> bool:
-    """Whether the input is the client's whole conversation: nothing else continues it (and
-    it is stored: a `store: false` response's chat is gone once it has ended)."""
-    unchained = not (body.previous_response_id or body.conversation)
-    return unchained and body.store
+    """Whether the input is the client's whole conversation: nothing else continues it."""
+    return not (body.previous_response_id or body.conversation)
 
 
 async def _continues(
@@ -115,17 +122,23 @@ async def _continues(
 ) -> PrefixMatch | None:
     """The match, if the input goes on from `known` with its response's whole output."""
     assert isinstance(body.input, list)
-    response = await state.responses.get(owner, known.response_id)
+    response = await state.responses.reread(known.response_id)
     chat = await state.chats.get(known.chat_id, owner)
-    if response is None or response.ended_at is None or chat is None or chat.discard_at:
+    if response is None or response.ended_at is None or chat is None:
+        return None
+    if response.owner != owner or response.store != body.store:
         return None
     if await state.responses.latest_in_chat(chat.id) != response.id:
         return None  # the chat went on since: this is a fork, made as a new chat
+    if body.store and chat.discard_at is not None:
+        return None  # a deleted conversation
     output = [_token(item) for item in (await current_resource(state, response))["output"]]
     repeated = [token for token in output if token is not None]
     following = _tokens_after(body.input, conversation.at[known.items - 1] + 1)
     if following[: len(repeated)] != repeated or len(following) <= len(repeated):
         return None
+    if not body.store and not await state.chats.keep_unstored(chat.id, unstored_deadline()):
+        return None  # its deletion is due: the conversation goes to a new chat
     rest_from = conversation.at[known.items + len(repeated)]
     before = body.input[:rest_from]
     return PrefixMatch(chat, response, body.input[rest_from:], system_texts(before))
@@ -167,6 +180,17 @@ def _canonical(item: InputItem) -> str | None:
         return f"{item.role}\x1f{text}"
     if isinstance(item, FunctionCallItem):
         return f"call\x1f{item.call_id}\x1f{item.name}\x1f{item.arguments}"
+    if isinstance(item, CustomToolCallItem):
+        return f"call\x1f{item.call_id}\x1f{item.name}\x1f{item.input}"
+    if isinstance(item, LocalShellCallItem):
+        return f"call\x1f{item.call_id}\x1f{item.action.model_dump_json()}"
     if isinstance(item, FunctionCallOutputItem):
         return f"result\x1f{item.call_id}\x1f{item.text()}"
+    if isinstance(item, CustomToolCallOutputItem):
+        output = (
+            item.output if isinstance(item.output, str) else "".join(p.text for p in item.output)
+        )
+        return f"result\x1f{item.call_id}\x1f{output}"
+    if isinstance(item, LocalShellCallOutputItem):
+        return f"result\x1f{item.id}\x1f{item.output}"
     return None

@@ -17,7 +17,7 @@ from api.errors import ApiError
 from api.open_responses.compaction import compact
 from api.open_responses.creation import create_response
 from api.open_responses.requests import CompactRequest, CreateResponse
-from api.open_responses.views import current_resource, discard_soon, event_stream, until_ended
+from api.open_responses.views import current_resource, discard_later, event_stream, until_ended
 from api.quotas import StreamSlot
 from api.routes.stream import SlotStream
 from api.state import GatewayState, state_of
@@ -87,12 +87,13 @@ async def _then_discarded(
     state: GatewayState, record: ResponseRecord, frames: AsyncIterator[str]
 ) -> AsyncIterator[str]:
     """The frames of a `store: false` response; then, however the stream ends, its chat is
-    discarded: over HTTP nothing can continue it."""
+    discarded once idle for a while (only its client, sending the conversation again, can
+    continue it)."""
     try:
         async for frame in frames:
             yield frame
     finally:
-        discard_soon(state, record)
+        discard_later(state, record)
 
 
 async def _owned(state: GatewayState, owner: str, response_id: str) -> ResponseRecord:
@@ -151,7 +152,7 @@ async def create(
             record = await until_ended(state, record)
         finally:
             if not record.store:
-                discard_soon(state, record)
+                discard_later(state, record)
     return JSONResponse(await current_resource(state, record))
 
 

@@ -4,9 +4,10 @@ another, each streamed as the same events as over SSE (one event per text frame,
 
 A response made here is the same durable turn as one made over HTTP: a socket that closes
 mid-response stops nothing, and a stored one is read later with `GET ...?stream=true`. The
-socket remembers the responses it made, the only way to continue a `store: false` one; a
-continuation refused with an error forgets what it referenced. When the socket closes, its
-`store: false` chats are discarded (deleted once their turn has ended).
+socket remembers the responses it made, the only way to continue a `store: false` one by
+`previous_response_id`; a continuation refused with an error forgets what it referenced.
+When the socket closes, its `store: false` chats are deleted once idle for a while (their
+client may yet continue one by sending the whole conversation again).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
+from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import APIRouter, WebSocket
@@ -28,12 +30,15 @@ from api.errors import ApiError, as_api_error, invalid_request, openai_error_bod
 from api.open_responses.creation import create_response
 from api.open_responses.events import TERMINAL_EVENTS
 from api.open_responses.requests import CreateResponse
+from api.open_responses.resource import build_resource, usage_of
+from api.open_responses.turn_settings import echoed_request
 from api.open_responses.views import response_events
 from api.quotas import StreamSlot
 from api.state import GatewayState, state_of
 from api.turns import interrupt_turn
+from chatd.settings import unstored_keep
 from chatd.store.keys import hash_key
-from chatd.store.responses import ResponseRecord
+from chatd.store.responses import ResponseRecord, new_response_id
 
 __all__ = ["CONNECTION_LIMIT_S", "MAX_MESSAGE_BYTES", "router"]
 
@@ -127,6 +132,8 @@ class _Connection:
         self._responses: OrderedDict[str, None] = OrderedDict()
         """The ids of the responses this socket made, oldest first (an ordered set)."""
         self._unstored_chats: set[uuid.UUID] = set()
+        self._warm_ups: OrderedDict[str, CreateResponse] = OrderedDict()
+        """Warm-up requests (`generate: false`) by the id they were answered with."""
         self._closes_at = time.monotonic() + CONNECTION_LIMIT_S
 
     async def serve(self) -> None:
@@ -135,12 +142,58 @@ class _Connection:
             if text is None:
                 return
             try:
-                body = self._create_request(text)
+                body, generate = self._create_request(text)
             except ApiError as refusal:
                 await self._send(error_event(refusal))
                 continue
-            if not await self._respond(body):
+            if not generate:
+                await self._warm_up(body)
+            elif not await self._respond(self._after_warm_up(body)):
                 return
+
+    async def _warm_up(self, body: CreateResponse) -> None:
+        """Answer a `generate: false` request at once, with an empty completed response and no
+        model call (Codex sends one as a socket's first message). Its input waits here: a
+        request continuing it (`previous_response_id`) is made with that input before its
+        own, so the model sees the whole conversation in one turn."""
+        response_id = new_response_id()
+        self._warm_ups[response_id] = body
+        while len(self._warm_ups) > REMEMBERED_RESPONSES:
+            self._warm_ups.popitem(last=False)
+        now = datetime.now(UTC)
+        record = ResponseRecord(
+            id=response_id,
+            chat_id=uuid.UUID(int=0),
+            owner=self._owner,
+            turn_id="",
+            after_message_id=None,
+            previous_response_id=body.previous_response_id,
+            request=echoed_request(body),
+            input_items=[],
+            store=body.store,
+            after_event_seq=0,
+            created_at=now,
+            cancel_requested_at=None,
+            ended_at=now,
+            ended_status="waiting",
+            ended_error=None,
+            deleted_at=None,
+        )
+        resource = build_resource(record, status="completed", output=[], usage=usage_of([]))
+        resource["conversation"] = None  # none yet: the next request makes it
+        created = {**resource, "status": "in_progress", "completed_at": None, "usage": None}
+        await self._send({"type": "response.created", "response": created, "sequence_number": 0})
+        await self._send({"type": "response.completed", "response": resource, "sequence_number": 1})
+
+    def _after_warm_up(self, body: CreateResponse) -> CreateResponse:
+        """The request with the input of the warm-up it continues, if it continues one."""
+        warm_up = self._warm_ups.pop(body.previous_response_id or "", None)
+        if warm_up is None:
+            return body
+        earlier, own = _items(warm_up.input), _items(body.input)
+        return body.model_copy(
+            update={"input": earlier + own, "previous_response_id": warm_up.previous_response_id}
+        )
 
     async def _next_message(self) -> str | None:
         """The client's next text (or binary) message; None when the socket is done."""
@@ -169,8 +222,9 @@ class _Connection:
             return None
         return raw.decode(errors="replace") if isinstance(raw, bytes) else raw
 
-    def _create_request(self, text: str) -> CreateResponse:
-        """The `response.create` message's body; a 400 for anything else."""
+    def _create_request(self, text: str) -> tuple[CreateResponse, bool]:
+        """The `response.create` message's body, and whether to generate (False for a
+        warm-up); a 400 for anything else."""
         try:
             message = json.loads(text)
         except ValueError:
@@ -191,10 +245,15 @@ class _Connection:
                 f"{field} is for HTTP requests: a response over a WebSocket always streams",
                 {"param": field},
             )
+        generate = message.pop("generate", True)
+        if not isinstance(generate, bool):
+            raise ApiError(
+                400, "invalid_request", "generate is true or false", {"param": "generate"}
+            )
         for transport_field in ("type", "stream", "stream_options", "background"):
             message.pop(transport_field, None)
         try:
-            return CreateResponse.model_validate(message)
+            return CreateResponse.model_validate(message), generate
         except ValidationError as err:
             # Located as an HTTP body's errors are, so the two doors word them alike.
             raise invalid_request(
@@ -242,17 +301,24 @@ class _Connection:
             raise WebSocketDisconnect(1006) from err
 
     async def discard_unstored(self) -> None:
-        """The socket is gone, and with it the only way to continue its `store: false`
-        responses: their chats are deleted once their turns have ended, and a turn that
-        waits for the client's function results is interrupted (no one can send them)."""
+        """The socket is gone: its `store: false` responses' chats are deleted once idle for
+        `unstored_keep()` (their client may send the conversation again to continue one),
+        and a turn that waits for the client's function results is interrupted (no one can
+        send them on this socket)."""
+        until = datetime.now(UTC) + unstored_keep()
         for chat_id in self._unstored_chats:
             try:
-                await self._state.chats.discard_after(chat_id)
+                await self._state.chats.keep_unstored(chat_id, until)
                 chat = await self._state.chats.get(chat_id)
                 if chat is not None and chat.status == "requires_action":
                     await interrupt_turn(self._state.temporal, self._state.turns, chat)
             except Exception:  # the chat's creation deadline deletes it all the same
                 log.warning("discarding chat %s failed", chat_id, exc_info=True)
+
+
+def _items(given: str | list[Any]) -> list[Any]:
+    """A request's input as a list of items."""
+    return [{"role": "user", "content": given}] if isinstance(given, str) else list(given)
 
 
 def _client_error(err: Exception) -> ApiError:

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from typing import Any
 
 from api.background import in_background
@@ -23,10 +24,11 @@ from api.open_responses.resource import (
 )
 from api.quotas import StreamSlot
 from api.state import GatewayState
+from chatd.settings import unstored_keep
 from chatd.store.events import ChatEvent
 from chatd.store.responses import ResponseRecord
 
-__all__ = ["current_resource", "discard_soon", "event_stream", "response_events", "until_ended"]
+__all__ = ["current_resource", "discard_later", "event_stream", "response_events", "until_ended"]
 
 WAKE_AT_LEAST_S = 15.0
 """A wait for the chat's next notification looks again after this long (a missed one)."""
@@ -161,10 +163,14 @@ async def _with_reasoning_state(
     return event.model_copy(update={"data": {**data, "parts": parts}})
 
 
-def discard_soon(state: GatewayState, record: ResponseRecord) -> None:
-    """Have a `store: false` response's chat deleted as soon as its turn has ended (the
-    reconciler deletes it then). Synchronous, for the end of a cancelled request."""
-    in_background(state.chats.discard_after(record.chat_id), "discarding a store: false chat")
+def discard_later(state: GatewayState, record: ResponseRecord) -> None:
+    """The `store: false` response is over: have its chat deleted once it has been idle for
+    `unstored_keep()` (the reconciler deletes it then), unless a request continues it first.
+    Synchronous, for the end of a cancelled request."""
+    until = datetime.now(UTC) + unstored_keep()
+    in_background(
+        state.chats.keep_unstored(record.chat_id, until), "discarding a store: false chat"
+    )
 
 
 def _frames(events: list[dict[str, Any]]) -> str:

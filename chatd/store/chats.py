@@ -343,6 +343,16 @@ class ChatStore:
             at,
         )
 
+    async def keep_unstored(self, chat_id: uuid.UUID, until: datetime) -> bool:
+        """Move a hidden chat's deletion to `until`; False if it was due already (its
+        deletion may be under way: nothing may continue it)."""
+        kept = await self._pool.fetchval(
+            "UPDATE chats SET discard_at = $2 WHERE id = $1 AND discard_at > now() RETURNING id",
+            chat_id,
+            until,
+        )
+        return kept is not None
+
     async def delete_discarded(self, limit: int) -> Sequence[uuid.UUID]:
         """Delete up to `limit` chats past their `discard_at` whose turn has ended and whose
         queue is empty (their rows go with them); the ids deleted."""

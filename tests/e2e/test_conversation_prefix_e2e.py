@@ -4,12 +4,15 @@ added: the cost of a call stays flat as the conversation grows."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from itertools import pairwise
 from typing import Any
 
+import pytest
 from harness import Stack
 
 from chatd.fake_provider.script import FakeResponse, FakeText, FakeToolCall
+from chatd.settings import unstored_keep
 
 LOOKUP = {
     "type": "function",
@@ -32,11 +35,14 @@ async def _written(stack: Stack, chat_id: str) -> tuple[int, int]:
     return int(messages), int(inputs)
 
 
+@pytest.mark.parametrize("store", [True, False], ids=["stored", "store-false"])
 async def test_a_resent_growing_conversation_continues_one_chat_at_flat_cost(
-    stack: Stack,
+    stack: Stack, store: bool
 ) -> None:
+    """Stored, or `store: false` as Codex sends every call: its chat is kept hidden between
+    calls (`CHATD_UNSTORED_KEEP_SECONDS`), and still continued."""
     turns = 12
-    name = stack.scripted_model(
+    name = stack.stepped_model(
         *(FakeResponse(parts=[FakeText(text=f"answer {n}")]) for n in range(turns))
     )["name"]
     conversation: list[dict[str, Any]] = [{"role": "developer", "content": "Be terse."}]
@@ -46,7 +52,9 @@ async def test_a_resent_growing_conversation_continues_one_chat_at_flat_cost(
     async with stack.responses_client() as client:
         for n in range(turns):
             conversation.append({"role": "user", "content": f"question {n}"})
-            response = await client.responses.create(model=f"anthropic/{name}", input=conversation)
+            response = await client.responses.create(
+                model=f"anthropic/{name}", input=conversation, store=store
+            )
             assert response.output_text == f"answer {n}"
             assert response.previous_response_id == previous, "continued from the last one"
             previous = response.id
@@ -55,6 +63,14 @@ async def test_a_resent_growing_conversation_continues_one_chat_at_flat_cost(
             growth.append(await _written(stack, response.conversation.id))
             conversation += [item.model_dump(exclude_none=True) for item in response.output]
     assert len(chats) == 1, "one chat for the whole conversation"
+    [chat_id] = chats
+    shown = await stack.http.get(f"/chats/{chat_id}")
+    assert shown.status_code == (200 if store else 404), "a store: false chat stays hidden"
+    if not store:
+        left = await stack.pool.fetchval(
+            "SELECT discard_at - now() FROM chats WHERE id = $1::uuid", chat_id
+        )
+        assert timedelta(minutes=5) < left <= unstored_keep(), "deleted once idle for a while"
     rows = [b[0] - a[0] for a, b in pairwise(growth)]
     sizes = [b[1] - a[1] for a, b in pairwise(growth)]
     assert rows == [2] * (turns - 1), "each call writes its question and its answer"
@@ -65,7 +81,7 @@ async def test_a_resent_growing_conversation_continues_one_chat_at_flat_cost(
 
 
 async def test_a_tool_round_trip_resent_whole_continues_too(stack: Stack) -> None:
-    name = stack.scripted_model(
+    name = stack.stepped_model(
         FakeResponse(parts=[FakeToolCall(name="lookup", arguments={"word": "x"}, id="toolu_a")]),
         FakeResponse(parts=[FakeText(text="x is a letter")]),
         FakeResponse(parts=[FakeText(text="y too")]),
@@ -94,7 +110,7 @@ async def test_a_tool_round_trip_resent_whole_continues_too(stack: Stack) -> Non
 async def test_a_conversation_that_differs_from_the_stored_one_starts_its_own_chat(
     stack: Stack,
 ) -> None:
-    name = stack.scripted_model(
+    name = stack.stepped_model(
         FakeResponse(parts=[FakeText(text="one")]),
         FakeResponse(parts=[FakeText(text="two")]),
     )["name"]
@@ -154,7 +170,7 @@ async def test_two_conversations_that_begin_alike_each_continue_their_own_chat(
 async def test_item_references_stand_for_the_items_they_name(stack: Stack) -> None:
     """A client may give its earlier items back by reference: each is read back from the
     stored response that holds it, so the conversation still continues its chat."""
-    name = stack.scripted_model(
+    name = stack.stepped_model(
         FakeResponse(parts=[FakeText(text="one")]),
         FakeResponse(parts=[FakeText(text="two")]),
     )["name"]
@@ -172,6 +188,6 @@ async def test_item_references_stand_for_the_items_they_name(stack: Stack) -> No
     assert second.output_text == "two"
     assert first.conversation and second.conversation
     assert second.conversation.id == first.conversation.id
-    sent = stack.fake.requests(name)[1].body["messages"]
+    sent = stack.fake.requests(name)[-1].body["messages"]
     assert [m["role"] for m in sent] == ["user", "assistant", "user"]
     assert sent[1]["content"][0]["text"] == "one"

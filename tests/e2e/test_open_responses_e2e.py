@@ -7,6 +7,7 @@ import asyncio
 import json
 import signal
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from support.api_process import chatd_api, until_ready
 from chatd.devstack.ports import free_port
 from chatd.devstack.temporal import TemporalDevServer
 from chatd.fake_provider.script import FakeResponse, FakeText, FakeToolCall
+from chatd.settings import unstored_keep
 from chatd.store.chats import ChatStore
 
 _SPEC = json.loads(
@@ -473,9 +475,24 @@ async def test_a_retried_create_is_the_same_response_or_at_least_the_same_chat(
     assert len(stack.fake.requests(model.split("/", 1)[1])) == 1
 
 
+async def _kept_then_due(stack: Stack, chat_id: str) -> None:
+    """The hidden chat is kept `unstored_keep()` from about now; then make it due."""
+    left = None
+    for _ in range(50):  # the request's end sets it in the background
+        left = await stack.pool.fetchval(
+            "SELECT discard_at - now() FROM chats WHERE id = $1::uuid", chat_id
+        )
+        if left is not None and left <= unstored_keep():
+            break
+        await asyncio.sleep(0.1)
+    assert left is not None and unstored_keep() - timedelta(minutes=1) < left <= unstored_keep()
+    await stack.pool.execute("UPDATE chats SET discard_at = now() WHERE id = $1::uuid", chat_id)
+
+
 async def test_a_store_false_response_over_http_is_answered_then_gone(stack: Stack) -> None:
-    """Over HTTP nothing can continue a `store: false` response: its chat is hidden at once
-    and deleted (by the reconciler's pass) as soon as its turn has ended."""
+    """Over HTTP nothing can continue a `store: false` response by id: its chat is hidden
+    at once, kept for `CHATD_UNSTORED_KEEP_SECONDS` after the response (for its client's
+    next request with the whole conversation), then deleted by the reconciler's pass."""
     model = _model(stack, _text("said once"))
     async with _client(stack) as client:
         response = await client.responses.create(model=model, input="hi", store=False)
@@ -493,6 +510,7 @@ async def test_a_store_false_response_over_http_is_answered_then_gone(stack: Sta
         assert "store" in background.value.message
     chat_id = response.conversation.id  # type: ignore[union-attr]
     assert (await stack.http.get(f"/chats/{chat_id}")).status_code == 404
+    await _kept_then_due(stack, chat_id)
     deleted: list[str] = []
     for _ in range(50):
         deleted += map(str, await ChatStore(stack.pool).delete_discarded(100))

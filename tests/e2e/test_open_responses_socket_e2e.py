@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from api.open_responses.sockets import MAX_MESSAGE_BYTES
 from chatd.devstack.ports import free_port
 from chatd.devstack.temporal import TemporalDevServer
 from chatd.fake_provider.script import FakeResponse, FakeText
+from chatd.settings import unstored_keep
 from chatd.store.chats import ChatStore
 
 TERMINAL = ("response.completed", "response.failed", "response.incomplete", "error")
@@ -116,6 +118,47 @@ async def test_two_sockets_in_parallel_each_get_their_own_responses(stack: Stack
         assert text == f"from socket {n}"
 
 
+async def test_a_warm_up_answers_at_once_and_the_next_request_continues_it(
+    stack: Stack,
+) -> None:
+    """Codex's first message on a socket: `generate: false` with the conversation so far.
+    It is answered at once, completed and empty, with no model call; the request that
+    continues it by id is one turn whose model sees the warm-up's input, then its own."""
+    name = stack.stepped_model(_text("after the warm-up"))["name"]
+    socket = await _raw(_root(stack), stack.key)
+    async with socket:
+        warm = await _turn(
+            socket,
+            {
+                "model": f"anthropic/{name}",
+                "input": [{"role": "developer", "content": "Be terse."},
+                          {"role": "user", "content": "the repository is empty"}],
+                "store": False,
+                "generate": False,
+            },
+        )  # fmt: skip
+        assert [e["type"] for e in warm] == ["response.created", "response.completed"]
+        done = warm[-1]["response"]
+        assert (done["status"], done["output"]) == ("completed", [])
+        assert stack.fake.requests(name) == [], "no model call"
+        events = await _turn(
+            socket,
+            {
+                "model": f"anthropic/{name}",
+                "input": [{"role": "user", "content": "say hello"}],
+                "previous_response_id": done["id"],
+                "store": False,
+            },
+        )
+    final = events[-1]["response"]
+    assert final["status"] == "completed"
+    assert final["output"][-1]["content"][0]["text"] == "after the warm-up"
+    [request] = stack.fake.requests(name)
+    said = [b["text"] for m in request.body["messages"] for b in m["content"]]
+    assert said == ["the repository is empty", "say hello"]
+    assert request.body["system"][0]["text"] == "Be terse."
+
+
 async def test_a_store_false_chat_is_hidden_then_deleted_when_its_socket_closes(
     stack: Stack,
 ) -> None:
@@ -130,7 +173,13 @@ async def test_a_store_false_chat_is_hidden_then_deleted_when_its_socket_closes(
     assert chat_id not in {c["id"] for c in listed}
     watched = "SELECT count(*) FROM owner_events WHERE chat_id = $1::uuid"
     assert await stack.pool.fetchval(watched, chat_id) == 0, "nor is it on the watch stream"
-    # The socket closed: the reconciler's pass deletes the settled chat, rows and all.
+    # The socket closed: kept a while for a resent conversation, then the reconciler's pass
+    # deletes the settled chat, rows and all.
+    left = await stack.pool.fetchval(
+        "SELECT discard_at - now() FROM chats WHERE id = $1::uuid", chat_id
+    )
+    assert unstored_keep() - timedelta(minutes=1) < left <= unstored_keep()
+    await stack.pool.execute("UPDATE chats SET discard_at = now() WHERE id = $1::uuid", chat_id)
     for _ in range(50):
         if chat_id in map(str, await ChatStore(stack.pool).delete_discarded(100)):
             break
@@ -214,11 +263,10 @@ async def test_a_worker_killed_mid_response_still_brings_the_terminal_event(
 ) -> None:
     stack = cluster.stack
     long_text = " ".join(f"word{i}" for i in range(40))
-    model = _model(
-        stack,
-        FakeResponse(parts=[FakeText(text=long_text, chunk_size=6)], delta_delay_s=0.1),
-        FakeResponse(parts=[FakeText(text=long_text, chunk_size=40)]),
-    )
+    # Each attempt of the step (the one killed, one abandoned on a busy machine, the last)
+    # streams the same answer.
+    slow = FakeResponse(parts=[FakeText(text=long_text, chunk_size=6)], delta_delay_s=0.1)
+    model = f"anthropic/{stack.stepped_model(slow)['name']}"
     first = cluster.start_worker()
     socket = await _raw(_root(stack), stack.key)
     async with socket:

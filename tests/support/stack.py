@@ -25,7 +25,7 @@ from activities.model_step import StreamTimeouts
 from api.app import GatewayConfig, create_app
 from chatd.client.http import Event, parse_sse
 from chatd.devstack.ports import free_port
-from chatd.fake_provider.script import FakeResponse
+from chatd.fake_provider.script import FakeRequest, FakeResponse
 from chatd.fake_provider.server import FakeProviderServer
 from chatd.mcp.config import McpConfig, server_names
 from chatd.serving import EmbeddedServer
@@ -81,6 +81,20 @@ class Stack:
         turn."""
         name = model_name()
         self.fake.script(name, list(responses))
+        return {"provider": "anthropic", "name": name}
+
+    def stepped_model(self, *responses: FakeResponse) -> dict[str, str]:
+        """Like `scripted_model`, for one conversation: a request holding N assistant
+        messages gets `responses[N]`, so an attempt retried on a busy machine (its step
+        abandoned and run again) gets the same answer, where a list would move on."""
+
+        def respond(request: FakeRequest) -> FakeResponse:
+            messages = request.body.get("messages", [])
+            steps = sum(1 for m in messages if m.get("role") == "assistant")
+            return responses[min(steps, len(responses) - 1)]
+
+        name = model_name()
+        self.fake.script(name, respond)
         return {"provider": "anthropic", "name": name}
 
     async def create_chat(self, **body: Any) -> dict[str, Any]:
