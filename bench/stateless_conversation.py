@@ -2,7 +2,9 @@
 conversation with every request (LangChain, pydantic-ai, LlamaIndex, Codex do), beside a
 client that chains with `previous_response_id` and one whose resent conversation matches no
 stored one (its first message differs each call, so each call is a new chat holding the
-whole history: the cost the prefix matching saves), side by side in one run.
+whole history: the cost the prefix matching saves), and a Codex-shaped session (`store:
+false`, a developer message, `prompt_cache_key`, `include` of encrypted reasoning, resent
+whole: its hidden chat is continued), side by side in one run.
 
 `chatd dev` runs as a subprocess with a fake provider that answers at once; this process is
 the client. Each mode holds one conversation of `--turns` calls, one user message each,
@@ -12,9 +14,9 @@ insert position) and the rows added to the tables a turn writes (messages, event
 responses, queued messages, conversation prefixes). Other work on the stack (the
 reconciler's passes) lands in both modes alike.
 
-Pass rule, per run: every call completes, the resent and chained conversations each stay
-in one chat, and for both of them the median WAL bytes and rows of the last ten calls are
-within 1.3x of those of calls 2-11 (flat: no O(history) writes).
+Pass rule, per run: every call completes, the resent, chained and Codex conversations each
+stay in one chat, and for each of them the median WAL bytes and rows of the last ten calls
+are within 1.3x of those of calls 2-11 (flat: no O(history) writes).
 
     python bench/stateless_conversation.py [--turns 50] [--runs 3] [--settle-ms 150]
 """
@@ -59,9 +61,20 @@ class Conversation:
 
     def body(self, turn: int) -> dict[str, Any]:
         message = {"role": "user", "content": f"question {turn}: what next?"}
+        if self.mode == "codex" and not self.items:
+            self.items.append({"role": "developer", "content": "You are a coding agent."})
         self.items.append(message)
         if self.mode == "resent":
             return {"model": MODEL, "input": self.items}
+        if self.mode == "codex":
+            return {
+                "model": MODEL,
+                "input": self.items,
+                "store": False,
+                "prompt_cache_key": "bench-session",
+                "include": ["reasoning.encrypted_content"],
+                "parallel_tool_calls": True,
+            }
         if self.mode == "unmatched":  # its first message differs each call: no prefix is known
             first = {"role": "user", "content": f"call {turn}: {self.items[0]['content']}"}
             return {"model": MODEL, "input": [first, *self.items[1:]]}
@@ -121,12 +134,12 @@ async def _run(run: int, turns: int, settle: float, fake_command: list[str]) -> 
 async def _measure(dev: ChatdDev, turns: int, settle: float) -> list[Conversation]:
     root = dev.api_url.removesuffix("/api/v1")
     headers = {"Authorization": f"Bearer {dev.api_key}"}
-    talks = [Conversation("resent"), Conversation("chained"), Conversation("unmatched")]
+    talks = [Conversation(mode) for mode in ("resent", "chained", "unmatched", "codex")]
     db = await asyncpg.connect(dev.postgres_dsn)
     try:
         async with httpx.AsyncClient(base_url=root, headers=headers, timeout=120) as http:
             for turn in range(turns):
-                for talk in talks[turn % 3 :] + talks[: turn % 3]:
+                for talk in talks[turn % 4 :] + talks[: turn % 4]:
                     await _call(http, db, talk, turn, settle)
     finally:
         await db.close()

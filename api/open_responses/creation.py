@@ -26,7 +26,13 @@ from api.open_responses.continuation import (
 )
 from api.open_responses.inputs import HistoryMessage, ParsedInput, parse_input, result_media
 from api.open_responses.model_names import resolve_model
-from api.open_responses.prefixes import PrefixMatch, conversation_of, matched_prefix, remember
+from api.open_responses.prefixes import (
+    PrefixMatch,
+    conversation_of,
+    matched_prefix,
+    remember,
+    retried_response,
+)
 from api.open_responses.references import with_references_resolved
 from api.open_responses.requests import CreateResponse, FunctionCallOutputItem
 from api.open_responses.resource import APPROVAL_PREFIX
@@ -62,7 +68,8 @@ async def create_response(
     on_chat: Callable[[uuid.UUID], None] = lambda _chat_id: None,
 ) -> ResponseRecord:
     """Store the response and hand its input to the chat; a retry with the same
-    Idempotency-Key (and body) gets the response the first call made.
+    Idempotency-Key (and body), or the same request of the same session just after
+    (`retried_response`), gets the response the first call made.
 
     `connection_responses` are the ids of those a WebSocket made: the only way to continue
     a `store: false` one. `on_chat` is told the response's chat once its rows are
@@ -79,6 +86,10 @@ async def create_response(
         update={"input": await with_references_resolved(state, owner, body.input)}
     )
     conversation = conversation_of(body)
+    if idempotency_key is None:
+        retried = await retried_response(state, owner, body, conversation)
+        if retried is not None:
+            return retried
     matched = await matched_prefix(state, owner, body, conversation)
     record = await _created(
         request,

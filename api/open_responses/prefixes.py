@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from api.errors import ApiError
@@ -42,7 +43,14 @@ from chatd.store.chats import ChatRecord
 from chatd.store.conversation_prefixes import ConversationPrefixes, KnownPrefix
 from chatd.store.responses import ResponseRecord
 
-__all__ = ["Conversation", "PrefixMatch", "conversation_of", "matched_prefix", "remember"]
+__all__ = [
+    "Conversation",
+    "PrefixMatch",
+    "conversation_of",
+    "matched_prefix",
+    "remember",
+    "retried_response",
+]
 
 
 @dataclass(frozen=True)
@@ -107,6 +115,42 @@ async def matched_prefix(
 _CANDIDATES = 4
 """How many known conversations sharing the longest prefixes are checked."""
 
+RETRY_WINDOW = timedelta(minutes=2)
+"""How long after a response ended the same request of the same session is its retry."""
+
+
+async def retried_response(
+    state: GatewayState, owner: str, body: CreateResponse, conversation: Conversation
+) -> ResponseRecord | None:
+    """The response this request repeats, if it is a client's retry: the same session
+    (`prompt_cache_key`, as Codex sends), model and whole conversation (a retry's
+    `client_metadata` differs), the newest of its chat, still running or just ended.
+    Codex retries a stream the gateway dropped (it was restarted) this way; it gets that
+    turn's response again, streamed from its start, instead of a second model call for
+    the same step."""
+    if not body.prompt_cache_key or not conversation.digests:
+        return None
+    known = await ConversationPrefixes(state.pool).longest(
+        owner, conversation.digests[-1:], _CANDIDATES
+    )
+    for candidate in known:
+        if candidate.items != len(conversation.digests):
+            continue
+        response = await state.responses.reread(candidate.response_id)
+        if response is None or response.owner != owner:
+            continue
+        asked = response.request
+        same = (asked.get("prompt_cache_key"), asked.get("model")) == (
+            body.prompt_cache_key,
+            body.model,
+        )
+        if not same:
+            continue
+        recent = response.ended_at is None or (datetime.now(UTC) - response.ended_at < RETRY_WINDOW)
+        if recent and await state.responses.latest_in_chat(response.chat_id) == response.id:
+            return response
+    return None
+
 
 def _whole_conversation(body: CreateResponse) -> bool:
     """Whether the input is the client's whole conversation: nothing else continues it."""
@@ -147,12 +191,39 @@ async def _continues(
 async def remember(
     state: GatewayState, owner: str, record: ResponseRecord, conversation: Conversation
 ) -> None:
-    """Note that this response's conversation, through its input, is in its chat (when the
-    input was the whole conversation)."""
-    if not conversation.digests:
+    """Note that this response's conversation, through its input, is in its chat: the
+    whole conversation it was given, or the chain it continues followed by its input."""
+    end = (
+        (conversation.digests[-1], len(conversation.digests))
+        if conversation.digests
+        else await _chain_end(state, record)
+    )
+    if end is None:
         return
-    known = KnownPrefix(record.chat_id, record.id, len(conversation.digests))
-    await ConversationPrefixes(state.pool).remember(owner, conversation.digests[-1], known)
+    digest, items = end
+    known = KnownPrefix(record.chat_id, record.id, items)
+    await ConversationPrefixes(state.pool).remember(owner, digest, known)
+
+
+async def _chain_end(state: GatewayState, record: ResponseRecord) -> tuple[bytes, int] | None:
+    """For a response chained by `previous_response_id`: the digest of its whole
+    conversation, from the previous response's, that response's output and this input.
+    So a client that chained on a socket, then resends its session on a new one (Codex
+    after a reconnect), still finds its chat. None if the previous one's isn't known."""
+    if record.previous_response_id is None:
+        return None
+    prefixes = ConversationPrefixes(state.pool)
+    start = await prefixes.of_response(record.previous_response_id)
+    previous = await state.responses.reread(record.previous_response_id)
+    if start is None or previous is None:
+        return None
+    digest, items = start
+    output = (await current_resource(state, previous))["output"]
+    for token in (_token(entry) for entry in [*output, *record.input_items]):
+        if token is not None:
+            digest = hashlib.sha256(digest + token.encode()).digest()
+            items += 1
+    return digest, items
 
 
 def _tokens_after(entries: list[dict[str, Any]], start: int) -> list[str]:

@@ -57,3 +57,11 @@ class ConversationPrefixes:
             limit,
         )
         return [KnownPrefix(r["chat_id"], r["response_id"], r["items"]) for r in rows]
+
+    async def of_response(self, response_id: str) -> tuple[bytes, int] | None:
+        """The digest of a response's conversation through its input, and its items."""
+        row = await self._pool.fetchrow(
+            "SELECT digest, items FROM conversation_prefixes WHERE response_id = $1 LIMIT 1",
+            response_id,
+        )
+        return (bytes(row["digest"]), int(row["items"])) if row else None

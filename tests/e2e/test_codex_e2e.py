@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import signal
+import subprocess
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,7 +23,10 @@ from typing import Any
 
 import pytest
 from harness import Cluster, Stack
+from support.api_process import chatd_api, until_ready
 
+from chatd.devstack.ports import free_port
+from chatd.devstack.temporal import TemporalDevServer
 from chatd.fake_provider.script import FakeRequest, FakeResponse, FakeText, FakeToolCall
 from chatd.store.chats import ChatStore
 
@@ -43,9 +47,9 @@ class CodexRun:
     stderr: str
 
 
-def _config(stack: Stack, transport: str) -> str:
-    """The provider block of docs/guides/codex.md, pointed at this stack."""
-    root = stack.base_url.removesuffix("/api/v1")
+def _config(stack: Stack, transport: str, root: str | None = None) -> str:
+    """The provider block of docs/guides/codex.md, pointed at this stack (or `root`)."""
+    root = root or stack.base_url.removesuffix("/api/v1")
     return (
         'model_provider = "chatd"\n'
         "[model_providers.chatd]\n"
@@ -54,15 +58,20 @@ def _config(stack: Stack, transport: str) -> str:
         'env_key = "CHATD_API_KEY"\n'
         'wire_api = "responses"\n'
         f"supports_websockets = {'true' if transport == 'websocket' else 'false'}\n"
+        "request_max_retries = 10\n"
+        "stream_max_retries = 10\n"
     )
 
 
-async def _codex(stack: Stack, tmp_path: Path, transport: str, model: str, *args: str) -> CodexRun:
-    """Run `codex exec` in `tmp_path/work` with a fresh CODEX_HOME."""
+async def _codex(
+    stack: Stack, tmp_path: Path, transport: str, model: str, *args: str, root: str | None = None
+) -> CodexRun:
+    """Run `codex exec` in `tmp_path/work` with a fresh CODEX_HOME, against the stack's
+    gateway or the one at `root`."""
     home, work = tmp_path / "codex-home", tmp_path / "work"
     home.mkdir(exist_ok=True)
     work.mkdir(exist_ok=True)
-    (home / "config.toml").write_text(_config(stack, transport))
+    (home / "config.toml").write_text(_config(stack, transport, root))
     env = {
         "PATH": os.environ["PATH"],
         "HOME": str(tmp_path),
@@ -294,3 +303,62 @@ async def test_a_worker_killed_mid_stream_is_invisible_to_codex(
     assert "kept safe" in done.stdout
     assert "error" not in done.stderr.lower(), done.stderr
     assert (tmp_path / "work" / "ran.txt").read_text() == "ran\n", "the command ran once"
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_gateway_restarted_mid_stream_costs_codex_no_second_model_call(
+    stack: Stack,
+    database_url: str,
+    temporal_server: TemporalDevServer,
+    tmp_path: Path,
+    transport: str,
+) -> None:
+    """Codex talks to a `chatd api` process that is SIGKILLed while the answer streams and
+    started again on its port. Codex retries (HTTP) or reconnects and resends its session
+    (WebSocket); the retry is the same session's same request, so it gets the running
+    turn's response again from its start: one chat, no second model call for the step."""
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "notes.txt").write_text("kept safe\n")
+    answer = " ".join(f"word{i}" for i in range(40))
+
+    def act(request: FakeRequest, results: dict[str, str]) -> FakeResponse:
+        if "toolu_cat" not in results:
+            command = "echo ran >> ran.txt && cat notes.txt"
+            return FakeResponse(parts=[_shell(request, command, "toolu_cat")])
+        text = f"{answer} ({results['toolu_cat'].strip()})"
+        return FakeResponse(parts=[FakeText(text=text, chunk_size=6)], delta_delay_s=0.15)
+
+    name = _model(stack, act)
+    port = free_port()
+    root = f"http://127.0.0.1:{port}"
+    start: Callable[[str], subprocess.Popen[bytes]] = lambda log: chatd_api(  # noqa: E731
+        database_url, temporal_server, port, tmp_path / log, stack.task_queue
+    )
+    gateway = start("api-1.log")
+    try:
+        await until_ready(root, gateway, tmp_path / "api-1.log")
+        run = asyncio.create_task(
+            _codex(stack, tmp_path, transport, f"anthropic/{name}", "read notes.txt", root=root)
+        )
+        while len(stack.fake.deltas(name)) < 3:
+            assert not run.done(), (await run).stderr
+            await asyncio.sleep(0.05)
+        await asyncio.to_thread(gateway.send_signal, signal.SIGKILL)
+        await asyncio.to_thread(gateway.wait)
+        gateway = start("api-2.log")
+        await until_ready(root, gateway, tmp_path / "api-2.log")
+        done = await run
+    finally:
+        if gateway.poll() is None:
+            gateway.send_signal(signal.SIGTERM)
+        await asyncio.to_thread(gateway.wait)
+    assert done.returncode == 0, done.stderr
+    assert answer in done.stdout and "kept safe" in done.stdout
+    assert (tmp_path / "work" / "ran.txt").read_text() == "ran\n", "the command ran once"
+    assert len(await _chats_of(stack, name)) == 1, "the retry landed on the same chat"
+    responses = await stack.pool.fetchval(
+        "SELECT count(*) FROM responses r JOIN chats c ON c.id = r.chat_id"
+        " WHERE c.model->>'name' = $1",
+        name,
+    )
+    assert responses == 2, "one response per step: the retry got the first again"

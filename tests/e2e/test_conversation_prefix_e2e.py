@@ -139,6 +139,7 @@ async def test_two_conversations_that_begin_alike_each_continue_their_own_chat(
         FakeResponse(parts=[FakeText(text="first again")]),
         FakeResponse(parts=[FakeText(text="second again")]),
         FakeResponse(parts=[FakeText(text="chained")]),
+        FakeResponse(parts=[FakeText(text="resent")]),
     )["name"]
     model = f"anthropic/{name}"
     async with stack.responses_client() as client:
@@ -162,9 +163,23 @@ async def test_two_conversations_that_begin_alike_each_continue_their_own_chat(
         "SELECT response_id FROM conversation_prefixes WHERE response_id = ANY($1::text[])",
         [one.id, two.id, ones[0].id, twos[0].id, chained.id],
     )
-    assert {r["response_id"] for r in rows} == {one.id, two.id, ones[0].id, twos[0].id}, (
-        "a chained request's input is not its whole conversation: nothing to remember"
-    )
+    assert {r["response_id"] for r in rows} == {one.id, two.id, ones[0].id, twos[0].id, chained.id}
+    # The chained request is remembered as its whole conversation: the one it continues,
+    # then its input. Resent whole, that conversation continues the same chat.
+    async with stack.responses_client() as client:
+        whole = [
+            {"role": "user", "content": "hi"},
+            *(item.model_dump(exclude_none=True) for item in one.output),
+            {"role": "user", "content": "more"},
+            *(item.model_dump(exclude_none=True) for item in ones[0].output),
+            {"role": "user", "content": "hi"},
+            *(item.model_dump(exclude_none=True) for item in chained.output),
+            {"role": "user", "content": "and then?"},
+        ]
+        resent = await client.responses.create(model=model, input=whole)
+    assert resent.previous_response_id == chained.id
+    assert resent.conversation and chained.conversation
+    assert resent.conversation.id == chained.conversation.id
 
 
 async def test_item_references_stand_for_the_items_they_name(stack: Stack) -> None:

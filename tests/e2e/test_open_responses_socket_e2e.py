@@ -290,7 +290,7 @@ async def test_after_a_gateway_restart_clients_reconnect_and_continue_stored_res
 ) -> None:
     """Sockets are open on a gateway that stops (SIGTERM): each gets close code 1012 (or its
     response's end first); on a new gateway, the clients continue their stored responses."""
-    model = _model(stack, _text("one"), _text("two"), _text("three"), _text("four"))
+    model = f"anthropic/{stack.stepped_model(_text('first'), _text('again'))['name']}"
     port, log = free_port(), tmp_path / "api.log"
     base = f"http://127.0.0.1:{port}"
     gateway = chatd_api(database_url, temporal_server, port, log, stack.task_queue)
