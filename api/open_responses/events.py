@@ -5,8 +5,11 @@ the same sequence numbers: a client resuming with `starting_after=N` (after a dr
 connection, a gateway restart or a worker crash) gets exactly the events after N.
 
 - Each model step's parts become items: reasoning, assistant messages (`output_text`) and
-  the client's function calls. Deltas stream as the model writes them; the persisted step
-  closes them with its durable text.
+  the client's function calls. Text and reasoning deltas stream as the model writes them;
+  the persisted step closes them with its durable text. A call of the client's tools shows
+  only once its step is saved (its arguments in one delta): a step retried after a crashed
+  worker never hands the client a call it then replaces, so a client that runs a call as
+  soon as its item is done (Codex) never runs one twice or runs one the model took back.
 - A provider's web search is a `web_search_call` item, opened (`in_progress`, `searching`)
   when the model's search call arrives and closed by its result.
 - Tools the workers ran become items when their results are persisted (`mcp_call` for an
@@ -166,8 +169,8 @@ class ResponseEvents:
         item = self._open.get(index)
         kind = part.get("type")
         if item is None:
-            if kind == "tool_call" and not self._streams_arguments(part.get("name")):
-                return []  # a worker's tool, or one whose item shows once its call is whole
+            if kind == "tool_call":
+                return []  # a worker's tool, or a client's, shown once its step is saved
             opened = self._begin(kind, part)
             if opened is None:
                 return []
@@ -176,16 +179,6 @@ class ResponseEvents:
         if kind in ("text", "reasoning") and part.get("text"):
             item.text += part["text"]
             events += self._delta_of(kind, item, part["text"])
-        elif kind == "tool_call" and part.get("args_delta"):
-            item.text += part["args_delta"]
-            events.append(
-                self._event(
-                    "response.function_call_arguments.delta",
-                    item_id=item.item_id,
-                    output_index=item.output_index,
-                    delta=part["args_delta"],
-                )
-            )
         return events
 
     def _begin(
@@ -273,8 +266,8 @@ class ResponseEvents:
         return events + self._close(item, "completed")
 
     def _streams_arguments(self, name: Any) -> bool:
-        """Whether a call's arguments stream as they come: a client's function's do; a
-        custom tool's input and a shell command show once whole."""
+        """Whether a call's arguments go out as a delta: a client's function's do; a custom
+        tool's input and a shell command show once whole."""
         tool = self.client_tools.get(name) if isinstance(name, str) else None
         return tool is not None and tool.kind == "function"
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from api.open_responses.client_tools import ClientTool
 from api.open_responses.events import ResponseEvents
 from chatd.store.events import ChatEvent
 
@@ -87,3 +88,37 @@ def test_events_of_another_turn_are_not_this_responses() -> None:
     for event in other:
         assert translator.feed(event, _RESOURCE) == []
     assert not translator.ended
+
+
+def _call_delta(call_id: str, args: str) -> tuple[str, dict[str, Any]]:
+    part = {"index": 0, "type": "tool_call", "id": call_id, "name": "run", "args_delta": args}
+    return ("message_part", {"role": "assistant", "part": part})
+
+
+def test_a_clients_call_shows_only_once_its_step_is_saved() -> None:
+    """A worker dies while the model writes a call of the client's tool; the retried step
+    calls it with other arguments. The client sees one call, the saved one: a client that
+    runs a call once its item is done (Codex) never runs the abandoned one."""
+    saved = {"type": "tool_call", "id": "call_2", "name": "run", "arguments": '{"cmd": "ls"}'}
+    events = _events(
+        ("status", {"status": "running", "turn_id": "t1"}),
+        _call_delta("call_1", '{"cmd": "rm'),
+        ("reset", {"turn_id": "t1", "step": 0}),
+        _call_delta("call_2", '{"cmd": "ls"}'),
+        ("message", {**_STEP[1], "parts": [saved]}),
+        ("status", {"status": "requires_action", "turn_id": "t1"}),
+    )
+    translator = ResponseEvents(
+        "resp_abc", "t1", {"run": ClientTool(kind="function", name="run")}, set()
+    )
+    out = translator.opening(_RESOURCE)
+    for event in events:
+        out += translator.feed(event, _RESOURCE)
+    added = [e["item"] for e in out if e["type"] == "response.output_item.added"]
+    done = [e["item"] for e in out if e["type"] == "response.output_item.done"]
+    assert [(i["type"], i["call_id"]) for i in added] == [("function_call", "call_2")]
+    assert [(i["call_id"], i["arguments"], i["status"]) for i in done] == [
+        ("call_2", '{"cmd": "ls"}', "completed")
+    ]
+    deltas = [e["delta"] for e in out if e["type"] == "response.function_call_arguments.delta"]
+    assert deltas == ['{"cmd": "ls"}'], "its arguments in one delta, once saved"
