@@ -267,6 +267,25 @@ def test_the_codex_binary_runs() -> None:
     assert shutil.which(str(CODEX)) is not None
 
 
+SLOW_ANSWER = " ".join(f"word{i}" for i in range(40))
+
+
+def _reads_notes_then_answers_slowly(stack: Stack, tmp_path: Path) -> str:
+    """A model for the durability tests: it runs a command that reads notes.txt and counts
+    its runs in ran.txt, then streams `SLOW_ANSWER` for seconds (the window to kill in)."""
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "notes.txt").write_text("kept safe\n")
+
+    def act(request: FakeRequest, results: dict[str, str]) -> FakeResponse:
+        if "toolu_cat" not in results:
+            command = "echo ran >> ran.txt && cat notes.txt"
+            return FakeResponse(parts=[_shell(request, command, "toolu_cat")])
+        text = f"{SLOW_ANSWER} ({results['toolu_cat'].strip()})"
+        return FakeResponse(parts=[FakeText(text=text, chunk_size=6)], delta_delay_s=0.15)
+
+    return _model(stack, act)
+
+
 @pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_a_worker_killed_mid_stream_is_invisible_to_codex(
     cluster: Cluster, tmp_path: Path, transport: str
@@ -276,18 +295,7 @@ async def test_a_worker_killed_mid_stream_is_invisible_to_codex(
     command ran once: the step that called it had ended before the kill, and a retried
     step never repeats a call a client was handed."""
     stack = cluster.stack
-    (tmp_path / "work").mkdir()
-    (tmp_path / "work" / "notes.txt").write_text("kept safe\n")
-    answer = " ".join(f"word{i}" for i in range(40))
-
-    def act(request: FakeRequest, results: dict[str, str]) -> FakeResponse:
-        if "toolu_cat" not in results:
-            command = "echo ran >> ran.txt && cat notes.txt"
-            return FakeResponse(parts=[_shell(request, command, "toolu_cat")])
-        text = f"{answer} ({results['toolu_cat'].strip()})"
-        return FakeResponse(parts=[FakeText(text=text, chunk_size=6)], delta_delay_s=0.15)
-
-    name = _model(stack, act)
+    name = _reads_notes_then_answers_slowly(stack, tmp_path)
     first = cluster.start_worker()
     run = asyncio.create_task(
         _codex(stack, tmp_path, transport, f"anthropic/{name}", "read notes.txt")
@@ -299,7 +307,7 @@ async def test_a_worker_killed_mid_stream_is_invisible_to_codex(
     await asyncio.to_thread(first.signal, signal.SIGKILL)
     done = await run
     assert done.returncode == 0, done.stderr
-    assert done.stdout.count(answer) == 1, done.stdout
+    assert done.stdout.count(SLOW_ANSWER) == 1, done.stdout
     assert "kept safe" in done.stdout
     assert "error" not in done.stderr.lower(), done.stderr
     assert (tmp_path / "work" / "ran.txt").read_text() == "ran\n", "the command ran once"
@@ -317,18 +325,7 @@ async def test_a_gateway_restarted_mid_stream_costs_codex_no_second_model_call(
     started again on its port. Codex retries (HTTP) or reconnects and resends its session
     (WebSocket); the retry is the same session's same request, so it gets the running
     turn's response again from its start: one chat, no second model call for the step."""
-    (tmp_path / "work").mkdir()
-    (tmp_path / "work" / "notes.txt").write_text("kept safe\n")
-    answer = " ".join(f"word{i}" for i in range(40))
-
-    def act(request: FakeRequest, results: dict[str, str]) -> FakeResponse:
-        if "toolu_cat" not in results:
-            command = "echo ran >> ran.txt && cat notes.txt"
-            return FakeResponse(parts=[_shell(request, command, "toolu_cat")])
-        text = f"{answer} ({results['toolu_cat'].strip()})"
-        return FakeResponse(parts=[FakeText(text=text, chunk_size=6)], delta_delay_s=0.15)
-
-    name = _model(stack, act)
+    name = _reads_notes_then_answers_slowly(stack, tmp_path)
     port = free_port()
     root = f"http://127.0.0.1:{port}"
     start: Callable[[str], subprocess.Popen[bytes]] = lambda log: chatd_api(  # noqa: E731
@@ -353,7 +350,7 @@ async def test_a_gateway_restarted_mid_stream_costs_codex_no_second_model_call(
             gateway.send_signal(signal.SIGTERM)
         await asyncio.to_thread(gateway.wait)
     assert done.returncode == 0, done.stderr
-    assert answer in done.stdout and "kept safe" in done.stdout
+    assert SLOW_ANSWER in done.stdout and "kept safe" in done.stdout
     assert (tmp_path / "work" / "ran.txt").read_text() == "ran\n", "the command ran once"
     assert len(await _chats_of(stack, name)) == 1, "the retry landed on the same chat"
     responses = await stack.pool.fetchval(

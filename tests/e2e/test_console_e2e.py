@@ -84,23 +84,8 @@ def _text_of(message: dict[str, Any]) -> str:
     return "".join(p.get("text", "") for p in message["parts"] if p["type"] == "text")
 
 
-def _model(stack: Stack, *responses: FakeResponse) -> dict[str, str]:
-    """A fake model answering the request that holds N assistant messages with
-    `responses[N]`: an attempt retried on a busy machine (a `reset`) gets the same answer
-    again, where a list would move on to the next."""
-
-    def respond(request: FakeRequest) -> FakeResponse:
-        messages = request.body.get("messages", [])
-        steps = sum(1 for m in messages if m.get("role") == "assistant")
-        return responses[min(steps, len(responses) - 1)]
-
-    name = model_name()
-    stack.fake.script(name, respond)
-    return {"provider": "anthropic", "name": name}
-
-
 async def _chat_with(stack: Stack, *responses: FakeResponse, **chat: Any) -> str:
-    created = await stack.create_chat(model=_model(stack, *responses), **chat)
+    created = await stack.create_chat(model=stack.stepped_model(*responses), **chat)
     return str(created["id"])
 
 
@@ -165,8 +150,7 @@ async def test_a_new_chat_streams_its_answer_and_joins_the_list(
         "Here is the plan, **step by step**:\n\n- read `notes.md`\n- write the summary\n\n"
         "See [the docs](https://docs.temporal.io) for more. " + LONG_TEXT
     )
-    model = _model(
-        stack,
+    model = stack.stepped_model(
         FakeResponse(parts=[FakeToolCall(name="list_files", arguments={"path": "."})]),
         FakeResponse(parts=[FakeText(text=answer, chunk_size=6)], delta_delay_s=0.05),
     )
@@ -351,7 +335,7 @@ async def test_a_subagent_appears_under_its_parent(
     console: ConsolePage, console_stack: Stack
 ) -> None:
     stack = console_stack
-    child = _model(stack, FakeResponse(parts=[FakeText(text="child answer")]))
+    child = stack.stepped_model(FakeResponse(parts=[FakeText(text="child answer")]))
     spawn = FakeToolCall(
         name="spawn_agent", arguments={"prompt": "count the files", "model": child}
     )
