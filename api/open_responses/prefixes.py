@@ -206,11 +206,13 @@ async def remember(
 
 
 async def _chain_end(state: GatewayState, record: ResponseRecord) -> tuple[bytes, int] | None:
-    """For a response chained by `previous_response_id`: the digest of its whole
-    conversation, from the previous response's, that response's output and this input.
-    So a client that chained on a socket, then resends its session on a new one (Codex
-    after a reconnect), still finds its chat. None if the previous one's isn't known."""
-    if record.previous_response_id is None:
+    """For a `store: false` response chained by `previous_response_id`: the digest of its
+    whole conversation, from the previous response's, that response's output and this
+    input. So a client that chained on a socket, then resends its session on a new one
+    (Codex after a reconnect), still finds its chat. None if the previous one's isn't
+    known, and for a stored chain: its client continues it by id, and a stateless client
+    with the same words must not take its chat's tip (the chain would fork at each call)."""
+    if record.previous_response_id is None or record.store:
         return None
     prefixes = ConversationPrefixes(state.pool)
     start = await prefixes.of_response(record.previous_response_id)
