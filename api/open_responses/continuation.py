@@ -14,6 +14,7 @@ from api.open_responses.inputs import ParsedInput, Unseal, restart_from_copy
 from api.open_responses.requests import CreateResponse
 from api.open_responses.resource import APPROVAL_PREFIX
 from api.state import GatewayState
+from chatd.settings import unstored_keep
 from chatd.store.chats import ChatRecord
 from chatd.store.forks import ForkRefused, ForkStore
 from chatd.store.responses import ResponseRecord
@@ -23,6 +24,7 @@ __all__ = [
     "chat_to_continue",
     "continued_chat",
     "conversation_end",
+    "idle_deadline",
     "owned_chat",
     "previous_not_found",
     "refuse_unless_turn_can_begin",
@@ -167,6 +169,11 @@ def previous_not_found(response_id: str) -> ApiError:
 
 def unstored_deadline() -> datetime:
     return datetime.now(UTC) + UNSTORED_LIFETIME
+
+
+def idle_deadline() -> datetime:
+    """When a `store: false` chat whose response is over is deleted, unless continued."""
+    return datetime.now(UTC) + unstored_keep()
 
 
 async def _input_end(state: GatewayState, previous: ResponseRecord) -> int:

@@ -27,6 +27,7 @@ from starlette.websockets import WebSocketDisconnect, WebSocketState
 
 from api.auth import invalid_key
 from api.errors import ApiError, as_api_error, invalid_request, openai_error_body
+from api.open_responses.continuation import idle_deadline
 from api.open_responses.creation import create_response
 from api.open_responses.events import TERMINAL_EVENTS
 from api.open_responses.requests import CreateResponse
@@ -36,7 +37,6 @@ from api.open_responses.views import response_events
 from api.quotas import StreamSlot
 from api.state import GatewayState, state_of
 from api.turns import interrupt_turn
-from chatd.settings import unstored_keep
 from chatd.store.keys import hash_key
 from chatd.store.responses import ResponseRecord, new_response_id
 
@@ -305,7 +305,7 @@ class _Connection:
         `unstored_keep()` (their client may send the conversation again to continue one),
         and a turn that waits for the client's function results is interrupted (no one can
         send them on this socket)."""
-        until = datetime.now(UTC) + unstored_keep()
+        until = idle_deadline()
         for chat_id in self._unstored_chats:
             try:
                 await self._state.chats.keep_unstored(chat_id, until)

@@ -7,11 +7,11 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
 from typing import Any
 
 from api.background import in_background
 from api.open_responses.client_tools import ClientTools, model_tools
+from api.open_responses.continuation import idle_deadline
 from api.open_responses.events import TERMINAL_EVENTS, ResponseEvents
 from api.open_responses.resource import (
     ReasoningShown,
@@ -24,7 +24,6 @@ from api.open_responses.resource import (
 )
 from api.quotas import StreamSlot
 from api.state import GatewayState
-from chatd.settings import unstored_keep
 from chatd.store.events import ChatEvent
 from chatd.store.responses import ResponseRecord
 
@@ -167,7 +166,7 @@ def discard_later(state: GatewayState, record: ResponseRecord) -> None:
     """The `store: false` response is over: have its chat deleted once it has been idle for
     `unstored_keep()` (the reconciler deletes it then), unless a request continues it first.
     Synchronous, for the end of a cancelled request."""
-    until = datetime.now(UTC) + unstored_keep()
+    until = idle_deadline()
     in_background(
         state.chats.keep_unstored(record.chat_id, until), "discarding a store: false chat"
     )
