@@ -11,6 +11,7 @@ import httpx
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
+from chatd.tls import client_context
 from chatd.webhooks.delivery import AttemptResult, WebhookSettings, retry_delay, send_attempt
 from chatd.webhooks.events import EVENT_STATUS, EventData
 from chatd.webhooks.store import DeliveryTarget, WebhookStore
@@ -62,7 +63,7 @@ class WebhookActivities:
             return DeliverWebhookResult(status="gone")
         if target.status == "succeeded" and not input.replay:
             return DeliverWebhookResult(status="succeeded")  # a repeated fanout
-        async with httpx.AsyncClient(follow_redirects=False) as http:
+        async with httpx.AsyncClient(follow_redirects=False, verify=client_context()) as http:
             result = await send_attempt(
                 http,
                 self._settings,

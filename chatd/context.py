@@ -12,6 +12,7 @@ import httpx
 from chatd.models import ModelConfig
 from chatd.parts import Message
 from chatd.settings import ProviderSettings
+from chatd.tls import client_context
 
 __all__ = [
     "DEFAULT_CONTEXT_LIMIT",
@@ -143,7 +144,7 @@ async def _ask_for_limit(base: str, name: str, api_key: str | None) -> int | Non
     """The reported window, or None when the server answers without one."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        async with httpx.AsyncClient(timeout=2.0) as http:
+        async with httpx.AsyncClient(timeout=2.0, verify=client_context()) as http:
             response = await http.get(f"{base.rstrip('/')}/models/{name}", headers=headers)
         if response.status_code != 200:
             raise _LookupFailed(f"GET /models/{name}: HTTP {response.status_code}")

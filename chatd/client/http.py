@@ -14,6 +14,8 @@ from typing import Any
 import httpx
 from pydantic import BaseModel, ConfigDict
 
+from chatd.tls import client_context
+
 __all__ = [
     "ApiError",
     "ChatView",
@@ -136,7 +138,9 @@ class ChatdClient:
     def __init__(self, base_url: str, api_key: str | None, *, timeout_s: float = 30.0) -> None:
         self.base_url = base_url.rstrip("/")
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self.http = httpx.AsyncClient(base_url=self.base_url, headers=headers, timeout=timeout_s)
+        self.http = httpx.AsyncClient(
+            base_url=self.base_url, headers=headers, timeout=timeout_s, verify=client_context()
+        )
 
     async def aclose(self) -> None:
         """Close the connections."""

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from chatd.models import ModelConfig, ModelError
 from chatd.providers.base import ModelProvider, ProviderError
 from chatd.settings import ProviderSettings
+from chatd.tls import client_context
 
 if TYPE_CHECKING:
     import anthropic
@@ -84,7 +85,12 @@ def _anthropic_client(base_url: str | None, api_key: str) -> anthropic.AsyncAnth
 
     client = _clients.get(("anthropic", base_url, api_key))
     if not isinstance(client, anthropic.AsyncAnthropic):
-        client = anthropic.AsyncAnthropic(api_key=api_key, base_url=base_url, max_retries=0)
+        client = anthropic.AsyncAnthropic(
+            api_key=api_key,
+            base_url=base_url,
+            max_retries=0,
+            http_client=anthropic.DefaultAsyncHttpxClient(verify=client_context()),
+        )
         _clients[("anthropic", base_url, api_key)] = client
     return client
 
@@ -94,6 +100,11 @@ def _openai_client(base_url: str | None, api_key: str) -> openai.AsyncOpenAI:
 
     client = _clients.get(("openai", base_url, api_key))
     if not isinstance(client, openai.AsyncOpenAI):
-        client = openai.AsyncOpenAI(api_key=api_key, base_url=base_url, max_retries=0)
+        client = openai.AsyncOpenAI(
+            api_key=api_key,
+            base_url=base_url,
+            max_retries=0,
+            http_client=openai.DefaultAsyncHttpxClient(verify=client_context()),
+        )
         _clients[("openai", base_url, api_key)] = client
     return client

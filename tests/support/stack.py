@@ -33,6 +33,7 @@ from chatd.settings import TemporalSettings
 from chatd.store.db import connect_pool, migrate
 from chatd.store.hub import NotifyHub
 from chatd.store.keys import KeyStore
+from chatd.tls import client_context
 from chatd.tools.base import ToolRegistry
 from chatd.tools.defaults import default_registry
 from support.names import model_name
@@ -74,7 +75,12 @@ class Stack:
     def responses_client(self) -> openai.AsyncOpenAI:
         """The `openai` SDK on this stack's Open Responses (`/v1`), no retries."""
         root = self.base_url.removesuffix("/api/v1")
-        return openai.AsyncOpenAI(base_url=f"{root}/v1", api_key=self.key, max_retries=0)
+        return openai.AsyncOpenAI(
+            base_url=f"{root}/v1",
+            api_key=self.key,
+            max_retries=0,
+            http_client=openai.DefaultAsyncHttpxClient(verify=client_context()),
+        )
 
     def scripted_model(self, *responses: FakeResponse) -> dict[str, str]:
         """The model config of a fake model of the caller's own, answering `responses` in
@@ -244,7 +250,10 @@ async def _serve(resources: AsyncExitStack, config: GatewayConfig) -> str:
 
 def _owner(base_url: str, key: str, timeout_s: float) -> httpx.AsyncClient:
     return httpx.AsyncClient(
-        base_url=base_url, headers={"Authorization": f"Bearer {key}"}, timeout=timeout_s
+        base_url=base_url,
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=timeout_s,
+        verify=client_context(),
     )
 
 
