@@ -28,4 +28,10 @@ class Cluster:
 
     stack: Stack
     start_worker: Callable[[], WorkerProcess]
+    """Start a worker process and return at once: a stand-by, before killing another."""
     tmp: Path
+
+    async def polling_worker(self) -> WorkerProcess:
+        """Start a worker process and return once it takes tasks: the first worker of a
+        test whose waits time the turn."""
+        return await self.start_worker().polling()

@@ -40,7 +40,7 @@ async def test_a_worker_stopped_mid_stream_hands_the_step_to_another(
     stack = cluster.stack
     streaming = FakeResponse(parts=[FakeText(text=LONG_TEXT, chunk_size=6)], delta_delay_s=0.1)
     again = FakeResponse(parts=[FakeText(text=LONG_TEXT, chunk_size=60)])
-    first = cluster.start_worker()
+    first = await cluster.polling_worker()
     chat_id, name = await _chat(stack, [streaming, again])
     seen = await stack.events_until(chat_id, lambda e: e.event == "message_part", within_s=60)
     cluster.start_worker()
@@ -66,14 +66,14 @@ async def test_a_worker_stopped_mid_stream_hands_the_step_to_another(
 async def test_a_worker_killed_mid_tool(cluster: Cluster, tool: str, expected: str) -> None:
     stack = cluster.stack
     marker = cluster.tmp / f"{tool}.started"
-    first = cluster.start_worker()
-    chat_id, _ = await _chat(
-        stack,
-        [
-            FakeResponse(parts=[FakeToolCall(name=tool, arguments={"marker": str(marker)})]),
-            FakeResponse(parts=[FakeText(text="all done")]),
-        ],
+    model = stack.stepped_model(
+        FakeResponse(parts=[FakeToolCall(name=tool, arguments={"marker": str(marker)})]),
+        FakeResponse(parts=[FakeText(text="all done")]),
     )
+    first = await cluster.polling_worker()
+    chat = await stack.create_chat(model=model)
+    chat_id = chat["id"]
+    await stack.send(chat_id, "work")
     for _ in range(600):
         if marker.exists():
             break
@@ -110,7 +110,7 @@ async def test_a_worker_killed_later_in_a_turn_hands_the_turn_to_another(
         running = _summary_running
     name = model_name()
     stack.fake.script(name, script)
-    first = cluster.start_worker()
+    first = await cluster.polling_worker()
     model = {"provider": "anthropic", "name": name, "context_limit": 1000}
     chat = await stack.create_chat(model=model)
     await stack.send(chat["id"], "work")

@@ -296,7 +296,7 @@ async def test_a_worker_killed_mid_stream_is_invisible_to_codex(
     step never repeats a call a client was handed."""
     stack = cluster.stack
     name = _reads_notes_then_answers_slowly(stack, tmp_path)
-    first = cluster.start_worker()
+    first = await cluster.polling_worker()
     run = asyncio.create_task(
         _codex(stack, tmp_path, transport, f"anthropic/{name}", "read notes.txt")
     )

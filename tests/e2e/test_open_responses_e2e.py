@@ -340,7 +340,7 @@ async def test_a_worker_killed_mid_stream_while_the_client_drops_loses_and_repea
         FakeResponse(parts=[FakeText(text=long_text, chunk_size=6)], delta_delay_s=0.1),
         FakeResponse(parts=[FakeText(text=long_text, chunk_size=60)]),
     )
-    first = cluster.start_worker()
+    first = await cluster.polling_worker()
     root = stack.base_url.removesuffix("/api/v1")
     seen: list[dict[str, Any]] = []
     async with httpx.AsyncClient(base_url=root, headers=_auth(stack), timeout=60) as http:

@@ -267,7 +267,7 @@ async def test_a_worker_killed_mid_response_still_brings_the_terminal_event(
     # streams the same answer.
     slow = FakeResponse(parts=[FakeText(text=long_text, chunk_size=6)], delta_delay_s=0.1)
     model = f"anthropic/{stack.stepped_model(slow)['name']}"
-    first = cluster.start_worker()
+    first = await cluster.polling_worker()
     socket = await _raw(_root(stack), stack.key)
     async with socket:
         await socket.send(json.dumps({"type": "response.create", "model": model, "input": "w"}))

@@ -56,7 +56,7 @@ def _is_delta(event: SseEvent) -> bool:
 
 async def test_a_killed_workers_step_resumes_after_a_heartbeat_timeout(cluster: Cluster) -> None:
     stack = cluster.stack
-    first = cluster.start_worker()
+    first = await cluster.polling_worker()
     chat_id = await _start(
         stack,
         [

@@ -57,7 +57,7 @@ async def test_a_worker_killed_while_a_parent_waits_and_its_child_runs(
         FakeResponse(parts=[FakeToolCall(name="wait_agent", arguments={"timeout_s": 300})]),
         FakeResponse(parts=[FakeText(text="the child is done")]),
     )
-    first = start_worker()
+    first = await cluster.polling_worker()
     chat = await stack.create_chat(model=parent_model, subagents=True)
     await stack.send(chat["id"], "delegate")
     child_id = await _waiting_parent(stack, chat["id"])

@@ -63,7 +63,7 @@ async def _result(stack: Stack, chat_id: str) -> dict[str, Any]:
 async def test_a_wait_for_approval_outlives_a_killed_worker(cluster: Cluster) -> None:
     stack = cluster.stack
     marker = cluster.tmp / "slow_once.started"
-    first = cluster.start_worker()
+    first = await cluster.polling_worker()
     chat_id, call_id = await _waiting_for_approval(cluster, "slow_once", marker)
     await asyncio.to_thread(first.kill)
     cluster.start_worker()
@@ -94,7 +94,7 @@ async def test_a_worker_killed_during_an_approved_call(
 ) -> None:
     stack = cluster.stack
     marker = cluster.tmp / f"{tool}.started"
-    first = cluster.start_worker()
+    first = await cluster.polling_worker()
     chat_id, call_id = await _waiting_for_approval(cluster, tool, marker)
     await _approve(stack, chat_id, call_id)
     await _wait_for(marker)

@@ -6,6 +6,7 @@ with the chaos tools of `tests/support/chaos_tools.py` loaded.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -20,6 +21,8 @@ __all__ = ["CHAOS_TOOLS", "WorkerProcess"]
 
 ROOT = Path(__file__).resolve().parents[2]
 """The source checkout: the child runs there, with it on PYTHONPATH so `tests.support` imports."""
+POLLING = b"worker polling task queue"
+"""What the worker logs once it is assembled and takes tasks (workers/worker.py)."""
 CHAOS_TOOLS = "tests.support.chaos_tools:TOOLS"
 """The slow marker tools of the chaos tests (needs a source checkout)."""
 
@@ -88,6 +91,26 @@ class WorkerProcess:
             )
         register_child(self.process)
         return self
+
+    async def polling(self, within_s: float = 120.0) -> WorkerProcess:
+        """Wait until the worker takes tasks.
+
+        A worker's startup (imports, connections) is CPU bound and takes seconds, many more
+        on a loaded machine: a test that times the first turn waits for this first, so its
+        own bounds measure the turn and not the interpreter's start.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + within_s
+        while POLLING not in self.log.read_bytes():
+            if not self.running:
+                raise RuntimeError(f"the worker exited before polling:\n{self._log_tail()}")
+            if loop.time() > deadline:
+                raise TimeoutError(f"no worker polling after {within_s} s:\n{self._log_tail()}")
+            await asyncio.sleep(0.1)
+        return self
+
+    def _log_tail(self) -> str:
+        return self.log.read_text(errors="replace")[-4000:]
 
     def signal(self, sig: signal.Signals) -> None:
         """Send `sig` (SIGTERM: graceful shutdown; SIGKILL: a crash)."""
