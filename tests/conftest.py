@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import re
 import shutil
 import tempfile
@@ -10,11 +11,32 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 from support.postgres import THROWAWAY_PG_SETTINGS
 from temporalio.client import Client
 
 from chatd.devstack.postgres import PostgresProcess
 from chatd.devstack.temporal import TemporalDevServer
+
+# Speed is measured in bench/, not asserted here: Hypothesis's per-example deadline would
+# fail a property on a loaded machine for a slow example, not a wrong one.
+settings.register_profile("chatd", deadline=None)
+settings.load_profile("chatd")
+
+
+@pytest.fixture(autouse=True)
+def _heap_frozen_after_each_test() -> Iterator[None]:
+    """Collect a test's garbage when it ends, then freeze what survives.
+
+    A test process keeps what its tests leave behind (imported modules, caches, apps), and a
+    full collection walks all of it. With in-process workers that pause landed inside
+    workflow activations: past two seconds on a loaded machine, Temporal's deadlock detector
+    failed the task. Frozen objects are never walked again, so each collection sees only
+    what the running test made.
+    """
+    yield
+    gc.collect()
+    gc.freeze()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
