@@ -16,6 +16,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from activities.failures import classified_failures
 from activities.tools import error_result
+from chatd.chat_status import BUSY
 from chatd.parts import ToolCallPart, ToolResultPart
 from chatd.store.step_keys import StepKey
 from chatd.store.tool_calls import CallKey, ToolCallStore
@@ -61,7 +62,7 @@ class AgentActivities:
                 await self._calls.stage(key, result)
                 return AgentsChecked(done=True, is_error=True)
             statuses = {i: child_status(children[i]) for i in ids}
-            waiting = [i for i, s in statuses.items() if s in ("running", "requires_action")]
+            waiting = [i for i, s in statuses.items() if s in BUSY]
             if waiting and not input.final:
                 return AgentsChecked(done=False, timeout_s=args.timeout_s)
             outcome = [await self._outcome(i, statuses[i], children[i]) for i in ids]
@@ -77,7 +78,7 @@ class AgentActivities:
         async with classified_failures("interrupting subagents"):
             rows = await self._pool.fetch(CHILDREN_SQL, uuid.UUID(input.chat_id))
             for row in rows:
-                if child_status(row) not in ("running", "requires_action"):
+                if child_status(row) not in BUSY:
                     continue
                 handle = self._client.get_workflow_handle(workflow_id(str(row["id"])))
                 try:

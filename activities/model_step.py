@@ -45,8 +45,9 @@ from chatd.store.transcript import NewMessage, StoredMessage, TranscriptStore
 from chatd.telemetry import METRICS, TRACER
 from chatd.tools.advisor import advisor_gate
 from chatd.tools.catalog import ToolCatalog, TurnTools
-from workflows.decide import INTERRUPTED_RESULT, step_finishes_turn
+from workflows.decide import step_finishes_turn
 from workflows.payloads import BeginTurnResult, StreamStepInput, StreamStepResult
+from workflows.tool_batch import INTERRUPTED_RESULT
 
 __all__ = ["ModelStepActivities", "StreamTimeouts"]
 

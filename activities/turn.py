@@ -16,11 +16,12 @@ import asyncpg
 from temporalio import activity
 
 from activities.failures import classified_failures
+from chatd.chat_status import ChatStatus
 from chatd.context import context_limit, reported_context_limit
 from chatd.models import ModelConfig, ModelError
 from chatd.parts import ToolCallPart
 from chatd.settings import ProviderSettings
-from chatd.store.chats import ChatRecord, ChatStatus, ChatStore
+from chatd.store.chats import ChatRecord, ChatStore
 from chatd.store.events import EventLog
 from chatd.store.step_keys import StepKey
 from chatd.store.transcript import NewMessage, StoredMessage, TranscriptStore

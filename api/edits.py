@@ -16,13 +16,13 @@ import asyncpg
 
 from api.errors import ApiError
 from api.idempotency import check_same_request
+from chatd.chat_status import BUSY
 from chatd.parts import Part
 from chatd.store.events import Conn, append_events
 from chatd.store.transcript import QueuedMessage
 
-__all__ = ["BUSY", "cut_and_queue"]
+__all__ = ["cut_and_queue"]
 
-BUSY = ("running", "requires_action")
 """Statuses in which a turn runs: a send may wait behind it, an edit may not."""
 
 _QUEUED = "id, parts, client_message_id, created_at, request_digest"

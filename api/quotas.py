@@ -26,6 +26,7 @@ import asyncpg
 
 from api.background import in_background
 from api.errors import ApiError
+from chatd.chat_status import BUSY
 from chatd.store.chats import ChatRecord
 from chatd.store.quotas import Limits, QuotaStore
 
@@ -64,8 +65,6 @@ STREAM_SWEEP_S = 2.0
 their leases extended."""
 STREAM_LEASE = timedelta(seconds=30)
 """How long a stream slot stays taken without being extended (a crashed gateway's)."""
-
-_BUSY = ("running", "requires_action")
 
 
 def quota_refusal(
@@ -220,7 +219,7 @@ class MessageGate:
         Two messages sent at once may both see the last free slot: the counts limit load,
         they are not exact bounds.
         """
-        if chat.status in _BUSY:
+        if chat.status in BUSY:
             await self._queue_has_room(chat)
         else:
             await self.admit_turn(chat.owner)

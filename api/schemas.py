@@ -26,10 +26,11 @@ from api.user_parts import (
     refuse_foreign_parts,
     text_bytes,
 )
+from chatd.chat_status import ChatStatus
 from chatd.models import ModelConfig, ModelError, WebSearchConfig
 from chatd.output_format import OutputFormat
 from chatd.parts import Part, Usage
-from chatd.store.chats import ChatRecord, ChatStatus, ChatSummary, DynamicTool
+from chatd.store.chats import ChatRecord, ChatSummary, DynamicTool
 from chatd.store.tool_decisions import ToolDecision
 from chatd.store.transcript import QueuedMessage, StoredMessage
 from chatd.tool_policy import PolicyDecision, ToolPolicy

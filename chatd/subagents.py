@@ -13,6 +13,7 @@ from typing import Any
 import asyncpg
 from pydantic import BaseModel, Field
 
+from chatd.chat_status import BUSY
 from chatd.store.chats import ChatRecord
 
 __all__ = [
@@ -72,7 +73,7 @@ class WaitArgs(BaseModel):
 def child_status(chat: asyncpg.Record | dict[str, Any]) -> str:
     """`running` while the child has a turn to run, else how its last turn ended
     (`finished`, `error`) or `requires_action`."""
-    if chat["status"] in ("running", "requires_action"):
+    if chat["status"] in BUSY:
         return str(chat["status"])
     if chat["queued"]:
         return "running"  # its next turn has not begun yet

@@ -1,12 +1,12 @@
-"""Pure decisions of a turn: what follows a step, and how long to back off.
+"""The turn's moves: what follows a step, a tool phase or a compaction (`next_move`).
 
-No I/O and no Temporal imports, so it is unit-tested without a server.
+Pure: no I/O and no Temporal imports, so it is unit-tested without a server. How long to
+back off is `workflows.model_retries`; how a step's calls are batched, `workflows.tool_batch`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 from typing import Literal
 
 from chatd.models import ModelError
@@ -14,16 +14,11 @@ from workflows.payloads import (
     BeginTurnResult,
     StreamStepInput,
     StreamStepResult,
-    ToolCallRef,
 )
 
 __all__ = [
-    "BACKOFF_CAP",
-    "DEFAULT_MAX_MODEL_ATTEMPTS",
     "EXPIRED",
-    "INTERRUPTED_RESULT",
     "MAX_COMPACTIONS_PER_TURN",
-    "POLICY_DENIED",
     "STEPS_PER_RUN",
     "Compact",
     "Compacted",
@@ -36,28 +31,16 @@ __all__ = [
     "RunTools",
     "StepOutcome",
     "Streamed",
-    "ToolPlan",
     "ToolsDone",
     "ToolsOutcome",
     "TurnProgress",
-    "backoff_delay",
-    "denied_by_person",
     "ends_turn",
-    "exclusive_violation",
-    "expired_result",
-    "gave_up",
     "misfit_error",
     "next_move",
     "over_threshold",
-    "should_retry",
     "step_finishes_turn",
-    "stops_turn",
     "too_long",
 ]
-
-BACKOFF_CAP = timedelta(seconds=60)
-DEFAULT_MAX_MODEL_ATTEMPTS = 25
-
 
 MAX_COMPACTIONS_PER_TURN = 3
 STEPS_PER_RUN = 100
@@ -285,134 +268,4 @@ def step_finishes_turn(
             input_tokens=result.input_tokens,
             compact_at_tokens=plan.compact_at_tokens if plan else input.compact_at_tokens,
         )
-    )
-
-
-def backoff_delay(attempt: int, retry_after_ms: int | None = None) -> timedelta:
-    """1 s, 2 s, 4 s ... capped at 60 s; a larger provider retry-after wins."""
-    exponential = timedelta(seconds=2 ** min(attempt - 1, 16))
-    delay = min(exponential, BACKOFF_CAP)
-    if retry_after_ms is not None:
-        delay = max(delay, timedelta(milliseconds=retry_after_ms))
-    return delay
-
-
-def should_retry(
-    error: ModelError,
-    attempt: int,
-    max_attempts: int,
-    failing_for: timedelta = timedelta(0),
-    deadline: timedelta | None = None,
-) -> bool:
-    """Retry retryable errors until `max_attempts` attempts were made, or until the next
-    attempt (after its backoff) would start past the `deadline` for a dependency that has
-    been failing for `failing_for`."""
-    next_attempt_at = failing_for + backoff_delay(attempt, error.retry_after_ms)
-    in_time = deadline is None or next_attempt_at < deadline
-    return error.retryable and attempt < max_attempts and in_time
-
-
-def gave_up(
-    error: ModelError, attempt: int, failing_for: timedelta, deadline: timedelta
-) -> ModelError:
-    """The turn's error when retries stop: out of time (the next attempt would start past
-    the deadline) is `unavailable`, naming the last error; otherwise the error as
-    classified."""
-    if not error.retryable or should_retry(error, attempt, attempt + 1, failing_for, deadline):
-        return error
-    minutes = int(failing_for.total_seconds() // 60)
-    return ModelError(
-        message=f"still failing after {minutes} min of retries: {error.message}",
-        kind="unavailable",
-        provider=error.provider,
-        status_code=error.status_code,
-        detail={"last_error": error.model_dump(mode="json", exclude={"detail"})},
-    )
-
-
-INTERRUPTED_RESULT = "tool call was interrupted before it produced a result"
-
-
-def exclusive_violation(calls: list[ToolCallRef]) -> dict[str, str]:
-    """Policy errors by call id when an exclusive tool shares its batch; empty if none.
-
-    Nothing of such a batch runs: the model is told to retry the calls separately.
-    """
-    exclusive = [c for c in calls if c.exclusive]
-    if not exclusive or len(calls) == 1:
-        return {}
-    first = exclusive[0].name
-    errors: dict[str, str] = {}
-    for call in calls:
-        if call.exclusive:
-            errors[call.id] = (
-                f"{call.name} must be called alone, without other tools in the same batch. "
-                f"Retry with only the {call.name} call."
-            )
-        else:
-            errors[call.id] = (
-                f"this tool was skipped because {first} must run alone in its batch. "
-                f"Retry your tool calls without {first}, or call {first} separately first."
-            )
-    return errors
-
-
-@dataclass(frozen=True)
-class ToolPlan:
-    """A step's calls by what happens to them, each list in call order."""
-
-    calls: list[ToolCallRef]
-
-    @property
-    def immediate(self) -> list[ToolCallRef]:
-        """Worker calls answered before any wait: those that run, and those denied."""
-        return [c for c in self.calls if c.kind != "dynamic" and c.policy != "ask"]
-
-    @property
-    def run_now(self) -> list[ToolCallRef]:
-        """Worker calls the policy lets run without asking (unknown tools too: the worker
-        answers them with a "Tool not found" error)."""
-        return [c for c in self.immediate if c.policy == "auto"]
-
-    @property
-    def denied(self) -> list[ToolCallRef]:
-        """Worker calls the policy refuses."""
-        return [c for c in self.immediate if c.policy == "deny"]
-
-    @property
-    def asked(self) -> list[ToolCallRef]:
-        """Worker calls that wait for a person's approval."""
-        return [c for c in self.calls if c.kind != "dynamic" and c.policy == "ask"]
-
-    @property
-    def client(self) -> list[ToolCallRef]:
-        """Client-executed (dynamic) calls; the policy does not apply to them."""
-        return [c for c in self.calls if c.kind == "dynamic"]
-
-    @property
-    def waiting(self) -> list[ToolCallRef]:
-        """The calls a requires_action wait holds."""
-        return [c for c in self.calls if c.kind == "dynamic" or c.policy == "ask"]
-
-
-POLICY_DENIED = "This call was not run: the chat's tool policy does not allow this tool."
-
-
-def denied_by_person(message: str | None) -> str:
-    """The error result of a call a person denied, with what they said."""
-    denied = "This call was not run: the user denied it."
-    return f"{denied} Their message: {message}" if message else denied
-
-
-def stops_turn(calls: list[ToolCallRef], failed: set[str]) -> bool:
-    """A stop-after tool that succeeded ends the turn."""
-    return any(c.stop_after and c.id not in failed for c in calls)
-
-
-def expired_result(expires_at: datetime) -> str:
-    """The error result of a call nobody answered in time (no client result, or no
-    decision, or approved while the client's results never came)."""
-    return (
-        f"this tool call was not answered before the wait expired at "
-        f"{expires_at.isoformat(timespec='seconds')}"
     )

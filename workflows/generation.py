@@ -18,21 +18,18 @@ with workflow.unsafe.imports_passed_through():
     from chatd.models import ModelError
     from workflows.constants import LOCAL_TIMEOUT, MODEL_ERROR_TYPE
     from workflows.controls import TurnControls
-    from workflows.decide import (
-        DEFAULT_MAX_MODEL_ATTEMPTS,
-        Failed,
-        Interrupted,
-        StepOutcome,
-        Streamed,
-        backoff_delay,
-        gave_up,
-        should_retry,
-    )
+    from workflows.decide import Failed, Interrupted, StepOutcome, Streamed
     from workflows.fallback import (
         FALLBACK_DELAY,
         fallback_model,
         model_label,
         model_seems_down,
+    )
+    from workflows.model_retries import (
+        DEFAULT_MAX_MODEL_ATTEMPTS,
+        backoff_delay,
+        gave_up,
+        should_retry,
     )
     from workflows.payloads import (
         BeginTurnInput,
@@ -67,7 +64,7 @@ class Generation:
     """Runs a turn's model steps; the backoff in progress is `retry` (for the state query).
 
     A step that keeps failing on its model may move to the chat's next one
-    (`decide.fallback_model`); the turn then stays on it (`model_index`) to its end.
+    (`workflows.fallback.fallback_model`); the turn then stays on it (`model_index`) to its end.
     """
 
     def __init__(

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from chatd.chat_status import BusyStatus
 from chatd.models import ModelConfig, ModelError
 from chatd.parts import Message, Usage
 from chatd.settings import DEFAULT_RETRY_DEADLINE_S
@@ -332,7 +333,7 @@ class SetStatusInput(_Payload):
 
     chat_id: str
     turn_id: str
-    status: Literal["running", "requires_action"]
+    status: BusyStatus
     step: int = 0
     pending: list[ToolCallRef] = []
     expires_at: datetime | None = None

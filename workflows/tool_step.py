@@ -17,19 +17,11 @@ from temporalio.workflow import ActivityCancellationType
 with workflow.unsafe.imports_passed_through():
     from activities.tools import ToolActivities
     from activities.turn import TurnActivities
+    from chatd.chat_status import BusyStatus
     from workflows.agent_wait import AgentWait
     from workflows.constants import LOCAL_TIMEOUT
     from workflows.controls import TurnControls
-    from workflows.decide import (
-        INTERRUPTED_RESULT,
-        POLICY_DENIED,
-        ToolPlan,
-        ToolsOutcome,
-        denied_by_person,
-        exclusive_violation,
-        expired_result,
-        stops_turn,
-    )
+    from workflows.decide import ToolsOutcome
     from workflows.payloads import (
         ExecuteToolInput,
         ExecuteToolResult,
@@ -39,6 +31,15 @@ with workflow.unsafe.imports_passed_through():
         TurnPlan,
     )
     from workflows.retries import activity_error, retry_policy
+    from workflows.tool_batch import (
+        INTERRUPTED_RESULT,
+        POLICY_DENIED,
+        ToolPlan,
+        denied_by_person,
+        exclusive_violation,
+        expired_result,
+        stops_turn,
+    )
     from workflows.webhook_delivery import start_deliveries
 
 __all__ = ["ToolStep"]
@@ -234,7 +235,7 @@ class ToolStep:
 
     async def _set_status(
         self,
-        status: Literal["running", "requires_action"],
+        status: BusyStatus,
         pending: list[ToolCallRef],
         expires_at: datetime | None,
     ) -> None:

@@ -11,12 +11,13 @@ from starlette.requests import HTTPConnection
 
 from api.access import OwnedChat
 from api.background import in_background
-from api.edits import BUSY, cut_and_queue
+from api.edits import cut_and_queue
 from api.errors import ApiError
 from api.idempotency import check_same_request, request_digest
 from api.schemas import EditMessage, MessageList, SendMessage, SendMessageResult
 from api.state import state_of
 from api.turns import interrupt_turn, submit_message, until_begun
+from chatd.chat_status import BUSY
 from chatd.store.chats import ChatRecord
 from chatd.store.events import Conn
 from chatd.store.pages import page_bytes

@@ -12,6 +12,7 @@ from api.errors import ApiError
 from api.schemas import Accepted, ToolResults
 from api.state import state_of
 from api.turns import interrupt_turn, submit_tool_results
+from chatd.chat_status import BUSY
 from chatd.store.client_results import ClientResultStaging
 
 __all__ = ["router"]
@@ -25,7 +26,7 @@ MAX_TOOL_RESULTS_BYTES = 512 * 1024
 async def interrupt(chat: OwnedChat, request: Request) -> Accepted:
     """Stop the running turn; what it produced so far is kept and the chat ends `waiting`."""
     state = state_of(request)
-    if chat.status not in ("running", "requires_action"):
+    if chat.status not in BUSY:
         raise ApiError(409, "not_running", "no turn is running", {"status": chat.status})
     if not await interrupt_turn(state.temporal, state.turns, chat):
         raise ApiError(409, "not_running", "no turn is running", {"status": chat.status})

@@ -13,6 +13,7 @@ from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from chatd.chat_status import BUSY
 from chatd.client.http import (
     ApiError,
     ChatdClient,
@@ -38,7 +39,6 @@ __all__ = ["ChatSession", "run_client"]
 HISTORY_MESSAGES = 6
 PROMPT = "you> "
 _DONE = ("waiting", "error")
-_BUSY = ("running", "requires_action")
 T = TypeVar("T")
 
 
@@ -158,7 +158,7 @@ class ChatSession:
             self._show_history(chat, await self._client.messages(chat.id))
         self._chat_id = chat.id
         self._out.note("Ctrl-C interrupts a turn; Ctrl-D (or Ctrl-C at the prompt) exits")
-        if chat.status in _BUSY:
+        if chat.status in BUSY:
             await self._attach()
 
     def _show_history(self, chat: ChatView, messages: list[MessageView]) -> None:
@@ -185,7 +185,7 @@ class ChatSession:
         """Follow a turn that was already running when the chat was opened."""
         async with self._stream() as stream:
             chat = await self._client.get_chat(self._chat_id)
-            if chat.status not in _BUSY:
+            if chat.status not in BUSY:
                 return
             busy = "waits for tool results" if chat.status == "requires_action" else "is running"
             self._out.note(f"a turn {busy}; following it")

@@ -5,11 +5,12 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 import asyncpg
 from pydantic import BaseModel, Field
 
+from chatd.chat_status import ChatStatus
 from chatd.models import ModelConfig, ModelError
 from chatd.parts import Usage
 from chatd.store.events import Conn, append_events
@@ -23,13 +24,10 @@ __all__ = [
     "ROOTS_ONLY",
     "SUMMARY_COLUMNS",
     "ChatRecord",
-    "ChatStatus",
     "ChatStore",
     "ChatSummary",
     "DynamicTool",
 ]
-
-ChatStatus = Literal["waiting", "running", "requires_action", "error"]
 
 
 class DynamicTool(BaseModel):

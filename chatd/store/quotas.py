@@ -9,6 +9,8 @@ from datetime import timedelta
 import asyncpg
 from pydantic import BaseModel, Field
 
+from chatd.chat_status import busy_sql
+
 __all__ = [
     "BUILT_IN_LIMITS",
     "DEFAULTS_OWNER",
@@ -139,8 +141,7 @@ class QuotaStore:
     async def running_turns(self, owner: str) -> int:
         """The owner's chats in a turn now."""
         value = await self._pool.fetchval(
-            "SELECT count(*) FROM chats"
-            " WHERE owner = $1 AND status IN ('running', 'requires_action')",
+            f"SELECT count(*) FROM chats WHERE owner = $1 AND {busy_sql()}",
             owner,
         )
         return int(value)
@@ -150,9 +151,9 @@ class QuotaStore:
         chat that is not in a turn yet): what a subagent's spawn is weighed against, as its
         siblings spawned a moment earlier may not have begun."""
         value = await self._pool.fetchval(
-            """SELECT count(*) FROM chats c
+            f"""SELECT count(*) FROM chats c
                 WHERE c.owner = $1
-                  AND (c.status IN ('running', 'requires_action')
+                  AND ({busy_sql("c.status")}
                        OR EXISTS (SELECT 1 FROM queued_messages q
                                    WHERE q.chat_id = c.id AND q.promoted_at IS NULL))""",
             owner,

@@ -17,6 +17,8 @@ from datetime import datetime, timedelta
 
 import asyncpg
 
+from chatd.chat_status import busy_sql
+
 __all__ = [
     "CHAT_CREATIONS",
     "QUEUED_MESSAGES",
@@ -35,7 +37,7 @@ RETENTION_LOCK = 7_400_003
 """Advisory lock key of a retention round (the migrations hold 7_400_001, the reconciler
 7_400_002)."""
 
-_IN_TURN = "c.status IN ('running', 'requires_action')"
+_IN_TURN = busy_sql("c.status")
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,11 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
-from typing import Literal
 
 import asyncpg
 from pydantic import BaseModel
+
+from chatd.chat_status import BusyStatus, busy_sql
 
 __all__ = ["QUIET_TURNS_SQL", "RECONCILER_LOCK", "QuietTurn", "QuietTurnStore"]
 
@@ -24,12 +25,12 @@ class QuietTurn(BaseModel):
     chat_id: uuid.UUID
     turn_id: str | None
     """`chats.turn_id`, or for a turn begun before that column, its newest promoted message."""
-    status: Literal["running", "requires_action"]
+    status: BusyStatus
     updated_at: datetime
 
 
 # Keyset-paged on the partial index chats_in_turn (migration 006), oldest change first.
-QUIET_TURNS_SQL = """
+QUIET_TURNS_SQL = f"""
 SELECT id AS chat_id, status, updated_at,
        coalesce(turn_id, (
            SELECT q.id::text FROM queued_messages q
@@ -37,7 +38,7 @@ SELECT id AS chat_id, status, updated_at,
            ORDER BY q.promoted_at DESC LIMIT 1
        )) AS turn_id
 FROM chats
-WHERE status IN ('running', 'requires_action')
+WHERE {busy_sql()}
   AND updated_at < now() - $1::interval
   AND ($2::timestamptz IS NULL OR (updated_at, id) > ($2, $3::uuid))
 ORDER BY updated_at, id

@@ -8,9 +8,9 @@ from typing import Any
 
 import asyncpg
 
+from chatd.chat_status import ChatStatus, busy_sql
 from chatd.models import ModelError
 from chatd.parts import Usage
-from chatd.store.chats import ChatStatus
 from chatd.store.step_keys import stored_key, user_message_key
 from chatd.store.transcript import (
     INSERT_STEP,
@@ -45,8 +45,8 @@ _USAGE_SUM = _usage_sum()
 _USAGE_SUM_WITH_STEP = _usage_sum(plus_step="m")
 
 
-_IN_TURN = """
-    AND before.status IN ('running', 'requires_action')
+_IN_TURN = f"""
+    AND {busy_sql("before.status")}
     AND (
         before.turn_id IS NULL OR before.turn_id = $7
         OR EXISTS (  -- left by a turn that a release before chats.turn_id began after it

@@ -14,6 +14,7 @@ import asyncpg
 from pydantic import BaseModel, Field
 from temporalio.client import Client
 
+from chatd.chat_status import BUSY
 from chatd.models import ModelConfig
 from chatd.parts import TextPart
 from chatd.store.chats import ChatRecord, ChatStore
@@ -105,7 +106,7 @@ class _Agents:
     ) -> ChatRecord:
         """Create the child, if the parent has room for one more running."""
         rows = await self._pool.fetch(CHILDREN_SQL, parent.id)
-        running = sum(child_status(r) in ("running", "requires_action") for r in rows)
+        running = sum(child_status(r) in BUSY for r in rows)
         if running >= self._settings.max_children:
             raise ValueError(
                 f"{running} subagents are running, the most a chat may have at once; "
@@ -131,7 +132,7 @@ class _Agents:
 
     async def message(self, args: MessageArgs, ctx: ToolContext) -> ToolOutput:
         child = await self._child(ctx, args.id)
-        if child.status not in ("running", "requires_action"):  # the message starts a turn
+        if child.status not in BUSY:  # the message starts a turn
             await self._admit_turn(child.owner)
         await self._send(child, args.message, f"message:{ctx.turn_id}:{ctx.tool_call_id}")
         return {"id": str(child.id), "status": "message sent"}

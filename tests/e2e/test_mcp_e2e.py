@@ -18,7 +18,7 @@ from support.mcp_servers import HttpMcpServer, notes_written, stdio_entry, write
 from chatd.devstack.ports import free_port
 from chatd.fake_provider.script import FakeResponse, FakeText, FakeToolCall
 from chatd.mcp.config import load_mcp_config
-from workflows.decide import POLICY_DENIED
+from workflows.tool_batch import POLICY_DENIED
 
 DONE = FakeResponse(parts=[FakeText(text="done")])
 

@@ -18,7 +18,7 @@ from support.names import model_name
 
 from chatd.devstack.temporal import TemporalDevServer, temporal_binary
 from chatd.fake_provider.script import FakeResponse, FakeText, FakeToolCall
-from workflows.decide import INTERRUPTED_RESULT, POLICY_DENIED
+from workflows.tool_batch import INTERRUPTED_RESULT, POLICY_DENIED
 
 ASK_WRITE = {"write_file": "ask"}
 DONE = FakeResponse(parts=[FakeText(text="Done.")])

@@ -18,14 +18,12 @@ from workflows.decide import (
     ToolsDone,
     ToolsOutcome,
     TurnProgress,
-    backoff_delay,
     ends_turn,
-    gave_up,
     misfit_error,
     next_move,
-    should_retry,
     step_finishes_turn,
 )
+from workflows.model_retries import backoff_delay, gave_up, should_retry
 from workflows.payloads import (
     BeginTurnResult,
     StreamStepInput,

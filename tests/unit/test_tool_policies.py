@@ -14,19 +14,19 @@ from workflows.controls import (
     NOT_AWAITING_TOOL_RESULTS,
     TurnControls,
 )
-from workflows.decide import (
-    INTERRUPTED_RESULT,
-    ToolPlan,
-    exclusive_violation,
-    expired_result,
-    stops_turn,
-)
 from workflows.payloads import (
     SubmittedToolResult,
     SubmitToolApprovalsInput,
     SubmitToolResultsInput,
     ToolApproval,
     ToolCallRef,
+)
+from workflows.tool_batch import (
+    INTERRUPTED_RESULT,
+    ToolPlan,
+    exclusive_violation,
+    expired_result,
+    stops_turn,
 )
 
 CLOCK = ToolCallRef(id="c1", name="current_time")

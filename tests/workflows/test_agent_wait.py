@@ -8,7 +8,6 @@ from datetime import timedelta
 
 from turn_fakes import Block, Turn, calls_step, text_step
 
-from workflows.decide import INTERRUPTED_RESULT
 from workflows.payloads import (
     AgentsChecked,
     CheckAgentsInput,
@@ -16,6 +15,7 @@ from workflows.payloads import (
     RecordToolResultsInput,
     ToolCallRef,
 )
+from workflows.tool_batch import INTERRUPTED_RESULT
 
 WAIT = ToolCallRef(id="call-wait", name="wait_agent", kind="wait")
 

@@ -8,7 +8,8 @@ from typing import Any
 
 from turn_fakes import Turn, calls_step, model_error, text_step
 
-from workflows.decide import DEFAULT_MAX_MODEL_ATTEMPTS, STEPS_PER_RUN
+from workflows.decide import STEPS_PER_RUN
+from workflows.model_retries import DEFAULT_MAX_MODEL_ATTEMPTS
 from workflows.payloads import CompactInput, PublishRetryInput, StreamStepInput, ToolCallRef
 
 GPT = {"label": "openai/gpt", "context_limit": 400_000}

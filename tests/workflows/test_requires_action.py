@@ -11,7 +11,6 @@ from turn_fakes import Block, Turn, calls_step, text_step
 
 from workflows.chat_turn import ChatTurn
 from workflows.controls import INVALID_TOOL_RESULTS, NOT_AWAITING_TOOL_RESULTS
-from workflows.decide import INTERRUPTED_RESULT, expired_result
 from workflows.payloads import (
     ExecuteToolInput,
     FinishTurnInput,
@@ -23,6 +22,7 @@ from workflows.payloads import (
     SubmitToolResultsInput,
     ToolCallRef,
 )
+from workflows.tool_batch import INTERRUPTED_RESULT, expired_result
 
 ASK = ToolCallRef(id="call-ask", name="ask_user", kind="dynamic")
 PICK = ToolCallRef(id="call-pick", name="pick_file", kind="dynamic")

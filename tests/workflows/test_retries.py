@@ -9,7 +9,7 @@ from temporalio.exceptions import ApplicationError
 from turn_fakes import Block, Turn, model_error, text_step
 
 from workflows.chat_turn import ChatTurn
-from workflows.decide import DEFAULT_MAX_MODEL_ATTEMPTS
+from workflows.model_retries import DEFAULT_MAX_MODEL_ATTEMPTS
 from workflows.payloads import (
     FinishTurnInput,
     PublishRetryInput,

@@ -13,7 +13,6 @@ from workflows.controls import (
     NOT_AWAITING_TOOL_APPROVALS,
     NOT_AWAITING_TOOL_RESULTS,
 )
-from workflows.decide import INTERRUPTED_RESULT, POLICY_DENIED, denied_by_person, expired_result
 from workflows.payloads import (
     ExecuteToolInput,
     RecordToolResultsInput,
@@ -25,6 +24,7 @@ from workflows.payloads import (
     ToolApproval,
     ToolCallRef,
 )
+from workflows.tool_batch import INTERRUPTED_RESULT, POLICY_DENIED, denied_by_person, expired_result
 
 WRITE = ToolCallRef(id="call-write", name="write_file", policy="ask")
 RUN = ToolCallRef(id="call-run", name="execute", policy="ask")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from turn_fakes import Block, Turn, calls_step, text_step
 
-from workflows.decide import INTERRUPTED_RESULT
 from workflows.payloads import (
     ExecuteToolInput,
     ExecuteToolResult,
@@ -13,6 +12,7 @@ from workflows.payloads import (
     StreamStepInput,
     ToolCallRef,
 )
+from workflows.tool_batch import INTERRUPTED_RESULT
 
 
 def _call(n: int, name: str = "current_time", **flags: bool) -> ToolCallRef:

@@ -9,6 +9,7 @@ import { h, newId, replace } from "./dom.js";
 import { auditNode, timelineNode } from "./timeline.js";
 import { draftNode, messageNode, resultsByCall } from "./transcript.js";
 
+// The statuses in which a turn holds a chat: chatd/chat_status.py (BusyStatus).
 const BUSY = ["running", "requires_action"];
 
 function errorText(err) {
