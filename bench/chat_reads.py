@@ -36,11 +36,39 @@ from api.routes.chats import CURSOR_PATTERN, _cursor, _parse_cursor
 from api.schemas import ChatList, ChatOut
 from api.state import state_of
 from chatd.settings import TemporalSettings
+from chatd.store.chats import QUEUED_COUNT, ROOTS_ONLY, SUMMARY_COLUMNS, ChatSummary
 from chatd.store.db import connect_pool, migrate
 from chatd.store.keys import KeyStore
-from chatd.store.pages import page_bytes
+from chatd.store.pages import Page, page_bytes
 
 OWNER = "reader"
+
+# `GET /chats` as it was: the summaries of a page of chats and their queue lengths, in one
+# statement, after the key's owner was read in another. `candidate`
+# reads one row past the limit, and the running size of each, to tell whether more follow;
+# the first row always fits, so a chat larger than the budget still gets a page.
+_LIST = f"""
+WITH candidate AS (
+    SELECT {SUMMARY_COLUMNS},
+           row_number() OVER w AS n,
+           sum(octet_length(c.model::text) + octet_length(c.usage::text)
+               + coalesce(octet_length(c.title), 0)
+               + coalesce(octet_length(c.last_error::text), 0)) OVER w AS upto
+    FROM chats c
+    WHERE c.owner = $1 AND ($2::timestamptz IS NULL OR (c.created_at, c.id) < ($2, $3))
+      AND c.discard_at IS NULL
+      {{roots}}
+    WINDOW w AS (ORDER BY c.created_at DESC, c.id DESC ROWS UNBOUNDED PRECEDING)
+    ORDER BY c.created_at DESC, c.id DESC
+    LIMIT $4 + 1
+), page AS (
+    SELECT * FROM candidate WHERE n = 1 OR (n <= $4 AND upto <= $5)
+)
+SELECT page.*, {QUEUED_COUNT.format(chat="page.id")},
+       (SELECT count(*) FROM candidate) > (SELECT count(*) FROM page) AS more
+FROM page ORDER BY n
+"""
+_LIST_BEFORE = _LIST.format(roots=ROOTS_ONLY)
 
 before = APIRouter(prefix="/api/v1/before/chats")
 
@@ -53,10 +81,15 @@ async def list_chats_before(
     before: Annotated[str | None, Query(pattern=CURSOR_PATTERN)] = None,
 ) -> ChatList:
     """`GET /chats` as it was: a `ChatList` that FastAPI validates and serializes."""
-    page = await state_of(request).chats.list(
-        owner, limit=limit, before=_parse_cursor(before) if before else None,
-        max_bytes=page_bytes(),
+    cursor = _parse_cursor(before) if before else None
+    rows = await state_of(request).pool.fetch(
+        _LIST_BEFORE, owner, cursor[0] if cursor else None, cursor[1] if cursor else None,
+        limit, page_bytes(),
     )  # fmt: skip
+    page = Page(
+        [ChatSummary.model_validate(dict(r)) for r in rows],
+        bool(rows[0]["more"]) if rows else False,
+    )
     return ChatList(
         chats=page.rows,
         has_more=page.more,

@@ -14,7 +14,6 @@ from chatd.chat_status import ChatStatus
 from chatd.models import ModelConfig, ModelError
 from chatd.parts import Usage
 from chatd.store.events import Conn, append_events
-from chatd.store.pages import DEFAULT_PAGE_BYTES, Page
 from chatd.tool_policy import PolicyDecision
 from chatd.tool_use import ToolUse
 
@@ -297,31 +296,6 @@ class ChatStore:
         owner = str(data.pop("key_owner"))
         return owner, _record(data) if data["id"] is not None else None
 
-    async def list(
-        self,
-        owner: str,
-        *,
-        limit: int,
-        before: tuple[datetime, uuid.UUID] | None,
-        max_bytes: int = DEFAULT_PAGE_BYTES,
-        include_children: bool = False,
-    ) -> Page[ChatSummary]:
-        """The owner's root chats (and their subagents too, with `include_children`), newest
-        first, strictly before the (created_at, id) cursor, up to `limit` rows or `max_bytes`
-        of their summaries' JSON, whichever comes first."""
-        rows = await self._pool.fetch(
-            _LIST_ALL if include_children else _LIST_ROOTS,
-            owner,
-            before[0] if before else None,
-            before[1] if before else None,
-            limit,
-            max_bytes,
-        )
-        return Page(
-            [ChatSummary.model_validate(dict(r)) for r in rows],
-            bool(rows[0]["more"]) if rows else False,
-        )
-
     async def waiting_on(self, owner: str, call_ids: Sequence[str]) -> ChatRecord | None:
         """The owner's listed chat whose turn waits on (at least) these calls."""
         row = await self._pool.fetchrow(
@@ -425,31 +399,3 @@ ORDER BY c.created_at, c.id
 ROOTS_ONLY = "AND c.parent_chat_id IS NULL"
 """SQL: chats `c` that are no one's subagent. A condition of its own, not a parameter, so
 the plan of a roots-only list can use the index of root chats (migration 016)."""
-
-
-# The summaries of a page of chats and their queue lengths, in one statement. `candidate`
-# reads one row past the limit, and the running size of each, to tell whether more follow;
-# the first row always fits, so a chat larger than the budget still gets a page.
-_LIST = f"""
-WITH candidate AS (
-    SELECT {SUMMARY_COLUMNS},
-           row_number() OVER w AS n,
-           sum(octet_length(c.model::text) + octet_length(c.usage::text)
-               + coalesce(octet_length(c.title), 0)
-               + coalesce(octet_length(c.last_error::text), 0)) OVER w AS upto
-    FROM chats c
-    WHERE c.owner = $1 AND ($2::timestamptz IS NULL OR (c.created_at, c.id) < ($2, $3))
-      AND c.discard_at IS NULL
-      {{roots}}
-    WINDOW w AS (ORDER BY c.created_at DESC, c.id DESC ROWS UNBOUNDED PRECEDING)
-    ORDER BY c.created_at DESC, c.id DESC
-    LIMIT $4 + 1
-), page AS (
-    SELECT * FROM candidate WHERE n = 1 OR (n <= $4 AND upto <= $5)
-)
-SELECT page.*, {QUEUED_COUNT.format(chat="page.id")},
-       (SELECT count(*) FROM candidate) > (SELECT count(*) FROM page) AS more
-FROM page ORDER BY n
-"""
-_LIST_ROOTS = _LIST.format(roots=ROOTS_ONLY)
-_LIST_ALL = _LIST.format(roots="")
