@@ -42,7 +42,7 @@ from chatd.settings import TemporalSettings, console_enabled, temporal_ui_url
 from chatd.store.db import connect_pool
 from chatd.store.events import NOTIFY_CHANNEL
 from chatd.store.hub import NotifyHub
-from workers.client import connect_temporal
+from chatd.temporal_client import connect_temporal
 
 __all__ = ["GatewayConfig", "create_app"]
 

@@ -24,7 +24,7 @@ from chatd.store.client_results import ClientResultStaging
 from chatd.store.transcript import TranscriptStore
 from chatd.store.turns import TurnStore
 from chatd.telemetry import METRICS
-from workers.turns import hand_over_message, queue_message
+from chatd.turn_starts import hand_over_message, queue_message
 from workflows.constants import (
     TurnMessages,
     workflow_id,

@@ -33,8 +33,8 @@ from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import Worker
 
 from chatd.settings import ProviderSettings, TemporalSettings
+from chatd.temporal_client import connect_temporal
 from chatd.tools.defaults import default_registry
-from workers.client import connect_temporal
 from workers.worker import WorkerConfig, tuned_worker
 from workflows.constants import workflow_id
 

@@ -44,7 +44,7 @@ def workspace_root() -> Path:
 
 async def run_worker(database_url: str, providers: ProviderSettings | None = None) -> None:
     """Run one worker until SIGINT/SIGTERM."""
-    from workers.client import connect_temporal
+    from chatd.temporal_client import connect_temporal
     from workers.worker import (
         WorkerConfig,
         build_worker,

@@ -194,7 +194,7 @@ async def _serve(
 ) -> None:
     from api.app import GatewayConfig, create_app
     from api.shutdown import end_streams
-    from workers.client import connect_temporal
+    from chatd.temporal_client import connect_temporal
     from workers.worker import WorkerConfig, build_worker, listen_for_interrupts
 
     temporal_settings = TemporalSettings(address=temporal.address, task_queue=DEFAULT_TASK_QUEUE)

@@ -44,7 +44,7 @@ from chatd.store.stuck import QuietTurn, QuietTurnStore
 from chatd.store.transcript import TranscriptStore
 from chatd.store.turns import TurnStore
 from chatd.telemetry import METRICS
-from workers.turns import queue_message
+from chatd.turn_starts import queue_message
 from workflows.constants import workflow_id
 
 __all__ = ["STUCK_TURN_MESSAGE", "Reconciler", "SweepReport"]

@@ -29,7 +29,7 @@ from chatd.subagents import (
     child_status,
 )
 from chatd.tools.base import Tool, ToolContext, ToolOutput
-from workers.turns import hand_over_message
+from chatd.turn_starts import hand_over_message
 from workflows.constants import TurnMessages, workflow_id
 
 _CHILD_IDS = uuid.UUID("6d9a4c1e-6f0b-4b8e-9a55-3f1f0e2b7c11")

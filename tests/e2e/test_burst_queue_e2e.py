@@ -18,7 +18,7 @@ from chatd.fake_provider.script import FakeRequest, FakeResponse, FakeText
 from chatd.parts import TextPart
 from chatd.store.chats import ChatRecord, ChatStore
 from chatd.store.transcript import TranscriptStore
-from workers.turns import hand_over_message, queue_message
+from chatd.turn_starts import hand_over_message, queue_message
 from workflows.constants import workflow_id
 
 

@@ -48,7 +48,7 @@ from chatd.fake_provider.server import FakeProviderServer
 from chatd.parts import TextPart
 from chatd.store.chats import ChatStore
 from chatd.store.transcript import TranscriptStore
-from workers.turns import queue_message
+from chatd.turn_starts import queue_message
 from workflows.decide import STEPS_PER_RUN
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -406,7 +406,7 @@ async def format_failed_turn(stack: Stack) -> Run:
 
 async def _signalled(stack: Stack, chat_id: str, text: str) -> str:
     """A message stored as a gateway stores a send, handed over with a signal-with-start
-    (`workers.turns.queue_message`, a send no worker took in time); its id."""
+    (`chatd.turn_starts.queue_message`, a send no worker took in time); its id."""
     queued, _ = await TranscriptStore(stack.pool).enqueue(
         uuid.UUID(chat_id), [TextPart(text=text)], None
     )

@@ -33,11 +33,11 @@ from chatd.settings import TemporalSettings
 from chatd.store.db import connect_pool, migrate
 from chatd.store.hub import NotifyHub
 from chatd.store.keys import KeyStore
+from chatd.temporal_client import connect_temporal
 from chatd.tls import client_context
 from chatd.tools.base import ToolRegistry
 from chatd.tools.defaults import default_registry
 from support.names import model_name
-from workers.client import connect_temporal
 from workers.worker import WorkerConfig, build_worker, listen_for_interrupts
 
 __all__ = ["SseEvent", "Stack", "running_stack", "sse_events"]

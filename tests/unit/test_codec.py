@@ -26,7 +26,7 @@ from chatd.codec import (
     new_key,
 )
 from chatd.codec_server import CodecServerConfig, codec_app
-from workers.client import data_converter
+from chatd.temporal_client import data_converter
 
 OLD, NEW = new_key(), new_key()
 TOKEN = "codec-server-token-for-tests"

@@ -8,7 +8,7 @@ from pathlib import Path
 from temporalio.service import TLSConfig
 
 from chatd.settings import TemporalSettings
-from workers.client import _tls
+from chatd.temporal_client import _tls
 
 
 def test_without_tls_settings_the_sdk_decides_by_the_api_key() -> None:
