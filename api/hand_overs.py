@@ -6,7 +6,7 @@ waited out the send's wait, or `WAITING_AT_ONCE` are waiting, the gateway is beh
 sends that follow are answered as soon as their message is stored, and their
 signal-with-start goes in the background, a bounded number at a time. The message is durable
 in Postgres before the answer. If this gateway dies before its signal lands, the chat's next
-hand-over, through any gateway, sends it first (`api.turns`); with no next send, the
+hand-over, through any gateway, sends it first (`api.sending`); with no next send, the
 workers' reconciler hands it over after its grace period (`chatd.reconciler`).
 """
 

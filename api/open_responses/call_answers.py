@@ -10,7 +10,7 @@ from api.open_responses.inputs import ParsedInput, result_media
 from api.open_responses.requests import FunctionCallOutputItem
 from api.open_responses.resource import APPROVAL_PREFIX
 from api.state import GatewayState, state_of
-from api.turns import submit_tool_approvals, submit_tool_results
+from api.turn_updates import submit_tool_approvals, submit_tool_results
 from chatd.store.chats import ChatRecord
 from chatd.store.client_results import ClientResultStaging
 from chatd.store.responses import NewResponse, ResponseRecord

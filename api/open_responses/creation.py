@@ -42,7 +42,7 @@ from api.open_responses.turn_settings import (
     request_model,
     tool_use_of,
 )
-from api.routes.messages import hand_over_stored, store_message
+from api.sending import hand_over_stored, store_message
 from api.state import GatewayState, state_of
 from chatd.store.chats import ChatRecord
 from chatd.store.responses import NewResponse, ResponseRecord, new_response_id

@@ -21,7 +21,7 @@ from api.open_responses.views import current_resource, discard_later, event_stre
 from api.quotas import StreamSlot
 from api.routes.stream import SlotStream
 from api.state import GatewayState, state_of
-from api.turns import interrupt_turn
+from api.turn_updates import interrupt_turn
 from chatd.store.keys import hash_key
 from chatd.store.responses import ResponseRecord
 

@@ -36,7 +36,7 @@ from api.open_responses.turn_settings import echoed_request
 from api.open_responses.views import response_events
 from api.quotas import StreamSlot
 from api.state import GatewayState, state_of
-from api.turns import interrupt_turn
+from api.turn_updates import interrupt_turn
 from chatd.store.keys import hash_key
 from chatd.store.responses import ResponseRecord, new_response_id
 

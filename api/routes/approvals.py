@@ -12,7 +12,7 @@ from api.auth import BearerKey
 from api.errors import ApiError
 from api.schemas import Accepted, ToolApprovals, ToolDecisionList
 from api.state import state_of
-from api.turns import submit_tool_approvals
+from api.turn_updates import submit_tool_approvals
 from workflows.payloads import SubmitToolApprovalsInput
 
 __all__ = ["router"]

@@ -13,8 +13,8 @@ from api.access import OwnedChat, OwnedChatView, Owner, chat_out, load_chat, own
 from api.auth import BearerKey
 from api.errors import ApiError, ErrorBody
 from api.idempotency import check_same_request, request_digest
-from api.routes.messages import accept_message
 from api.schemas import ChatList, ChatOut, ChatSettings, CreateChat
+from api.sending import accept_message
 from api.state import state_of
 from chatd.store.chat_creations import ChatCreations
 from chatd.store.chats import ChatSummary

@@ -11,7 +11,7 @@ from api.access import OwnedChat, add_current_status
 from api.errors import ApiError
 from api.schemas import Accepted, ToolResults
 from api.state import state_of
-from api.turns import interrupt_turn, submit_tool_results
+from api.turn_updates import interrupt_turn, submit_tool_results
 from chatd.chat_status import BUSY
 from chatd.store.client_results import ClientResultStaging
 

@@ -12,7 +12,7 @@ import pytest
 from harness import Cluster, Stack, StackFactory, running_stack
 from support.worker_process import WorkerProcess
 
-import api.turns
+import api.sending
 from chatd.devstack.temporal import TemporalDevServer
 from chatd.fake_provider.server import FakeProviderServer
 
@@ -23,8 +23,8 @@ def patient_hand_overs(monkeypatch: pytest.MonkeyPatch) -> None:
     burst defaults: tests assert whether a send started its turn (`queued`), and parallel
     tests on two cores can keep a worker's first workflow task past half a second. The
     burst tests set the short waits themselves."""
-    monkeypatch.setattr(api.turns, "HAND_OVER_WAIT_S", 3.0)
-    monkeypatch.setattr(api.turns, "BEGIN_WAIT_S", 1.0)
+    monkeypatch.setattr(api.sending, "HAND_OVER_WAIT_S", 3.0)
+    monkeypatch.setattr(api.sending, "BEGIN_WAIT_S", 1.0)
 
 
 @pytest.fixture(scope="session")

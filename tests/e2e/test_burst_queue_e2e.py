@@ -13,7 +13,7 @@ from harness import Stack, StackFactory
 from support.names import model_name
 
 import api.hand_overs
-import api.turns
+import api.sending
 from chatd.fake_provider.script import FakeRequest, FakeResponse, FakeText
 from chatd.parts import TextPart
 from chatd.store.chats import ChatRecord, ChatStore
@@ -62,7 +62,7 @@ async def _until_transcript(stack: Stack, chat_id: str, count: int) -> list[dict
 async def test_sends_no_worker_takes_are_queued_and_each_runs_once_in_order(
     make_stack: StackFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(api.turns, "HAND_OVER_WAIT_S", 0.5)
+    monkeypatch.setattr(api.sending, "HAND_OVER_WAIT_S", 0.5)
     async with make_stack(with_worker=False) as stack:
         # Answered by the message it answers: a step retried on a loaded machine (its
         # attempt abandoned) gets its own answer again, not the next message's.
@@ -114,13 +114,13 @@ async def test_once_a_hand_over_timed_out_the_next_sends_queue_without_waiting(
     """The gateway learns the workers are behind from one send that waited in vain; the
     sends after it don't wait (the long wait they would otherwise sit out would time this
     test out), and their messages still run once each, in order."""
-    monkeypatch.setattr(api.turns, "HAND_OVER_WAIT_S", 0.5)
+    monkeypatch.setattr(api.sending, "HAND_OVER_WAIT_S", 0.5)
     monkeypatch.setattr(api.hand_overs, "BEHIND_FOR_S", 600.0)  # however slow this machine is
     async with make_stack(with_worker=False) as stack:
         model = stack.scripted_model(_reply("a1"), _reply("a2"))
         chat = await stack.create_chat(model=model)
         first = await stack.send(chat["id"], "m1")
-        monkeypatch.setattr(api.turns, "HAND_OVER_WAIT_S", 3600.0)
+        monkeypatch.setattr(api.sending, "HAND_OVER_WAIT_S", 3600.0)
         second = await asyncio.wait_for(stack.send(chat["id"], "m2"), 60)
         for answer in (first, second):
             assert answer["queued"] is True and answer["turn_id"] is None, answer

@@ -12,7 +12,7 @@ import pytest
 from harness import Stack, StackFactory
 from support.names import model_name
 
-import api.turns
+import api.sending
 from chatd.fake_provider.script import FakeResponse, FakeText
 from chatd.parts import TextPart
 from chatd.store.transcript import TranscriptStore
@@ -87,7 +87,7 @@ async def test_an_edit_no_worker_takes_is_queued_durably_and_answered_once(
     a 503, then a 404 on retry, with the chat left truncated.)"""
     async with make_stack() as stack:
         chat_id, name, user_id = await _first_turn(stack, "first answer")
-    monkeypatch.setattr(api.turns, "HAND_OVER_WAIT_S", 0.5)
+    monkeypatch.setattr(api.sending, "HAND_OVER_WAIT_S", 0.5)
     async with make_stack(with_worker=False, task_queue=stack.task_queue) as stack:
         path = f"/chats/{chat_id}/messages/{user_id}"
         edit = {"json": {"content": "uno"}, "headers": {"Idempotency-Key": "edit-1"}}

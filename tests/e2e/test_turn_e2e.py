@@ -14,7 +14,7 @@ from harness import Stack, StackFactory
 from support.names import model_name
 from temporalio.worker import Worker
 
-import api.turns
+import api.sending
 from chatd.fake_provider.script import FakeResponse, FakeText, FakeToolCall, FakeUsage
 from chatd.models import ModelError
 from chatd.parts import Message, Part, ReasoningPart, TextPart, Usage
@@ -458,7 +458,7 @@ async def test_a_send_is_answered_once_its_first_step_began_the_turn(
     stack: Stack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The gateway's wait ends on the chat's notification, not on its fallback deadline."""
-    monkeypatch.setattr(api.turns, "BEGIN_WAIT_S", 600.0)  # a broken wake-up would hang
+    monkeypatch.setattr(api.sending, "BEGIN_WAIT_S", 600.0)  # a broken wake-up would hang
     model = _model()
     stack.fake.script(model["name"], [FakeResponse(parts=[FakeText(text="Done.")])])
     chat = await stack.create_chat(model=model)

@@ -1,30 +1,24 @@
-"""How the gateway hands a user message to the chat's ChatTurn workflow."""
+"""What the gateway tells a running turn: stop (`interrupt_turn`), the client's tool results,
+a person's approvals. Sending a message, which starts or joins a turn, is `api.sending`."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import uuid
 from typing import Any
 
 from temporalio.client import (
     Client,
     WorkflowUpdateFailedError,
-    WorkflowUpdateRPCTimeoutOrCancelledError,
 )
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from api.errors import ApiError
-from api.hand_overs import HandOvers
 from chatd.parts import ToolResultPart
 from chatd.store.chats import ChatRecord
 from chatd.store.client_results import ClientResultStaging
-from chatd.store.transcript import TranscriptStore
 from chatd.store.turns import TurnStore
-from chatd.telemetry import METRICS
-from chatd.turn_starts import hand_over_message, queue_message
 from workflows.constants import (
     TurnMessages,
     workflow_id,
@@ -36,142 +30,14 @@ from workflows.controls import (
     NOT_AWAITING_TOOL_RESULTS,
 )
 from workflows.payloads import (
-    SubmitMessageResult,
     SubmittedToolResult,
     SubmitToolApprovalsInput,
     SubmitToolResultsInput,
 )
 
-__all__ = [
-    "interrupt_turn",
-    "submit_message",
-    "submit_tool_approvals",
-    "submit_tool_results",
-    "until_begun",
-]
+__all__ = ["interrupt_turn", "submit_tool_approvals", "submit_tool_results"]
 
-log = logging.getLogger("chatd.api.turns")
-
-HAND_OVER_WAIT_S = 0.5
-"""How long a send waits for a worker to take the message before queueing it durably."""
-BEGIN_WAIT_S = 0.3
-"""How long a send that started a turn waits for its first step to begin it (then the
-gateway begins it): with `HAND_OVER_WAIT_S`, a send is answered within a second."""
-
-
-async def submit_message(
-    client: Client,
-    task_queue: str,
-    transcript: TranscriptStore,
-    chat: ChatRecord,
-    queued_id: uuid.UUID,
-    update_id: str,
-    *,
-    name_chat: bool,
-    hand_overs: HandOvers,
-) -> SubmitMessageResult | None:
-    """Start a turn for this message or queue it in the running one; None if no worker took
-    it in time (or the workers are behind, `HandOvers`), so its signal-with-start goes in the
-    background: it starts or joins the chat's turns as soon as a worker runs the workflow.
-
-    The chat's older messages Temporal may not have (their gateway died after storing them)
-    are handed over first, so messages are taken in the order sent. `update_id` makes a
-    retried call the same update (Temporal deduplicates it); with `name_chat`, a turn the
-    message starts also names the chat.
-    """
-    if not hand_overs.behind:
-        try:
-            with hand_overs.waiting():
-                result = await asyncio.wait_for(
-                    _update_in_order(
-                        client, task_queue, transcript, chat, queued_id, update_id, name_chat
-                    ),
-                    HAND_OVER_WAIT_S,
-                )
-        except RPCError as err:
-            if err.status != RPCStatusCode.RESOURCE_EXHAUSTED:  # the run's in-flight updates
-                raise
-        except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):
-            # Our deadline, or the server's (cancelling the call surfaces as the SDK's error).
-            hand_overs.fell_behind()
-        else:
-            return result
-    hand_overs.in_background(
-        str(queued_id),
-        lambda: _queue_in_order(
-            client, task_queue, transcript, chat, hand_overs, name_chat=name_chat
-        ),
-    )
-    return None
-
-
-async def _update_in_order(
-    client: Client,
-    task_queue: str,
-    transcript: TranscriptStore,
-    chat: ChatRecord,
-    queued_id: uuid.UUID,
-    update_id: str,
-    name_chat: bool,
-) -> SubmitMessageResult:
-    """The chat's older messages not handed over yet by signal, then this one by update."""
-    waiting = await transcript.not_handed_over(chat.id)
-    earlier = waiting[: waiting.index(queued_id)] if queued_id in waiting else waiting
-    for message_id in earlier:
-        await queue_message(client, task_queue, chat, str(message_id), name_chat=name_chat)
-    result = await hand_over_message(
-        client, task_queue, chat, str(queued_id), update_id, name_chat=name_chat
-    )
-    await transcript.handed_over([*earlier, queued_id])
-    return result
-
-
-async def _queue_in_order(
-    client: Client,
-    task_queue: str,
-    transcript: TranscriptStore,
-    chat: ChatRecord,
-    hand_overs: HandOvers,
-    *,
-    name_chat: bool,
-) -> None:
-    """Every message of the chat not handed over yet (this send's among them, unless a
-    later send's hand-over took it already), oldest first, by signal-with-start; marked in
-    the gateway's next batch of marks."""
-    waiting = await transcript.not_handed_over(chat.id)
-    for message_id in waiting:
-        await queue_message(client, task_queue, chat, str(message_id), name_chat=name_chat)
-    hand_overs.mark_soon(transcript, waiting)
-
-
-async def until_begun(
-    transcript: TranscriptStore,
-    turns: TurnStore,
-    chat_id: uuid.UUID,
-    queued_id: uuid.UUID,
-    notified: asyncio.Event,
-) -> None:
-    """Return once the turn this message started has begun: a client then finds it running.
-
-    The turn's first step begins it; waiting for that (woken by the chat's notifications,
-    `notified` is subscribed before the message was submitted) keeps the gateway's writes
-    out of the step's way. If no worker takes the step in time, the gateway begins the turn
-    itself: the same idempotent write, whoever is first.
-    """
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + BEGIN_WAIT_S
-    while True:
-        # Look only when woken: the turn can't have begun unnoticed before the subscription.
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(notified.wait(), max(0.0, deadline - loop.time()))
-        if notified.is_set():
-            notified.clear()  # before looking: a later notification wakes the next wait
-            if await transcript.is_promoted(queued_id):
-                return
-        if loop.time() >= deadline:
-            if await turns.begin(chat_id, str(queued_id)):
-                METRICS.active_turns.add(1)
-            return
+log = logging.getLogger("chatd.api.turn_updates")
 
 
 async def interrupt_turn(client: Client, turns: TurnStore, chat: ChatRecord) -> bool:
