@@ -24,7 +24,7 @@ from activities.failures import classified_failures, model_failure
 from activities.heartbeat import LIVENESS_EVERY_S, first_liveness_beat, heartbeating
 from activities.publishing import DeltaPublisher, EventBatcher
 from activities.tools import error_result
-from activities.turn import TurnEdges
+from activities.turn import TurnLifecycleWrites
 from chatd.models import ModelConfig, ModelError
 from chatd.output_format import format_note, misfit
 from chatd.parts import Message, Part, PartDelta, TextPart, ToolCallPart
@@ -39,7 +39,7 @@ from chatd.providers.base import (
 from chatd.settings import ProviderSettings
 from chatd.store.chats import ChatRecord, ChatStore
 from chatd.store.events import EventLog
-from chatd.store.hub import NotifyHub
+from chatd.store.listen_hub import ListenHub
 from chatd.store.step_keys import StepKey
 from chatd.store.transcript import NewMessage, StoredMessage, TranscriptStore
 from chatd.telemetry import METRICS, TRACER
@@ -74,11 +74,11 @@ class ModelStepActivities:
         pool: asyncpg.Pool,
         catalog: ToolCatalog,
         settings: ProviderSettings,
-        edges: TurnEdges,
+        edges: TurnLifecycleWrites,
         timeouts: StreamTimeouts | None = None,
         *,
         delta_pool: asyncpg.Pool | None = None,
-        interrupts: NotifyHub | None = None,
+        interrupts: ListenHub | None = None,
     ) -> None:
         """`interrupts` (on `turns.INTERRUPT_CHANNEL`) lets a streaming step stop as soon as
         the gateway announces an interrupt; without it, the next heartbeat brings it."""
@@ -144,7 +144,7 @@ class ModelStepActivities:
                     summary = await self._checked(
                         tools, input, self._summary(tools, done, interrupted=False), done.parts
                     )
-                    return await _to_completion(self._close(chat, input, began, summary))
+                    return await _completed_despite_cancel(self._close(chat, input, began, summary))
                 publisher = DeltaPublisher(self._batcher(), chat_id)
                 if input.attempt > 1 or activity.info().attempt > 1:
                     publisher.add("reset", {"turn_id": input.turn_id, "step": input.step})
@@ -163,18 +163,18 @@ class ModelStepActivities:
                     await publisher.drain()
                     raise model_failure(err.error) from None  # the classified error says it all
                 except _InterruptRequested:
-                    return await _to_completion(
+                    return await _completed_despite_cancel(
                         self._persist_interrupted(tools, input, began, accumulator, publisher)
                     )
                 except asyncio.CancelledError:
                     if not _interrupted():
                         raise  # shutdown, or this attempt timed out: the retry streams it anew
                     # An interrupt: keep what was produced, even if cancelled again meanwhile.
-                    return await _to_completion(
+                    return await _completed_despite_cancel(
                         self._persist_interrupted(tools, input, began, accumulator, publisher)
                     )
         # The stream is complete: an interrupt arriving now finds the whole step, kept as is.
-        return await _to_completion(
+        return await _completed_despite_cancel(
             self._save_step(tools, input, began, accumulator, finish, publisher)
         )
 
@@ -331,7 +331,7 @@ class ModelStepActivities:
         with TRACER.start_as_current_span(
             "provider.stream_step", attributes={"chatd.model": model}
         ) as span:
-            events = _sent(
+            events = _classified_stream(
                 lambda: self._provider_stream(tools, config, context, input.opens_response)
             )
             started, finish, first = time.monotonic(), None, True
@@ -448,7 +448,7 @@ async def _with_silence_limits(
         limit, kind = timeouts.stall_s, "timeout"
 
 
-async def _to_completion(work: Awaitable[StreamStepResult]) -> StreamStepResult:
+async def _completed_despite_cancel(work: Awaitable[StreamStepResult]) -> StreamStepResult:
     """Finish `work` even if the activity is cancelled meanwhile: its result stands."""
     task = asyncio.ensure_future(work)
     try:
@@ -503,7 +503,7 @@ def _record_usage(model: str, finish: StepFinish) -> None:
             METRICS.tokens.add(count, {"model": model, "kind": kind.removesuffix("_tokens")})
 
 
-async def _sent(
+async def _classified_stream(
     open_stream: Callable[[], AsyncIterator[StreamEvent]],
 ) -> AsyncIterator[StreamEvent]:
     """The provider's stream; a failure before its first event other than a classified

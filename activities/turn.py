@@ -1,7 +1,7 @@
 """A turn's edges, begin and finish, and the status changes and retry notices within it.
 
-A turn begins in `TurnEdges.begin` and ends in `TurnEdges.finish` (or `save_last_step`, its
-one-statement form for a last step): called inside the turn's first and last model steps,
+A turn begins in `TurnLifecycleWrites.begin` and ends in `TurnLifecycleWrites.finish` (or
+`save_last_step`, its one-statement form for a last step): called inside the turn's first and last model steps,
 or as the `begin_turn` / `finish_turn` local activities when those steps didn't.
 """
 
@@ -38,10 +38,10 @@ from workflows.payloads import (
     TurnPlan,
 )
 
-__all__ = ["TurnActivities", "TurnEdges"]
+__all__ = ["TurnActivities", "TurnLifecycleWrites"]
 
 
-class TurnEdges:
+class TurnLifecycleWrites:
     """Beginning and finishing a turn: as local activities, or inside its first and last step.
 
     A one-step turn whose step begins and finishes it needs no local activity at all (each
@@ -134,7 +134,7 @@ class TurnEdges:
 class TurnActivities:
     """Status transitions at a turn's edges; each write is idempotent."""
 
-    def __init__(self, pool: asyncpg.Pool, edges: TurnEdges) -> None:
+    def __init__(self, pool: asyncpg.Pool, edges: TurnLifecycleWrites) -> None:
         self._edges = edges
         self._transcript = TranscriptStore(pool)
         self._turns = TurnStore(pool)

@@ -41,7 +41,7 @@ from chatd.mcp.config import CONFIG_ENV, load_mcp_server_names
 from chatd.settings import TemporalSettings, console_enabled, temporal_ui_url
 from chatd.store.db import connect_pool
 from chatd.store.events import NOTIFY_CHANNEL
-from chatd.store.hub import NotifyHub
+from chatd.store.listen_hub import ListenHub
 from chatd.temporal_client import connect_temporal
 
 __all__ = ["GatewayConfig", "create_app"]
@@ -78,7 +78,7 @@ def create_app(config: GatewayConfig) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         pool = await connect_pool(config.database_url)
         stream_pool = await connect_pool(config.database_url, min_size=1, max_size=10)
-        hub = NotifyHub(config.database_url, NOTIFY_CHANNEL, wake_all_on_reconnect=True)
+        hub = ListenHub(config.database_url, NOTIFY_CHANNEL, wake_all_on_reconnect=True)
         await hub.start()
         client = await connect_temporal(config.temporal)
         app.state.gateway = GatewayState(

@@ -19,8 +19,8 @@ from chatd.codec import KEYS_ENV, CodecKeys
 from chatd.models import ModelConfig
 from chatd.store.chats import ChatStore
 from chatd.store.events import EventLog
-from chatd.store.hub import NotifyHub
 from chatd.store.keys import KeyStore
+from chatd.store.listen_hub import ListenHub
 from chatd.store.quotas import QuotaStore
 from chatd.store.responses import ResponseStore
 from chatd.store.tool_decisions import ToolDecisionStore
@@ -40,7 +40,7 @@ class GatewayState:
     `pool`, and each send's queries would wait behind them."""
     temporal: Client
     task_queue: str
-    hub: NotifyHub
+    hub: ListenHub
     generate_titles: bool = True
     mcp_servers: frozenset[str] = frozenset()
     """Names of the operator's MCP servers, which a chat may select."""

@@ -1,6 +1,6 @@
 """The parts a user may send: text and files, checked before they are stored.
 
-A user message holds `text` and `file` parts only (ARCHITECTURE rule 9): tool calls, tool
+A user message holds `text` and `file` parts only (docs/architecture.md, rule 9): tool calls, tool
 results and reasoning are the model's and the tools' to write, and a forged one would reach
 the provider as if they had written it. A stored user part is read by every later step of
 the chat; a part the provider request can't be built from (a file that isn't base64, say)

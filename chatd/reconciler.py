@@ -1,7 +1,7 @@
 """The reconciler: ends a chat's turn when no workflow runs it any more, and hands a stored
 message to its chat's workflow when no gateway did.
 
-A turn ends itself (ARCHITECTURE rule 8); this is defence in depth against the bug, the
+A turn ends itself (docs/architecture.md, rule 8); this is defence in depth against the bug, the
 operator's `temporal workflow terminate` or the lost history that leaves a chat `running`
 with no run behind it. Every worker runs one in the background; an advisory lock lets one
 sweep at a time. It ends a turn only when the chat has not changed for a grace period
@@ -39,8 +39,8 @@ from temporalio.service import RPCError, RPCStatusCode
 from chatd.models import ModelError
 from chatd.settings import ReconcilerSettings, titles_enabled
 from chatd.store.chats import ChatStore
-from chatd.store.stranded import WaitingMessage, WaitingMessageStore
-from chatd.store.stuck import QuietTurn, QuietTurnStore
+from chatd.store.missed_hand_overs import MissedHandOverStore, WaitingMessage
+from chatd.store.quiet_turns import QuietTurn, QuietTurnStore
 from chatd.store.transcript import TranscriptStore
 from chatd.store.turns import TurnStore
 from chatd.telemetry import METRICS
@@ -79,7 +79,7 @@ class Reconciler:
         self, pool: asyncpg.Pool, client: Client, settings: ReconcilerSettings, task_queue: str
     ) -> None:
         self._candidates = QuietTurnStore(pool)
-        self._waiting = WaitingMessageStore(pool)
+        self._waiting = MissedHandOverStore(pool)
         self._turns = TurnStore(pool)
         self._transcript = TranscriptStore(pool)
         self._chats = ChatStore(pool)

@@ -119,7 +119,8 @@ def unstored_keep() -> timedelta:
 
 class ReconcilerSettings(BaseModel):
     """How often a worker looks for chats whose turn no workflow runs, and how long a turn
-    must have been quiet before it may be ended (ARCHITECTURE rule 8, defence in depth)."""
+    must have been quiet before it may be ended (docs/architecture.md,
+    rule 8, defence in depth)."""
 
     interval: timedelta = Field(default=timedelta(seconds=30), gt=timedelta(0))
     grace: timedelta = Field(default=timedelta(seconds=60), gt=timedelta(0))

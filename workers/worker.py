@@ -30,14 +30,14 @@ from activities.approvals import ApprovalActivities
 from activities.compaction import CompactionActivities
 from activities.model_step import ModelStepActivities, StreamTimeouts
 from activities.tools import ToolActivities
-from activities.turn import TurnActivities, TurnEdges
+from activities.turn import TurnActivities, TurnLifecycleWrites
 from activities.webhooks import WebhookActivities
 from chatd.mcp.client import McpClients
 from chatd.mcp.config import McpConfig, mcp_config_from_env
 from chatd.reconciler import Reconciler
 from chatd.retention import Retention, RetentionSettings
 from chatd.settings import ProviderSettings, ReconcilerSettings, worker_max_activities
-from chatd.store.hub import NotifyHub
+from chatd.store.listen_hub import ListenHub
 from chatd.store.turns import INTERRUPT_CHANNEL
 from chatd.subagents import SubagentSettings
 from chatd.tool_policy import PolicyDecision, operator_policy_from_env
@@ -101,7 +101,7 @@ def build_worker(
     config: WorkerConfig,
     *,
     delta_pool: asyncpg.Pool | None = None,
-    interrupts: NotifyHub | None = None,
+    interrupts: ListenHub | None = None,
 ) -> Worker:
     """A worker for ChatTurn and all its activities.
 
@@ -110,7 +110,7 @@ def build_worker(
     `interrupts`, a started hub on `INTERRUPT_CHANNEL` (see `listen_for_interrupts`), stops a
     streaming step as soon as the gateway announces an interrupt, not at its next heartbeat.
     """
-    edges = TurnEdges(pool, config.providers)
+    edges = TurnLifecycleWrites(pool, config.providers)
     mcp = McpClients(config.mcp)
     registry = ToolRegistry.of(
         [
@@ -264,13 +264,13 @@ class BackgroundPlugin(Plugin):
 
 
 @contextlib.asynccontextmanager
-async def listen_for_interrupts(database_url: str) -> AsyncIterator[NotifyHub]:
+async def listen_for_interrupts(database_url: str) -> AsyncIterator[ListenHub]:
     """The worker's listener for interrupt announcements, for `build_worker(interrupts=)`.
 
     A notification missed while reconnecting costs nothing but speed: the workflow's
     cancellation still reaches the step with its next heartbeat.
     """
-    hub = NotifyHub(database_url, INTERRUPT_CHANNEL, wake_all_on_reconnect=False)
+    hub = ListenHub(database_url, INTERRUPT_CHANNEL, wake_all_on_reconnect=False)
     await hub.start()
     try:
         yield hub

@@ -241,7 +241,8 @@ class ChatTurn:
         await self._finish(self._turn_id, finish)
         await self._tell_family(finish)
         await self._announce(self._turn_id, finish)
-        # Rule 6: a message accepted while we were finishing must not be lost.
+        # A message accepted while we were finishing must not be lost (docs/architecture.md,
+        # rule 6).
         await workflow.wait_condition(workflow.all_handlers_finished)
         if self._queue:
             workflow.continue_as_new(
@@ -255,7 +256,8 @@ class ChatTurn:
 
     async def _turn(self, turn_id: str, resume: TurnResume | None) -> Finish | None:
         """The turn's moves until one says finish; None if it never began (its message, or
-        the chat, was deleted first). Whatever fails, the turn still finishes (rule 8)."""
+        the chat, was deleted first). Whatever fails, the turn still finishes
+        (docs/architecture.md, rule 8)."""
         try:
             return await self._moves(turn_id, resume)
         except workflow.NondeterminismError:

@@ -144,10 +144,10 @@ async def _created(
         on_chat(chat.id)
         return await answer_calls(request, asked.key, chat, parsed, base)
     refuse_unless_turn_can_begin(chat, parsed)
-    return await _sent(request, asked, chat, parsed, base, on_chat)
+    return await _send_message(request, asked, chat, parsed, base, on_chat)
 
 
-async def _sent(
+async def _send_message(
     request: HTTPConnection,
     asked: _Request,
     chat: ChatRecord | None,

@@ -32,7 +32,7 @@ router = APIRouter(prefix="/v1", tags=["open-responses"])
 ResponseId = Annotated[str, Path(max_length=200)]
 
 
-class _EarlySlot:
+class _StreamSlotDuringHandOver:
     """A new response's stream slot, taken while the response's input is handed over to its
     chat (a wait for the workflow) rather than after it: the stream opens as it returns."""
 
@@ -132,7 +132,7 @@ async def create(
     at once (queued); otherwise the response once it has ended. A client that goes away
     stops nothing: the response is a durable turn, readable later."""
     state = state_of(request)
-    early = _EarlySlot(state, key, owner) if body.stream else None
+    early = _StreamSlotDuringHandOver(state, key, owner) if body.stream else None
     try:
         record = await create_response(
             request, owner, key, body, idempotency_key, on_chat=early.take if early else _no_slot

@@ -29,8 +29,8 @@ from api.routes.stream import (
     starting_cursor,
 )
 from api.state import GatewayState, state_of
-from chatd.store.hub import NotifyHub
 from chatd.store.keys import hash_key
+from chatd.store.listen_hub import ListenHub
 from chatd.store.owner_events import (
     NOTIFY_CHANNEL,
     OwnerCursorExpired,
@@ -48,7 +48,7 @@ router = APIRouter(tags=["stream"])
 async def listening(app: FastAPI, dsn: str) -> AsyncIterator[None]:
     """The gateway's one LISTEN for its watch streams, for the duration of the block (the
     app's lifespan)."""
-    hub = NotifyHub(dsn, NOTIFY_CHANNEL, wake_all_on_reconnect=True)
+    hub = ListenHub(dsn, NOTIFY_CHANNEL, wake_all_on_reconnect=True)
     await hub.start()
     app.state.owner_hub = hub
     try:
@@ -63,7 +63,7 @@ def _frames(events: list[OwnerEvent]) -> str:
 
 
 async def _events(
-    state: GatewayState, hub: NotifyHub, owner: str, cursor: int, slot: StreamSlot
+    state: GatewayState, hub: ListenHub, owner: str, cursor: int, slot: StreamSlot
 ) -> AsyncIterator[str]:
     log = OwnerEventLog(state.pool)
     yield f"retry: {RETRY_MS}\n\n"
@@ -112,7 +112,7 @@ async def watch(
     cursor = starting_cursor(last_event_id, after, last, "owner")
     if cursor < pruned:
         raise expired_cursor(last, "reload the chats")
-    hub: NotifyHub = request.app.state.owner_hub
+    hub: ListenHub = request.app.state.owner_hub
     # The owner's watch streams share one slot key: a per-chat limit counts them together.
     slot = await state.stream_slots.take(hash_key(key), owner, owner_key(owner))
     return SlotStream(state, slot, _events(state, hub, owner, cursor, slot))

@@ -128,7 +128,9 @@ async def test_the_agents_sdk_streams_an_agent_run(stack: Stack) -> None:
 
 
 @pytest.mark.slow
-async def test_the_vercel_ai_sdk_streams_text_with_a_tool_to_completion(stack: Stack) -> None:
+async def test_the_vercel_ai_sdk_streams_text_with_a_tool_to_completion(
+    stack: Stack,
+) -> None:
     """`streamText` with one tool and up to five steps, by node: the SDK sends the whole
     conversation each step, and the step with the tool's result continues the waiting chat."""
     assert shutil.which("node") and shutil.which("npm"), "node >= 20 and npm are needed"

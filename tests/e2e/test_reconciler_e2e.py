@@ -22,7 +22,7 @@ from chatd.parts import TextPart
 from chatd.reconciler import STUCK_TURN_MESSAGE, Reconciler, SweepReport
 from chatd.settings import ReconcilerSettings
 from chatd.store.db import migrate
-from chatd.store.stuck import QUIET_TURNS_SQL, RECONCILER_LOCK
+from chatd.store.quiet_turns import QUIET_TURNS_SQL, RECONCILER_LOCK
 from chatd.store.transcript import TranscriptStore
 from chatd.store.turns import TurnStore
 from chatd.tools.defaults import default_registry

@@ -31,8 +31,8 @@ from chatd.mcp.config import McpConfig, server_names
 from chatd.serving import EmbeddedServer
 from chatd.settings import TemporalSettings
 from chatd.store.db import connect_pool, migrate
-from chatd.store.hub import NotifyHub
 from chatd.store.keys import KeyStore
+from chatd.store.listen_hub import ListenHub
 from chatd.temporal_client import connect_temporal
 from chatd.tls import client_context
 from chatd.tools.base import ToolRegistry
@@ -261,7 +261,7 @@ def _worker(
     client: Client,
     pool: asyncpg.Pool,
     config: WorkerConfig,
-    interrupts: NotifyHub | None,
+    interrupts: ListenHub | None,
     overrides: Mapping[str, Any] | None,
 ) -> Worker:
     """`build_worker`'s worker; with overrides, a copy of its options with them applied."""

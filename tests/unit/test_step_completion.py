@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from activities.model_step import _to_completion
+from activities.model_step import _completed_despite_cancel
 from workflows.payloads import StreamStepResult
 
 
@@ -19,7 +19,7 @@ async def test_a_cancellation_during_the_save_does_not_lose_the_result() -> None
         saved.append("step 0")
         return StreamStepResult(message_id=7)
 
-    activity = asyncio.create_task(_to_completion(save()))
+    activity = asyncio.create_task(_completed_despite_cancel(save()))
     await saving.wait()
     activity.cancel()  # what an interrupt (or a shutdown) does to the activity's task
     await asyncio.sleep(0)

@@ -16,13 +16,13 @@ from typing import Any
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
-__all__ = ["NotifyHub"]
+__all__ = ["ListenHub"]
 
-log = logging.getLogger("chatd.store.hub")
+log = logging.getLogger("chatd.store.listen_hub")
 _RECONNECT_DELAY_S = 1.0
 
 
-class NotifyHub:
+class ListenHub:
     """Wakes the subscribers of a key (the UUID a notification's payload starts with)."""
 
     def __init__(self, dsn: str, channel: str, *, wake_all_on_reconnect: bool) -> None:

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 import asyncpg
 from pydantic import BaseModel
 
-__all__ = ["HAND_OVER_LOCK", "WaitingMessage", "WaitingMessageStore"]
+__all__ = ["HAND_OVER_LOCK", "MissedHandOverStore", "WaitingMessage"]
 
 HAND_OVER_LOCK = 7_400_003
 """Advisory lock key of the reconciler's hand-over pass (its turn sweep holds 7_400_002)."""
@@ -37,7 +37,7 @@ LIMIT $4
 """
 
 
-class WaitingMessageStore:
+class MissedHandOverStore:
     """Reads the messages waiting for a hand-over."""
 
     def __init__(self, pool: asyncpg.Pool) -> None:
