@@ -1,8 +1,9 @@
 """A turn's edges, begin and finish, and the status changes and retry notices within it.
 
 A turn begins in `TurnLifecycleWrites.begin` and ends in `TurnLifecycleWrites.finish` (or
-`save_last_step`, its one-statement form for a last step): called inside the turn's first and last model steps,
-or as the `begin_turn` / `finish_turn` local activities when those steps didn't.
+`save_last_step`, its one-statement form for a last step): called inside the turn's first
+and last model steps, or as the `begin_turn` / `finish_turn` local activities when those
+steps didn't.
 """
 
 from __future__ import annotations
