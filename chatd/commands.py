@@ -14,7 +14,6 @@ import asyncpg
 import uvicorn
 
 from chatd.heap import freeze_startup_objects
-from chatd.providers import import_sdks
 from chatd.serving import Server
 from chatd.settings import ProviderSettings, TemporalSettings, titles_enabled
 from chatd.store.db import connect_pool, migrate
@@ -45,32 +44,19 @@ def workspace_root() -> Path:
 async def run_worker(database_url: str, providers: ProviderSettings | None = None) -> None:
     """Run one worker until SIGINT/SIGTERM."""
     from chatd.temporal_client import connect_temporal
-    from workers.worker import (
-        WorkerConfig,
-        build_worker,
-        listen_for_interrupts,
-        run_until_signalled,
-    )
+    from workers.worker import WorkerConfig, assembled_worker, run_until_signalled
 
     setup_telemetry("chatd-worker")
     temporal = TemporalSettings.from_env()
-    async with contextlib.AsyncExitStack() as stack:
-        pool = await connect_pool(database_url)
-        stack.push_async_callback(pool.close)
-        delta_pool = await connect_pool(database_url, min_size=1, max_size=1)
-        stack.push_async_callback(delta_pool.close)
-        interrupts = await stack.enter_async_context(listen_for_interrupts(database_url))
-        client = await connect_temporal(temporal)
-        config = WorkerConfig(
-            task_queue=temporal.task_queue,
-            providers=providers or ProviderSettings.from_env(),
-            registry=with_extra_tools(default_registry()),
-            workspace_root=workspace_root(),
-            generate_titles=titles_enabled(),
-        )
-        worker = build_worker(client, pool, config, delta_pool=delta_pool, interrupts=interrupts)
-        import_sdks()
-        freeze_startup_objects()
+    client = await connect_temporal(temporal)
+    config = WorkerConfig(
+        task_queue=temporal.task_queue,
+        providers=providers or ProviderSettings.from_env(),
+        registry=with_extra_tools(default_registry()),
+        workspace_root=workspace_root(),
+        generate_titles=titles_enabled(),
+    )
+    async with assembled_worker(database_url, client, config) as worker:
         await run_until_signalled(worker)
 
 

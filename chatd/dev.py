@@ -22,7 +22,6 @@ from chatd.devstack.postgres import PostgresProcess
 from chatd.devstack.temporal import TemporalDevServer
 from chatd.fake_provider.server import FakeProviderServer
 from chatd.heap import freeze_startup_objects
-from chatd.providers import import_sdks
 from chatd.serving import EmbeddedServer
 from chatd.settings import (
     DEFAULT_TASK_QUEUE,
@@ -195,7 +194,7 @@ async def _serve(
     from api.app import GatewayConfig, create_app
     from api.shutdown import end_streams
     from chatd.temporal_client import connect_temporal
-    from workers.worker import WorkerConfig, build_worker, listen_for_interrupts
+    from workers.worker import WorkerConfig, assembled_worker
 
     temporal_settings = TemporalSettings(address=temporal.address, task_queue=DEFAULT_TASK_QUEUE)
     providers = ProviderSettings.from_env().model_copy(update={"demo_base_url": demo.base_url})
@@ -214,30 +213,20 @@ async def _serve(
         app, "127.0.0.1", options.api_port, on_shutdown=lambda: end_streams(app)
     )
     async with contextlib.AsyncExitStack() as stack:
-        pool = await connect_pool(postgres.dsn)
-        stack.push_async_callback(pool.close)
-        delta_pool = await connect_pool(postgres.dsn, min_size=1, max_size=1)
-        stack.push_async_callback(delta_pool.close)
         client = await connect_temporal(temporal_settings)
-        import_sdks()
-        freeze_startup_objects()  # before any chat is served: only startup objects qualify
         if options.worker:
-            interrupts = await stack.enter_async_context(listen_for_interrupts(postgres.dsn))
-            worker = build_worker(
-                client,
-                pool,
-                WorkerConfig(
-                    task_queue=DEFAULT_TASK_QUEUE,
-                    providers=providers,
-                    registry=default_registry(),
-                    workspace_root=options.data_dir / "workspaces",
-                    generate_titles=titles_enabled(),
-                ),
-                delta_pool=delta_pool,
-                interrupts=interrupts,
+            config = WorkerConfig(
+                task_queue=DEFAULT_TASK_QUEUE,
+                providers=providers,
+                registry=default_registry(),
+                workspace_root=options.data_dir / "workspaces",
+                generate_titles=titles_enabled(),
             )
+            worker = await stack.enter_async_context(assembled_worker(postgres.dsn, client, config))
             await stack.enter_async_context(worker)
             _say(f"worker polling task queue {DEFAULT_TASK_QUEUE!r}")
+        else:
+            freeze_startup_objects()  # before any chat is served: only startup objects qualify
         with port_errors(options.ports()["api"]):
             await server.start()
         _print_banner(options, postgres, temporal, demo, key)

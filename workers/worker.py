@@ -32,11 +32,14 @@ from activities.model_step import ModelStepActivities, StreamTimeouts
 from activities.tools import ToolActivities
 from activities.turn import TurnActivities, TurnLifecycleWrites
 from activities.webhooks import WebhookActivities
+from chatd.heap import freeze_startup_objects
 from chatd.mcp.client import McpClients
 from chatd.mcp.config import McpConfig, mcp_config_from_env
+from chatd.providers import import_sdks
 from chatd.reconciler import Reconciler
 from chatd.retention import Retention, RetentionSettings
 from chatd.settings import ProviderSettings, ReconcilerSettings, worker_max_activities
+from chatd.store.db import connect_pool
 from chatd.store.listen_hub import ListenHub
 from chatd.store.turns import INTERRUPT_CHANNEL
 from chatd.subagents import SubagentSettings
@@ -276,6 +279,25 @@ async def listen_for_interrupts(database_url: str) -> AsyncIterator[ListenHub]:
         yield hub
     finally:
         await hub.stop()
+
+
+@contextlib.asynccontextmanager
+async def assembled_worker(
+    database_url: str, client: Client, config: WorkerConfig
+) -> AsyncIterator[Worker]:
+    """The worker `chatd worker` and `chatd dev` run, not yet polling: its pools, its
+    interrupt listener, and the SDKs imported and the startup heap frozen (`chatd.heap`)
+    before it serves a chat."""
+    async with contextlib.AsyncExitStack() as stack:
+        pool = await connect_pool(database_url)
+        stack.push_async_callback(pool.close)
+        delta_pool = await connect_pool(database_url, min_size=1, max_size=1)
+        stack.push_async_callback(delta_pool.close)
+        interrupts = await stack.enter_async_context(listen_for_interrupts(database_url))
+        worker = build_worker(client, pool, config, delta_pool=delta_pool, interrupts=interrupts)
+        import_sdks()
+        freeze_startup_objects()
+        yield worker
 
 
 async def run_until_signalled(worker: Worker) -> None:
