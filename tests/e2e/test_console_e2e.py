@@ -586,3 +586,39 @@ async def test_a_poison_message_is_fixed_in_place_by_editing_it(
     await expect(page.locator("ol.transcript")).not_to_contain_text("poison")
     texts = [(m["role"], _text_of(m)) for m in await stack.messages(chat_id)]
     assert texts == [("user", "a clean question"), ("assistant", "a clean answer")]
+
+
+@pytest.mark.parametrize(("width", "height"), [(1280, 720), (1280, 727), (1024, 640), (390, 844)])
+async def test_the_layout_holds_at_laptop_and_phone_sizes(
+    console: ConsolePage, console_stack: Stack, width: int, height: int
+) -> None:
+    """A long transcript, scrolled to its top: the composer stays in the window with no
+    strip of transcript below it, and the chat list, the chat's header, the transcript and
+    the composer don't overlap."""
+    stack = console_stack
+    words = " ".join(f"word{i}" for i in range(900))
+    chat_id = await _chat_with(stack, FakeResponse(parts=[FakeText(text=words)]))
+    await stack.send(chat_id, "write at length")
+    await stack.wait_status(chat_id, "waiting", within_s=60)
+    page = console.page
+    await page.set_viewport_size({"width": width, "height": height})
+    await console.open_chat(chat_id)
+    await expect(_assistant(page).last).to_contain_text("word899")
+    await page.locator(".view").evaluate("view => view.scrollTo(0, 0)")
+    composer = page.get_by_role("textbox", name="Message", exact=True)
+    await expect(composer).to_be_in_viewport()
+    boxes = await page.evaluate(
+        """() => Object.fromEntries(
+            ["aside.side", ".view", ".chat-head", ".composer", "ol.transcript"].map(
+                s => [s, document.querySelector(s).getBoundingClientRect().toJSON()]))"""
+    )
+    side, view, head, bottom = (
+        boxes[k] for k in ("aside.side", ".view", ".chat-head", ".composer")
+    )
+    assert view["bottom"] <= height + 0.5, "the view ends inside the window"
+    assert abs(bottom["bottom"] - view["bottom"]) <= 1, "no transcript below the composer"
+    assert head["bottom"] <= bottom["top"], "the chat's header and the composer overlap"
+    beside = side["right"] <= view["left"] + 0.5
+    above = side["bottom"] <= view["top"] + 0.5
+    assert beside or above, f"the chat list overlaps the chat: {side} {view}"
+    assert boxes["ol.transcript"]["height"] > view["height"], "the transcript scrolls"
