@@ -35,15 +35,9 @@ from api.open_responses.prefixes import (
 )
 from api.open_responses.references import with_references_resolved
 from api.open_responses.requests import CreateResponse
-from api.open_responses.turn_settings import (
-    TurnSettings,
-    dynamic_tools_of,
-    echoed_request,
-    request_model,
-    tool_use_of,
-)
+from api.open_responses.turn_settings import echoed_request, turn_settings_of
 from api.sending import hand_over_stored, store_message
-from api.state import GatewayState, state_of
+from api.state import state_of
 from chatd.store.chats import ChatRecord
 from chatd.store.responses import NewResponse, ResponseRecord, new_response_id
 
@@ -159,7 +153,9 @@ async def _send_message(
     response's row, in one transaction, then handed to the chat's turn."""
     state = state_of(request)
     body, matched, idempotency_key = asked.body, asked.matched, asked.idempotency_key
-    settings = _settings(state, body, matched, parsed)
+    model = resolve_model(body.model, state.model_aliases)
+    system = [*(matched.system if matched else []), *parsed.system]
+    settings = turn_settings_of(body, model, system)
     with contextlib.ExitStack() as sending:
         # One commit for the chat (when new), the message, its history and the response's
         # row; a message refused (past the quotas) leaves none of them.
@@ -191,20 +187,3 @@ async def _send_message(
         await state.responses.end_if_turn_over(record)
         record = await state.responses.reread(record.id) or record
     return record
-
-
-def _settings(
-    state: GatewayState, body: CreateResponse, matched: PrefixMatch | None, parsed: ParsedInput
-) -> TurnSettings:
-    """The turn's settings from the request: its model, instructions (with the system
-    messages of the input and of the matched conversation), tools and truncation."""
-    model = request_model(body, resolve_model(body.model, state.model_aliases))
-    given = [body.instructions or "", *(matched.system if matched else []), *parsed.system]
-    return TurnSettings(
-        model,
-        "\n\n".join(t for t in given if t) or None,
-        dynamic_tools_of(body),
-        tool_use_of(body),
-        # "auto": compact at 70 % of the window; "disabled": never, so an overflow fails.
-        compaction_threshold=0.7 if body.truncation == "auto" else 0.0,
-    )

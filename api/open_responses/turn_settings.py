@@ -25,6 +25,7 @@ __all__ = [
     "request_model",
     "tool_policy_of",
     "tool_use_of",
+    "turn_settings_of",
 ]
 
 _THINKING_BUDGETS = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 16384}
@@ -41,6 +42,21 @@ class TurnSettings:
     tools: list[DynamicTool]
     tool_use: ToolUse
     compaction_threshold: float
+
+
+def turn_settings_of(body: CreateResponse, model: ModelConfig, system: list[str]) -> TurnSettings:
+    """The request's settings for its turn: `model` is the one its name resolved to, and
+    `system` the system messages of its input (and of a stored conversation it restates),
+    which follow its `instructions`."""
+    given = [body.instructions or "", *system]
+    return TurnSettings(
+        request_model(body, model),
+        "\n\n".join(t for t in given if t) or None,
+        dynamic_tools_of(body),
+        tool_use_of(body),
+        # "auto": compact at 70 % of the window; "disabled": never, so an overflow fails.
+        compaction_threshold=0.7 if body.truncation == "auto" else 0.0,
+    )
 
 
 def request_model(body: CreateResponse, model: ModelConfig) -> ModelConfig:
