@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 __all__ = [
     "clear_orphan",
     "free_port",
+    "kill_child",
     "kill_process_group",
     "log_tail",
     "pdeathsig_preexec",
@@ -31,6 +32,7 @@ __all__ = [
     "register_child",
     "run_coro_in_thread",
     "spawn_child",
+    "stop_child",
     "unregister_child",
     "wait_exit",
     "write_owner_file",
@@ -192,6 +194,26 @@ def wait_exit(proc: subprocess.Popen[bytes], timeout: float) -> bool:
     except subprocess.TimeoutExpired:
         return False
     return True
+
+
+def stop_child(proc: subprocess.Popen[bytes] | None, *asks: tuple[int, float]) -> None:
+    """Ask the child to stop with each (signal, seconds to wait) in turn; if it still runs,
+    SIGKILL its process group."""
+    if proc is None or proc.poll() is not None:
+        return
+    for sig, timeout in asks:
+        proc.send_signal(sig)
+        if wait_exit(proc, timeout):
+            return
+    kill_process_group(proc)
+    wait_exit(proc, 5.0)
+
+
+def kill_child(proc: subprocess.Popen[bytes] | None) -> None:
+    """SIGKILL the child's process group at once (a crash, for chaos tests)."""
+    if proc is not None:
+        kill_process_group(proc, signal.SIGKILL)
+        wait_exit(proc, 10.0)
 
 
 @atexit.register

@@ -19,13 +19,13 @@ from pathlib import Path
 from chatd.devstack.ports import (
     clear_orphan,
     free_port,
-    kill_process_group,
+    kill_child,
     log_tail,
     port_accepts,
     register_child,
     spawn_child,
+    stop_child,
     unregister_child,
-    wait_exit,
     write_owner_file,
 )
 
@@ -171,22 +171,12 @@ class PostgresProcess:
 
     def stop(self, timeout: float = 30.0) -> None:
         """Fast shutdown (SIGINT), escalating to SIGQUIT and SIGKILL after `timeout`."""
-        proc = self._proc
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-            if not wait_exit(proc, timeout):
-                proc.send_signal(signal.SIGQUIT)
-                if not wait_exit(proc, 5.0):
-                    kill_process_group(proc)
-                    wait_exit(proc, 5.0)
+        stop_child(self._proc, (signal.SIGINT, timeout), (signal.SIGQUIT, 5.0))
         self._reap()
 
     def kill(self) -> None:
         """SIGKILL the postmaster and all its backends (simulates a crash; for chaos tests)."""
-        proc = self._proc
-        if proc is not None:
-            kill_process_group(proc, signal.SIGKILL)
-            wait_exit(proc, 10.0)
+        kill_child(self._proc)
         self._reap()
 
     def restart(self) -> None:

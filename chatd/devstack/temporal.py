@@ -20,13 +20,13 @@ from temporalio.client import Client
 from chatd.devstack.ports import (
     clear_orphan,
     free_port,
-    kill_process_group,
+    kill_child,
     log_tail,
     register_child,
     run_coro_in_thread,
     spawn_child,
+    stop_child,
     unregister_child,
-    wait_exit,
     write_owner_file,
 )
 
@@ -227,20 +227,12 @@ class TemporalDevServer:
 
     def stop(self, timeout: float = 15.0) -> None:
         """Graceful shutdown (SIGTERM), escalating to SIGKILL after `timeout`."""
-        proc = self._proc
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            if not wait_exit(proc, timeout):
-                kill_process_group(proc)
-                wait_exit(proc, 5.0)
+        stop_child(self._proc, (signal.SIGTERM, timeout))
         self._reap()
 
     def kill(self) -> None:
         """SIGKILL the server (simulates a crash; for chaos tests)."""
-        proc = self._proc
-        if proc is not None:
-            kill_process_group(proc, signal.SIGKILL)
-            wait_exit(proc, 10.0)
+        kill_child(self._proc)
         self._reap()
 
     def restart(self) -> None:
