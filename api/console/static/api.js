@@ -60,6 +60,20 @@ export async function request(method, path, body, extraHeaders = {}) {
   return parsed;
 }
 
+/**
+ * Every item of a paged list, page after page: `path(cursor)` is a page's address,
+ * `items(page)` what it holds and `next(page)` the cursor of the next (null after the last).
+ */
+export async function allPages(path, first, items, next) {
+  const all = [];
+  for (let cursor = first; cursor != null; ) {
+    const page = await request("GET", path(cursor));
+    all.push(...items(page));
+    cursor = next(page);
+  }
+  return all;
+}
+
 /** Check a key without storing it: true if the API accepts it. */
 export async function keyWorks(key) {
   const response = await fetch(`${API}/chats?limit=1`, {

@@ -3,7 +3,7 @@
 // the turns' timeline and the approval audit.
 
 import { ClientToolForm, ApprovalForm } from "./actions.js";
-import { LiveStream, request } from "./api.js";
+import { LiveStream, allPages, request } from "./api.js";
 import { chatLabel, modelLabel } from "./chats.js";
 import { h, newId, replace } from "./dom.js";
 import { auditNode, timelineNode } from "./timeline.js";
@@ -181,14 +181,13 @@ export class ChatView {
   }
 
   async loadTranscript() {
-    const loaded = new Map();
-    let after = 0;
-    while (after !== null) {
-      const page = await request("GET", `/chats/${this.id}/messages?after_id=${after}&limit=500`);
-      for (const message of page.messages) loaded.set(message.id, message);
-      after = page.next_after_id;
-    }
-    this.messages = loaded;
+    const messages = await allPages(
+      (after) => `/chats/${this.id}/messages?after_id=${after}&limit=500`,
+      0,
+      (page) => page.messages,
+      (page) => page.next_after_id,
+    );
+    this.messages = new Map(messages.map((message) => [message.id, message]));
     this.schedule();
   }
 
@@ -211,14 +210,12 @@ export class ChatView {
   }
 
   async loadDecisions() {
-    const all = [];
-    let offset = 0;
-    while (offset !== null) {
-      const page = await request("GET", `/chats/${this.id}/tool-decisions?offset=${offset}&limit=500`);
-      all.push(...page.decisions);
-      offset = page.next_offset;
-    }
-    this.decisions = all;
+    this.decisions = await allPages(
+      (offset) => `/chats/${this.id}/tool-decisions?offset=${offset}&limit=500`,
+      0,
+      (page) => page.decisions,
+      (page) => page.next_offset,
+    );
     // No cached node is dropped: a message's signature (renderTranscript) already changes
     // when one of its calls gets a decision, and a decision, once made, stays as it is.
     this.schedule();
