@@ -306,11 +306,15 @@ async def own_temporal(
     temporal = TemporalDevServer(tmp_path / "temporal", headless=True)
     await asyncio.to_thread(temporal.start)
     try:
+        # A fresh server takes seconds over the first workflow task of a chat (about 3 s on
+        # an idle machine, 6 s on a loaded one), so the first send outlasts the stack's
+        # usual 5 s client timeout; it is answered, queued or begun, as any send is.
         async with running_stack(
             database_url=database_url,
             temporal_address=temporal.address,
             fake=fake_provider,
             workspace=tmp_path / "workspaces",
+            http_timeout_s=30.0,
         ) as stack:
             yield temporal, stack
     finally:

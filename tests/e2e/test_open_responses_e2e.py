@@ -20,10 +20,11 @@ from openai import AsyncOpenAI
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 from support.api_process import chatd_api, until_ready
+from support.names import model_name
 
 from chatd.devstack.ports import free_port
 from chatd.devstack.temporal import TemporalDevServer
-from chatd.fake_provider.script import FakeResponse, FakeText, FakeToolCall
+from chatd.fake_provider.script import FakeRequest, FakeResponse, FakeText, FakeToolCall
 from chatd.settings import unstored_keep
 from chatd.store.chats import ChatStore
 
@@ -81,8 +82,9 @@ def _auth(stack: Stack) -> dict[str, str]:
 
 
 def _model(stack: Stack, *responses: FakeResponse) -> str:
-    scripted = stack.scripted_model(*responses)
-    return f"anthropic/{scripted['name']}"
+    """A fake model answering one conversation's steps in turn (a retried attempt of a step
+    gets that step's answer again)."""
+    return f"anthropic/{stack.stepped_model(*responses)['name']}"
 
 
 def _text(text: str, **extra: Any) -> FakeResponse:
@@ -231,7 +233,14 @@ async def test_a_function_tool_round_trip_answers_the_waiting_turn(stack: Stack)
 async def test_a_continuation_of_an_earlier_response_forks_the_conversation(
     stack: Stack,
 ) -> None:
-    model = _model(stack, _text("A1"), _text("A2"), _text("A3"))
+    answers = {"Q1": "A1", "Q2": "A2", "Q3": "A3"}
+
+    def answer(request: FakeRequest) -> FakeResponse:
+        return _text(answers[_said(request.body)[-1]])
+
+    name = model_name()
+    stack.fake.script(name, answer)
+    model = f"anthropic/{name}"
     async with _client(stack) as client:
         first = await client.responses.create(model=model, input="Q1")
         second = await client.responses.create(
@@ -243,15 +252,14 @@ async def test_a_continuation_of_an_earlier_response_forks_the_conversation(
         assert [r.output_text for r in (first, second, forked)] == ["A1", "A2", "A3"]
         assert second.conversation == first.conversation  # type: ignore[attr-defined]
         assert forked.conversation != first.conversation  # type: ignore[attr-defined]
-    requests = stack.fake.requests(model.split("/", 1)[1])
+    sent = [_said(r.body) for r in stack.fake.requests(name)]
+    assert ["Q1", "A1", "Q2"] in sent
+    assert ["Q1", "A1", "Q3"] in sent, "the fork has Q1's conversation only"
 
-    def said(body: dict[str, Any]) -> list[str]:
-        return [
-            b["text"] for m in body["messages"] for b in m["content"] if b.get("type") == "text"
-        ]
 
-    assert said(requests[1].body) == ["Q1", "A1", "Q2"]
-    assert said(requests[2].body) == ["Q1", "A1", "Q3"], "the fork has Q1's conversation only"
+def _said(body: dict[str, Any]) -> list[str]:
+    """The texts of a provider request's messages, in order."""
+    return [b["text"] for m in body["messages"] for b in m["content"] if b.get("type") == "text"]
 
 
 async def test_cancel_interrupts_a_background_response_and_keeps_its_partial_output(
