@@ -73,7 +73,12 @@ class EmbeddedServer(Server):
         # uvicorn exposes readiness only as a flag.
         while not self.started:
             if self._task.done():
-                self._task.result()
+                try:
+                    self._task.result()
+                except SystemExit as exit:
+                    # uvicorn exits when it can't bind or its lifespan fails: an error for
+                    # the host process to handle, not the end of it.
+                    raise RuntimeError(f"the server could not start (exit {exit.code})") from None
                 raise RuntimeError("server exited before it started")
             await asyncio.sleep(0.02)
 
