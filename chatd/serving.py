@@ -67,9 +67,10 @@ class EmbeddedServer(Server):
         """Don't take over SIGINT/SIGTERM: the host decides when to stop."""
         yield
 
-    async def start(self) -> None:
-        """Serve in a background task; return once it accepts connections."""
-        self._task = asyncio.create_task(self.serve())
+    async def start(self, sock: socket.socket | None = None) -> None:
+        """Serve in a background task (on `sock`, bound already, if given); return once it
+        accepts connections."""
+        self._task = asyncio.create_task(self.serve([sock] if sock is not None else None))
         # uvicorn exposes readiness only as a flag.
         while not self.started:
             if self._task.done():

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 __all__ = [
+    "bound_socket",
     "clear_orphan",
     "free_port",
     "kill_child",
@@ -66,6 +67,20 @@ def free_port(host: str = "127.0.0.1") -> int:
         sock.bind((host, 0))
         chosen: int = sock.getsockname()[1]
         return chosen
+
+
+def bound_socket(host: str = "127.0.0.1") -> socket.socket:
+    """A TCP socket bound to a free port (as `free_port` picks them), for a server to listen
+    on: held from the pick, so no other process can take the port before the server starts."""
+    for _ in range(20):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.bind((host, free_port(host)))
+        except OSError:  # taken between the pick and this bind
+            sock.close()
+            continue
+        return sock
+    raise OSError(f"no free port on {host} could be bound")
 
 
 def _ports_outside_ephemeral_range() -> tuple[int, int]:

@@ -140,24 +140,14 @@ class QuotaStore:
 
     async def running_turns(self, owner: str) -> int:
         """The owner's chats in a turn now."""
-        value = await self._pool.fetchval(
-            f"SELECT count(*) FROM chats WHERE owner = $1 AND {busy_sql()}",
-            owner,
-        )
+        value = await self._pool.fetchval(_RUNNING_TURNS, owner)
         return int(value)
 
     async def turns_in_flight(self, owner: str) -> int:
         """The owner's chats in a turn now, or about to begin one (a message waits for a
         chat that is not in a turn yet): what a subagent's spawn is weighed against, as its
         siblings spawned a moment earlier may not have begun."""
-        value = await self._pool.fetchval(
-            f"""SELECT count(*) FROM chats c
-                WHERE c.owner = $1
-                  AND ({busy_sql("c.status")}
-                       OR EXISTS (SELECT 1 FROM queued_messages q
-                                   WHERE q.chat_id = c.id AND q.promoted_at IS NULL))""",
-            owner,
-        )
+        value = await self._pool.fetchval(_TURNS_IN_FLIGHT, owner)
         return int(value)
 
     async def queued_messages(self, chat_id: uuid.UUID) -> int:
@@ -245,3 +235,11 @@ class QuotaStore:
     async def release_stream_lease(self, lease_id: uuid.UUID) -> None:
         """Free the slot of a stream that ended."""
         await self._pool.execute("DELETE FROM stream_leases WHERE id = $1", lease_id)
+
+
+_RUNNING_TURNS = f"SELECT count(*) FROM chats WHERE owner = $1 AND {busy_sql()}"
+_TURNS_IN_FLIGHT = f"""SELECT count(*) FROM chats c
+WHERE c.owner = $1
+  AND ({busy_sql("c.status")}
+       OR EXISTS (SELECT 1 FROM queued_messages q
+                   WHERE q.chat_id = c.id AND q.promoted_at IS NULL))"""

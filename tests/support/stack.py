@@ -24,7 +24,7 @@ from temporalio.worker import Worker
 from activities.model_step import StreamTimeouts
 from api.app import GatewayConfig, create_app
 from chatd.client.http import Event, parse_sse
-from chatd.devstack.ports import free_port, port_accepts
+from chatd.devstack.ports import bound_socket
 from chatd.fake_provider.script import FakeRequest, FakeResponse
 from chatd.fake_provider.server import FakeProviderServer
 from chatd.mcp.config import McpConfig, server_names
@@ -241,18 +241,12 @@ async def running_stack(
 
 async def _serve(resources: AsyncExitStack, config: GatewayConfig) -> str:
     """Start the gateway on a free port until `resources` close; its base URL."""
-    for _ in range(3):
-        port = free_port()
-        server = EmbeddedServer(create_app(config), "127.0.0.1", port)
-        try:
-            await server.start()
-        except RuntimeError:
-            if port_accepts("127.0.0.1", port):
-                continue  # another process took the free port before we bound it
-            raise
-        resources.push_async_callback(server.stop)
-        return f"http://127.0.0.1:{port}/api/v1"
-    raise RuntimeError("three free ports were taken before the gateway bound them")
+    sock = bound_socket()  # held until the server listens: no other process takes the port
+    port = sock.getsockname()[1]
+    server = EmbeddedServer(create_app(config), "127.0.0.1", port)
+    await server.start(sock)
+    resources.push_async_callback(server.stop)
+    return f"http://127.0.0.1:{port}/api/v1"
 
 
 def _owner(base_url: str, key: str, timeout_s: float) -> httpx.AsyncClient:
