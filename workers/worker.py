@@ -12,7 +12,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import asyncpg
 from temporalio.client import Client, WorkflowHistory
@@ -33,7 +33,6 @@ from activities.tools import ToolActivities
 from activities.turn import TurnActivities, TurnLifecycleWrites
 from activities.webhooks import WebhookActivities
 from chatd.heap import freeze_startup_objects
-from chatd.mcp.client import McpClients
 from chatd.mcp.config import McpConfig, mcp_config_from_env
 from chatd.providers import import_sdks
 from chatd.reconciler import Reconciler
@@ -51,6 +50,9 @@ from chatd.webhooks.delivery import WebhookSettings
 from workflows.chat_turn import ChatTurn
 from workflows.summarise_window import SummariseWindow
 from workflows.webhook_delivery import WebhookFanout, WebhookReplay
+
+if TYPE_CHECKING:
+    from chatd.mcp.client import McpClients
 
 __all__ = ["WorkerConfig", "build_worker", "run_until_signalled", "tuned_worker"]
 
@@ -98,6 +100,16 @@ class WorkerConfig:
     """How webhooks are delivered (`CHATD_WEBHOOK_*`)."""
 
 
+def mcp_clients(config: McpConfig) -> McpClients | None:
+    """The worker's MCP sessions, or None when it has no MCP servers: the MCP SDK takes
+    longer to import than the rest of the worker, so only a worker that uses it loads it."""
+    if not config.servers:
+        return None
+    from chatd.mcp.client import McpClients
+
+    return McpClients(config)
+
+
 def build_worker(
     client: Client,
     pool: asyncpg.Pool,
@@ -114,7 +126,7 @@ def build_worker(
     streaming step as soon as the gateway announces an interrupt, not at its next heartbeat.
     """
     edges = TurnLifecycleWrites(pool, config.providers)
-    mcp = McpClients(config.mcp)
+    mcp = mcp_clients(config.mcp)
     registry = ToolRegistry.of(
         [
             *config.registry.tools.values(),
@@ -164,7 +176,7 @@ def build_worker(
         background=[
             Reconciler(pool, client, config.reconciler, config.task_queue),
             Retention(pool, config.retention, config.workspace_root),
-            McpConnections(mcp),
+            *([McpConnections(mcp)] if mcp else []),
         ],
     )
 

@@ -25,8 +25,9 @@ from mcp.types import CONNECTION_CLOSED, INVALID_REQUEST
 from pydantic import ValidationError
 
 from chatd.mcp.config import McpConfig
-from chatd.mcp.mapping import McpResult, McpTool, mcp_result, mcp_tool
+from chatd.mcp.mapping import mcp_result, mcp_tool
 from chatd.mcp.session import McpSession, SessionEnded, describe_error
+from chatd.mcp.tools import McpResult, McpTool
 
 __all__ = ["McpClients", "McpUnavailable"]
 

@@ -13,13 +13,12 @@ import logging
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
 from pydantic import RootModel
 
-from chatd.mcp.client import McpClients
-from chatd.mcp.mapping import McpTool
+from chatd.mcp.tools import McpTool
 from chatd.parts import ToolCallPart
 from chatd.providers.base import ToolSpec
 from chatd.store.chats import ChatRecord
@@ -28,6 +27,10 @@ from chatd.subagents import AGENT_TOOLS, WAIT_AGENT, SubagentSettings
 from chatd.tool_policy import PolicyDecision, decide
 from chatd.tools.base import MediaOutput, Tool, ToolContext, ToolOutput, ToolRegistry
 from workflows.payloads import ToolCallRef
+
+if TYPE_CHECKING:
+    # Only a worker with MCP servers makes one (`workers.worker`): the SDK is slow to import.
+    from chatd.mcp.client import McpClients
 
 __all__ = ["McpToolFailed", "ToolCatalog", "TurnTools"]
 

@@ -17,13 +17,8 @@ from support.mcp_servers import HttpMcpServer, notes_written, stdio_entry
 from chatd.devstack.ports import free_port
 from chatd.mcp.client import McpClients, McpUnavailable
 from chatd.mcp.config import HttpServer, McpConfig, StdioServer
-from chatd.mcp.mapping import (
-    McpResult,
-    mcp_result,
-    mcp_tool,
-    qualified_name,
-    split_qualified_name,
-)
+from chatd.mcp.mapping import mcp_result, mcp_tool
+from chatd.mcp.tools import McpResult, qualified_name, split_qualified_name
 from chatd.tools.base import MediaOutput, ToolOutput
 
 WEDGED = "import time; time.sleep(600)  # an MCP server that never answers"
