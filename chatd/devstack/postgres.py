@@ -184,10 +184,15 @@ class PostgresProcess:
         self.stop()
         self.start()
 
-    def create_database(self, name: str) -> str:
-        """Create database `name` (letters, digits, underscores) and return its DSN."""
+    def create_database(self, name: str, template: str | None = None) -> str:
+        """Create database `name` (letters, digits, underscores), a copy of `template` if
+        given (which nobody may be connected to), and return its DSN."""
         self._check_name(name)
-        self.psql(f'CREATE DATABASE "{name}"')
+        if template is None:
+            self.psql(f'CREATE DATABASE "{name}"')
+        else:
+            self._check_name(template)
+            self.psql(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
         return self.dsn_for(name)
 
     def drop_database(self, name: str) -> None:

@@ -22,6 +22,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from chatd.devstack.ports import free_port, pid_alive
 from chatd.devstack.postgres import PostgresError, PostgresProcess
 from chatd.devstack.temporal import CHAT_SEARCH_ATTRIBUTES, TemporalDevServer
+from chatd.store.db import migrate
 
 TEST_PG_SETTINGS = {"fsync": "off", "synchronous_commit": "off"}
 
@@ -47,16 +48,24 @@ def test_free_port_is_bindable_and_outside_the_ephemeral_range() -> None:
             sock.bind(("127.0.0.1", port))
 
 
-async def test_database_url_fixture_gives_fresh_database(database_url: str) -> None:
+async def test_database_url_fixture_gives_a_fresh_migrated_database(
+    database_url: str, empty_database_url: str
+) -> None:
     conn = await asyncpg.connect(database_url)
     try:
         assert await conn.fetchval("SELECT current_database()") == database_url.rsplit("/", 1)[1]
         assert await conn.fetchval("SHOW max_connections") == "300"
         assert await conn.fetchval("SHOW fsync") == "off"
-        tables = await conn.fetchval("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'")
-        assert tables == 0
+        assert await conn.fetchval("SELECT count(*) FROM chats") == 0
+        assert await migrate(database_url) == [], "every migration is applied already"
     finally:
         await conn.close()
+    empty = await asyncpg.connect(empty_database_url)
+    try:
+        tables = await empty.fetchval("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'")
+        assert tables == 0
+    finally:
+        await empty.close()
 
 
 async def test_postgres_survives_restart_crash_and_stale_pidfile(scratch_dir: Path) -> None:

@@ -287,11 +287,13 @@ async def test_client_results_answer_the_step_that_awaits_them(turn: Turn) -> No
     assert await answer(await turn.next_turn(), "second turn's") == ["second turn's"]
 
 
-async def test_results_staged_before_the_turn_keys_stay_readable(database_url: str) -> None:
+async def test_results_staged_before_the_turn_keys_stay_readable(
+    empty_database_url: str,
+) -> None:
     """Staged results from before 006 (keyed by chat and call id only) belong to the newest
     step that made their call: a turn waiting for its results across the upgrade finds them."""
     folder = Path(chatd.store.__file__).parent / "migrations"
-    conn = await asyncpg.connect(database_url)
+    conn = await asyncpg.connect(empty_database_url)
     try:
         await conn.execute("CREATE TABLE schema_migrations (name text PRIMARY KEY)")
         for sql in sorted(folder.glob("00[1-5]_*.sql")):
@@ -316,8 +318,8 @@ async def test_results_staged_before_the_turn_keys_stay_readable(database_url: s
             )
     finally:
         await conn.close()
-    await migrate(database_url)
-    pool = await connect_pool(database_url)
+    await migrate(empty_database_url)
+    pool = await connect_pool(empty_database_url)
     try:
         staged = await ToolCallStore(pool).staged(chat_id, turn_id, 3, ["old", "other"])
         assert list(staged) == ["old"]
