@@ -41,6 +41,7 @@ from chatd.devstack.temporal import TemporalDevServer
 from chatd.fake_provider.demo import TITLE_REQUEST, latest_turn
 from chatd.fake_provider.script import FakeRequest, FakeResponse, FakeText, FakeToolCall
 from chatd.fake_provider.server import FakeProviderServer
+from chatd.tls import client_context
 
 CHATS = 30
 SENDS_PER_CHAT = 4
@@ -152,7 +153,7 @@ async def _deploy(
 async def _codec_ready(url: str, server: ServiceProcess) -> None:
     deadline = time.monotonic() + 120
     headers = {"Authorization": f"Bearer {CODEC_TOKEN}"}
-    async with httpx.AsyncClient(base_url=url, headers=headers) as http:
+    async with httpx.AsyncClient(base_url=url, headers=headers, verify=client_context()) as http:
         while True:
             assert server.running and time.monotonic() < deadline, server.output()
             try:
@@ -196,7 +197,7 @@ def _listening(command: list[str], port: int) -> list[str]:
 
 async def _ready(url: str, gateway: ServiceProcess) -> None:
     deadline = time.monotonic() + 120
-    async with httpx.AsyncClient(base_url=url) as http:
+    async with httpx.AsyncClient(base_url=url, verify=client_context()) as http:
         while True:
             assert gateway.running and time.monotonic() < deadline, gateway.output()
             try:

@@ -23,6 +23,7 @@ from harness import Stack
 from api.app import API_PREFIX, GatewayConfig, create_app
 from chatd.settings import TemporalSettings
 from chatd.store.keys import KeyStore
+from chatd.tls import client_context
 
 OPEN_PATHS = {"/healthz", "/readyz"}
 """Routes meant to answer without a key (probes)."""
@@ -112,7 +113,9 @@ async def _answer(
     headers = {"Authorization": f"Bearer {key}"} if key is not None else {}
     root = base_url.removesuffix(API_PREFIX)  # the native API's routes and Open Responses'
     async with (
-        httpx.AsyncClient(base_url=root, headers=headers, timeout=10) as http,
+        httpx.AsyncClient(
+            base_url=root, headers=headers, timeout=10, verify=client_context()
+        ) as http,
         http.stream(operation.method, url, json=operation.body()) as response,
     ):
         kind = response.headers.get("content-type", "")

@@ -9,6 +9,8 @@ from typing import Any
 
 import httpx
 
+from chatd.tls import client_context
+
 __all__ = ["Gateways"]
 
 
@@ -22,7 +24,10 @@ class Gateways:
         headers = {"Authorization": f"Bearer {key}"}
         # A send right after a worker's death may wait for its sticky workflow task to time out.
         self.clients = [
-            httpx.AsyncClient(base_url=f"{u}/api/v1", headers=headers, timeout=60) for u in urls
+            httpx.AsyncClient(
+                base_url=f"{u}/api/v1", headers=headers, timeout=60, verify=client_context()
+            )
+            for u in urls
         ]
         self.down: set[int] = set()
         self._next = 0
