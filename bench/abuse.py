@@ -215,9 +215,10 @@ async def run(args: argparse.Namespace) -> int:
                 limits=limits,
             ) as http:
                 h = concurrency.Harness(
-                    base_url, "127.0.0.1", procs.api_port, good_key, http, procs.fake_url, meter
-                )
-                h.database_url, h.logs = svc.database_url, logs
+                    base_url, "127.0.0.1", procs.api_port, good_key, http, procs.fake_url,
+                    meter, svc.database_url, svc.temporal.address,
+                )  # fmt: skip
+                h.logs = logs
                 abuser_chat = await _abusers_chat(base_url, abuser_key)
                 for round_no in range(1, args.rounds + 1):
                     say(f"round {round_no}: {args.chats} chats without the abuser")

@@ -208,11 +208,12 @@ class Harness:
     http: httpx.AsyncClient
     fake_url: str
     meter: ProcessMeter
+    database_url: str
+    temporal_address: str
+    """Where `run_level` reads the turns' histories (retried steps, task timeouts)."""
     profiles: dict[str, int] = field(default_factory=dict)
     """Processes to sample with py-spy during each level (name -> pid)."""
     py_spy: str | None = None
-    database_url: str = ""
-    temporal_address: str = ""
     unloaded_turn_s: float = float("inf")
     """The median turn with nothing else running (`unloaded_turn`)."""
     send_retries: int = 0
@@ -574,10 +575,11 @@ async def run(args: argparse.Namespace) -> int | None:
                 timeout=120,
                 limits=limits,
             ) as http:
-                h = Harness(base_url, "127.0.0.1", api_port, api_key, http, fake_url, meter)
+                h = Harness(
+                    base_url, "127.0.0.1", api_port, api_key, http, fake_url, meter,
+                    svc.database_url, svc.temporal.address,
+                )  # fmt: skip
                 h.py_spy, h.logs, h.quiet_below = args.py_spy, logs, args.quiet_below
-                h.database_url = svc.database_url
-                h.temporal_address = svc.temporal.address
                 if args.py_spy:
                     h.profiles = {
                         "worker": procs.worker.pid or 0,
