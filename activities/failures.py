@@ -27,12 +27,21 @@ from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from chatd.models import ModelError
 from workflows.constants import MODEL_ERROR_TYPE
 
-__all__ = ["INTERNAL_ERROR_ATTEMPTS", "STORE_UNAVAILABLE", "classified_failures", "model_failure"]
+__all__ = [
+    "INTERNAL_ERROR_ATTEMPTS",
+    "STEP_ABANDONED",
+    "STORE_UNAVAILABLE",
+    "classified_failures",
+    "model_failure",
+]
 
 log = logging.getLogger("chatd.activities")
 
 STORE_UNAVAILABLE = "StoreUnavailable"
 """ApplicationError type: Postgres could not be reached; the attempt is retried."""
+STEP_ABANDONED = "StepAbandoned"
+"""ApplicationError type: a step attempt cancelled by a worker shutdown or by the server
+giving up on it (not by an interrupt); the attempt is retried."""
 INTERNAL_ERROR_ATTEMPTS = 3
 """Attempts an unexpected exception gets before the activity gives up for good."""
 

@@ -18,9 +18,9 @@ from typing import Any
 
 import asyncpg
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
-from activities.failures import classified_failures, model_failure
+from activities.failures import STEP_ABANDONED, classified_failures, model_failure
 from activities.heartbeat import LIVENESS_EVERY_S, first_liveness_beat, heartbeating
 from activities.publishing import DeltaPublisher, EventBatcher
 from activities.tools import error_result
@@ -53,6 +53,8 @@ __all__ = ["ModelStepActivities", "StreamTimeouts"]
 
 log = logging.getLogger("chatd.model_step")
 _CLIENT_HIDDEN_FIELDS = {"signature"}
+_WORKER_SHUTDOWN = "WorkerShutdown"
+"""Raised by `_unless_stopped` when the worker stops mid-stream (`_abandoned` reports it)."""
 """Provider metadata clients don't need while streaming (it stays in the persisted step)."""
 
 
@@ -104,16 +106,15 @@ class ModelStepActivities:
             async with classified_failures(f"model step {input.step}"):
                 return await self._stream_step(input)
         except asyncio.CancelledError:
-            if not _interrupted():  # shutdown, or the server gave up on this attempt
-                log.warning(
-                    "step attempt abandoned after %.1fs: chat=%s step=%d attempt=%d reason=%s",
-                    time.monotonic() - started,
-                    input.chat_id,
-                    input.step,
-                    activity.info().attempt,
-                    activity.cancellation_details(),
-                )
-            raise
+            if _interrupted():
+                raise
+            # The server gave up on this attempt (its heartbeat timed out), or the worker
+            # stops: the attempt is retried.
+            raise _abandoned(input, started, str(activity.cancellation_details())) from None
+        except ApplicationError as err:
+            if err.type != _WORKER_SHUTDOWN:
+                raise
+            raise _abandoned(input, started, "the worker is shutting down") from None
 
     async def _stream_step(self, input: StreamStepInput) -> StreamStepResult:
         chat_id = uuid.UUID(input.chat_id)
@@ -490,9 +491,25 @@ async def _unless_stopped(
         if not task.cancelled():
             task.exception()  # retrieved: whatever ended it, the partial step is kept
         raise _InterruptRequested
-    raise ApplicationError(
-        "the worker is shutting down; the step is retried on another worker",
-        type="WorkerShutdown",
+    raise ApplicationError("the worker is shutting down", type=_WORKER_SHUTDOWN)
+
+
+def _abandoned(input: StreamStepInput, started: float, reason: str) -> ApplicationError:
+    """The error ending an attempt abandoned for `reason` (not an interrupt): it is retried,
+    on another worker if this one stops. One line says so; BENIGN, the SDK logs it at debug,
+    not as a crash's traceback."""
+    log.warning(
+        "step attempt abandoned after %.1fs: chat=%s step=%d attempt=%d reason=%s",
+        time.monotonic() - started,
+        input.chat_id,
+        input.step,
+        activity.info().attempt,
+        reason,
+    )
+    return ApplicationError(
+        f"model step {input.step} attempt abandoned: {reason}",
+        type=STEP_ABANDONED,
+        category=ApplicationErrorCategory.BENIGN,
     )
 
 

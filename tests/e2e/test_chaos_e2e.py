@@ -57,6 +57,11 @@ async def test_a_worker_stopped_mid_stream_hands_the_step_to_another(
     messages = await stack.messages(chat_id)
     assert [(m["role"], _text(m)) for m in messages] == [("user", "work"), ("assistant", LONG_TEXT)]
     assert len(stack.fake.requests(name)) == 2
+    if sig == signal.SIGTERM:
+        await asyncio.to_thread(first.wait)
+        log = first.log.read_text()
+        assert "step attempt abandoned" in log, log
+        assert "Traceback" not in log, "a retried attempt is one line, not a crash's traceback"
 
 
 @pytest.mark.parametrize(
