@@ -53,6 +53,8 @@ KNOWN_CONTEXT_LIMITS: dict[str, int] = {
     "o4-mini": 200_000,
     "o3": 200_000,
     "o1": 200_000,
+    "gemini-2.5": 1_048_576,
+    "gemini-3": 1_048_576,
     "demo": 200_000,
 }
 """Context windows of common models, matched by the longest prefix of the model name."""
@@ -119,25 +121,43 @@ _reported: dict[tuple[str, str], _Lookup] = {}
 
 
 async def reported_context_limit(model: ModelConfig, settings: ProviderSettings) -> int | None:
-    """The window an OpenAI-compatible server reports at `GET /models/{name}` (cached).
+    """The window the provider reports for the model (cached): Gemini's `models.get`, or an
+    OpenAI-compatible server's `GET /models/{name}`. Anthropic's and OpenAI's own APIs report
+    none, so only a custom OpenAI base URL is asked.
 
-    Anthropic's and OpenAI's own APIs report none, so only a custom OpenAI base URL is asked.
     An answer is kept for good; a failed lookup only briefly, so a small-window model is not
     sized with the default window for the life of the worker.
     """
-    base = settings.openai_base_url
-    if model.provider != "openai" or not base or model.context_limit:
+    if model.context_limit:
         return None
-    key = (base, model.name)
+    if model.provider == "google" and settings.google_configured:
+        key = ("google", model.name)
+    elif model.provider == "openai" and settings.openai_base_url:
+        key = (settings.openai_base_url, model.name)
+    else:
+        return None
     cached = _reported.get(key)
     if cached is None or (cached.expires_at is not None and time.monotonic() >= cached.expires_at):
         try:
-            limit = await _ask_for_limit(base, model.name, settings.openai_api_key)
+            if model.provider == "google":
+                limit = await _ask_google(model.name, settings)
+            else:
+                limit = await _ask_for_limit(key[0], model.name, settings.openai_api_key)
             cached = _Lookup(limit, None)
         except _LookupFailed:
             cached = _Lookup(None, time.monotonic() + FAILED_LOOKUP_TTL_S)
         _reported[key] = cached
     return cached.limit
+
+
+async def _ask_google(name: str, settings: ProviderSettings) -> int | None:
+    """Gemini's `inputTokenLimit` for the model."""
+    from chatd.providers import google_context_window
+
+    try:
+        return await google_context_window(name, settings)
+    except Exception as exc:  # the SDK's errors, its transport's, a malformed answer
+        raise _LookupFailed(str(exc)) from exc
 
 
 async def _ask_for_limit(base: str, name: str, api_key: str | None) -> int | None:

@@ -10,7 +10,7 @@ from chatd.output_format import OutputFormat
 
 __all__ = ["ErrorKind", "ModelConfig", "ModelError", "ProviderName", "WebSearchConfig"]
 
-ProviderName = Literal["anthropic", "openai", "demo"]
+ProviderName = Literal["anthropic", "openai", "google", "demo"]
 """`demo` is the built-in scripted model (the fake provider on the Anthropic wire format)."""
 
 ErrorKind = Literal[
@@ -23,12 +23,14 @@ ErrorKind = Literal[
     "context_exceeded",
     "invalid_request",
     "output_format",
+    "content_filtered",
     "unavailable",
     "internal",
     "generic",
 ]
 """`unavailable`: a dependency stayed down past the turn's deadline; `internal`: our own bug;
-`output_format`: the model's answer did not fit the chat's structured output format."""
+`output_format`: the model's answer did not fit the chat's structured output format;
+`content_filtered`: the provider withheld the answer (a safety block, a recitation)."""
 
 
 class WebSearchConfig(BaseModel):

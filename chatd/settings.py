@@ -50,19 +50,47 @@ class ProviderSettings(BaseModel):
     anthropic_base_url: str | None = None
     openai_api_key: str | None = None
     openai_base_url: str | None = None
+    google_api_key: str | None = None
+    """The Gemini Developer API's key (`GOOGLE_API_KEY`, else `GEMINI_API_KEY`)."""
+    google_base_url: str | None = None
+    google_vertex: bool = False
+    """Gemini on Vertex AI (`GOOGLE_GENAI_USE_VERTEXAI`), with Google's application default
+    credentials, `GOOGLE_CLOUD_PROJECT` and `GOOGLE_CLOUD_LOCATION`."""
+    google_cloud_project: str | None = None
+    google_cloud_location: str | None = None
     demo_base_url: str | None = None
     """Base URL of the fake provider that serves the built-in `demo` model."""
 
     @classmethod
     def from_env(cls) -> ProviderSettings:
-        """Read `ANTHROPIC_*`, `OPENAI_*` and `CHATD_DEMO_BASE_URL`."""
+        """Read `ANTHROPIC_*`, `OPENAI_*`, Google's (as `google-genai` names them) and
+        `CHATD_DEMO_BASE_URL`."""
+        env = os.environ
         return cls(
-            anthropic_api_key=os.environ.get("ANTHROPIC_API_KEY") or None,
-            anthropic_base_url=os.environ.get("ANTHROPIC_BASE_URL") or None,
-            openai_api_key=os.environ.get("OPENAI_API_KEY") or None,
-            openai_base_url=os.environ.get("OPENAI_BASE_URL") or None,
-            demo_base_url=os.environ.get("CHATD_DEMO_BASE_URL") or None,
+            anthropic_api_key=env.get("ANTHROPIC_API_KEY") or None,
+            anthropic_base_url=env.get("ANTHROPIC_BASE_URL") or None,
+            openai_api_key=env.get("OPENAI_API_KEY") or None,
+            openai_base_url=env.get("OPENAI_BASE_URL") or None,
+            google_api_key=env.get("GOOGLE_API_KEY") or env.get("GEMINI_API_KEY") or None,
+            google_base_url=(
+                env.get("GOOGLE_VERTEX_BASE_URL") or env.get("GOOGLE_GEMINI_BASE_URL") or None
+            )
+            if _flag(env.get("GOOGLE_GENAI_USE_VERTEXAI"))
+            else env.get("GOOGLE_GEMINI_BASE_URL") or None,
+            google_vertex=_flag(env.get("GOOGLE_GENAI_USE_VERTEXAI")),
+            google_cloud_project=env.get("GOOGLE_CLOUD_PROJECT") or None,
+            google_cloud_location=env.get("GOOGLE_CLOUD_LOCATION") or None,
+            demo_base_url=env.get("CHATD_DEMO_BASE_URL") or None,
         )
+
+    @property
+    def google_configured(self) -> bool:
+        """Whether Gemini can be called: a key, or Vertex AI chosen."""
+        return bool(self.google_api_key) or self.google_vertex
+
+
+def _flag(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("1", "true", "yes", "on")
 
 
 class TemporalSettings(BaseModel):

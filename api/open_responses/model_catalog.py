@@ -26,6 +26,7 @@ router = APIRouter(prefix="/v1", tags=["open-responses"])
 PROVIDER_MODELS: dict[ProviderName, tuple[str, ...]] = {
     "anthropic": ("claude-sonnet-4-5", "claude-opus-4-1", "claude-haiku-4-5"),
     "openai": ("gpt-5", "gpt-5-mini", "gpt-4.1", "gpt-4o"),
+    "google": ("gemini-2.5-pro", "gemini-2.5-flash", "gemini-2.5-flash-lite"),
 }
 """Current models of each provider, listed when the gateway has the provider's key."""
 
@@ -57,9 +58,10 @@ def catalog(aliases: dict[str, ModelConfig], providers: ProviderSettings) -> dic
     """The listed models by id: the aliases first (a name resolves to its alias first)."""
     models = dict(aliases)
     models.setdefault(f"demo/{DEMO_MODEL}", ModelConfig(provider="demo", name=DEMO_MODEL))
-    keys: dict[ProviderName, str | None] = {
-        "anthropic": providers.anthropic_api_key,
-        "openai": providers.openai_api_key,
+    keys: dict[ProviderName, bool] = {
+        "anthropic": bool(providers.anthropic_api_key),
+        "openai": bool(providers.openai_api_key),
+        "google": providers.google_configured,
     }
     for provider, names in PROVIDER_MODELS.items():
         if keys.get(provider):

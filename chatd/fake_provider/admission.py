@@ -14,7 +14,16 @@ from chatd.fake_provider.script import ApiName, FakeError, ScriptBook
 
 __all__ = ["estimate_request_tokens", "model_not_found", "refusal"]
 
-_PROMPT_FIELDS = ("system", "instructions", "messages", "input", "tools")
+_PROMPT_FIELDS = (
+    "system",
+    "instructions",
+    "messages",
+    "input",
+    "tools",
+    "contents",
+    "systemInstruction",
+    "system_instruction",
+)
 """The body fields a provider counts against the context window."""
 
 
@@ -45,6 +54,9 @@ def model_not_found(api: ApiName, model: str) -> FakeError:
     retrying."""
     if api == "anthropic":
         return FakeError(status=404, type="not_found_error", message=f"model: {model}")
+    if api == "gemini":
+        message = f"models/{model} is not found for API version v1beta, or is not supported."
+        return FakeError(status=404, type="NOT_FOUND", message=message)
     return FakeError(
         status=404,
         type="invalid_request_error",
@@ -73,6 +85,12 @@ def prompt_too_long(api: ApiName, tokens: int, window: int) -> FakeError:
             type="invalid_request_error",
             message=f"prompt is too long: {tokens} tokens > {window} maximum",
         )
+    if api == "gemini":
+        message = (
+            f"The input token count ({tokens}) exceeds the maximum number of tokens "
+            f"allowed ({window})."
+        )
+        return FakeError(status=400, type="INVALID_ARGUMENT", message=message)
     if api == "openai_chat":
         message = (
             f"This model's maximum context length is {window} tokens. However, your messages "

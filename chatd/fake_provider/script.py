@@ -29,7 +29,7 @@ __all__ = [
     "ScriptError",
 ]
 
-ApiName = Literal["anthropic", "openai_chat", "openai_responses"]
+ApiName = Literal["anthropic", "openai_chat", "openai_responses", "gemini"]
 
 
 class FakeText(BaseModel):

@@ -20,10 +20,11 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from chatd.fake_provider import anthropic_wire, openai_chat_wire
+from chatd.fake_provider import anthropic_wire, gemini_wire, openai_chat_wire
 from chatd.fake_provider.admission import refusal
 from chatd.fake_provider.anthropic_wire import AnthropicEncoder
 from chatd.fake_provider.demo import DEMO_MODEL, demo_responder
+from chatd.fake_provider.gemini_wire import GeminiEncoder
 from chatd.fake_provider.openai_chat_wire import ChatEncoder
 from chatd.fake_provider.openai_responses_wire import ResponsesEncoder
 from chatd.fake_provider.script import (
@@ -50,6 +51,7 @@ _ENCODERS: dict[ApiName, Callable[[FakeRequest, FakeResponse], WireEncoder]] = {
     "anthropic": AnthropicEncoder,
     "openai_chat": ChatEncoder,
     "openai_responses": ResponsesEncoder,
+    "gemini": GeminiEncoder,
 }
 _ROUTES: dict[str, ApiName] = {
     "/v1/messages": "anthropic",
@@ -82,6 +84,8 @@ def error_response(api: ApiName, error: FakeError) -> Response:
     headers = {**_request_id_header(api), **error.headers}
     if api == "anthropic":
         body = anthropic_wire.error_body(error, headers.get("request-id"))
+    elif api == "gemini":
+        body = gemini_wire.error_body(error)
     else:
         body = openai_chat_wire.error_body(error)
     return JSONResponse(body, status_code=error.status, headers=headers)
@@ -112,15 +116,13 @@ class ProviderEndpoint:
         fake = FakeRequest(
             api=self._api,
             path=request.url.path,
-            model=str(body.get("model") or ""),
+            model=self._model_of(request.url.path, body),
             headers=dict(request.headers),
             body=body,
         )
         self._book.record_request(fake)
         try:
-            validate(self._api, body)
-            if body.get("stream") is not True:
-                raise InvalidRequest("The fake provider only streams: set `stream: true`.")
+            self._check(fake)
         except InvalidRequest as exc:
             return self._invalid(exc)
         refused = refusal(self._book, self._api, fake.model, body)
@@ -139,6 +141,21 @@ class ProviderEndpoint:
         if isinstance(encoder, ResponsesEncoder) and body.get("store", True) is not False:
             self._book.store_response(encoder.response_id)
         return _Stream(self._book, fake, response, encoder, self._closing)
+
+    def _model_of(self, path: str, body: dict[str, Any]) -> str:
+        """The model asked for: Gemini names it in the path, the others in the body."""
+        if self._api == "gemini":
+            return gemini_wire.model_of_path(path) or ""
+        return str(body.get("model") or "")
+
+    def _check(self, request: FakeRequest) -> None:
+        """What the real API checks, and that the request streams (the fake only streams:
+        Gemini's path says so, the others' `stream`)."""
+        if self._api == "gemini" and not request.model:
+            raise InvalidRequest("The fake provider only streams: :streamGenerateContent.")
+        validate(self._api, request.body)
+        if self._api != "gemini" and request.body.get("stream") is not True:
+            raise InvalidRequest("The fake provider only streams: set `stream: true`.")
 
     def _invalid(self, exc: InvalidRequest) -> Response:
         error = FakeError(
@@ -249,7 +266,7 @@ class _Stream:
 
 
 def create_app(book: ScriptBook, closing: threading.Event | None = None) -> Starlette:
-    """The ASGI app serving the three provider APIs (plus `GET /health`) from `book`.
+    """The ASGI app serving the four provider APIs (plus `GET /health`) from `book`.
 
     Setting `closing` makes hanging streams drop their connections (for a quick shutdown).
     """
@@ -266,6 +283,15 @@ def create_app(book: ScriptBook, closing: threading.Event | None = None) -> Star
         return JSONResponse({**info, **book.model_info.get(name, {})})
 
     routes.append(Route("/v1/models/{model:path}", model, methods=["GET"]))
+
+    async def gemini_model(request: Request) -> Response:
+        name = request.path_params["model"]
+        return JSONResponse(gemini_wire.model_info(name, book.context_window(name)))
+
+    gemini = ProviderEndpoint(book, "gemini", closing)
+    routes.append(Route("/v1beta/models/{model}", gemini_model, methods=["GET"]))
+    # `/v1beta/models/{model}:streamGenerateContent`: the endpoint reads the model itself.
+    routes.append(Route("/v1beta/models/{action:path}", gemini, methods=["POST"]))
     return Starlette(routes=routes)
 
 
@@ -304,6 +330,8 @@ class FakeProviderServer:
             anthropic_base_url=self.base_url,
             openai_api_key="test-openai-key",
             openai_base_url=self.base_url + "/v1",
+            google_api_key="test-google-key",
+            google_base_url=self.base_url,
             demo_base_url=self.base_url,
         )
 

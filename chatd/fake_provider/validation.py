@@ -6,6 +6,7 @@ from collections import Counter
 from typing import Any
 
 from chatd.fake_provider.answer_formats import check_answer_format
+from chatd.fake_provider.gemini_wire import validate_gemini
 from chatd.fake_provider.script import ApiName
 from chatd.fake_provider.shapes import (
     InvalidRequest,
@@ -26,6 +27,9 @@ __all__ = [
 
 def validate(api: ApiName, body: dict[str, Any]) -> None:
     """Raise `InvalidRequest` if `body` is not a valid request for `api`."""
+    if api == "gemini":  # the model is in the path, and so is the choice to stream
+        validate_gemini(body)
+        return
     if not isinstance(body.get("model"), str) or not body["model"]:
         raise InvalidRequest("model: Field required", "model")
     _check_tool_choice(api, body)

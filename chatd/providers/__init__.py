@@ -16,14 +16,22 @@ from chatd.tls import client_context
 if TYPE_CHECKING:
     import anthropic
     import openai
+    from google import genai
 
-__all__ = ["DEMO_API_KEY", "close_clients", "import_sdks", "make_provider"]
+__all__ = [
+    "DEMO_API_KEY",
+    "close_clients",
+    "google_context_window",
+    "import_sdks",
+    "make_provider",
+]
 
 DEMO_API_KEY = "demo"
 """The placeholder key sent to the fake provider behind the `demo` model."""
 
 # Clients own connection pools; one per (sdk, base_url, key) lets every step reuse them.
 _clients: dict[tuple[str, str | None, str], anthropic.AsyncAnthropic | openai.AsyncOpenAI] = {}
+_google_clients: dict[tuple[str | None, str], genai.Client] = {}
 
 
 def make_provider(config: ModelConfig, settings: ProviderSettings) -> ModelProvider:
@@ -36,10 +44,25 @@ def make_provider(config: ModelConfig, settings: ProviderSettings) -> ModelProvi
     if config.provider == "openai":
         key = _require(settings.openai_api_key, "OPENAI_API_KEY is not set", config)
         return _openai_provider(config, _openai_client(settings.openai_base_url, key))
+    if config.provider == "google":
+        if not settings.google_configured:
+            raise ProviderError(
+                _config_error("GEMINI_API_KEY (or GOOGLE_GENAI_USE_VERTEXAI) is not set", config)
+            )
+        from chatd.providers.google import GoogleProvider
+
+        return GoogleProvider(_google_client(settings))
     if config.provider == "demo":
         url = _require(settings.demo_base_url, "CHATD_DEMO_BASE_URL is not set", config)
         return AnthropicProvider(_anthropic_client(url, DEMO_API_KEY), provider_name="demo")
     raise ProviderError(_config_error(f"unknown provider {config.provider!r}", config))
+
+
+async def google_context_window(name: str, settings: ProviderSettings) -> int | None:
+    """The input window Gemini reports for model `name` (`models.get`); raises the SDK's
+    errors."""
+    model = await _google_client(settings).aio.models.get(model=name)
+    return model.input_token_limit
 
 
 def import_sdks() -> None:
@@ -49,6 +72,7 @@ def import_sdks() -> None:
     freezes out of the garbage collector (see `chatd.heap`).
     """
     import chatd.providers.anthropic
+    import chatd.providers.google
     import chatd.providers.openai_chat
     import chatd.providers.openai_responses  # noqa: F401
 
@@ -59,6 +83,10 @@ async def close_clients() -> None:
     _clients.clear()
     for client in clients:
         await client.close()
+    google_clients = list(_google_clients.values())
+    _google_clients.clear()
+    for google_client in google_clients:
+        await google_client.aio.aclose()  # its async side holds the pool
 
 
 def _openai_provider(config: ModelConfig, client: openai.AsyncOpenAI) -> ModelProvider:
@@ -107,4 +135,32 @@ def _openai_client(base_url: str | None, api_key: str) -> openai.AsyncOpenAI:
             http_client=openai.DefaultAsyncHttpxClient(verify=client_context()),
         )
         _clients[("openai", base_url, api_key)] = client
+    return client
+
+
+def _google_client(settings: ProviderSettings) -> genai.Client:
+    from google import genai
+    from google.genai import types
+
+    from chatd.providers.google import API_VERSION
+
+    where = settings.google_cloud_project if settings.google_vertex else None
+    cache_key = (settings.google_base_url, settings.google_api_key or where or "")
+    client = _google_clients.get(cache_key)
+    if client is None:
+        options = types.HttpOptions(
+            api_version=API_VERSION,
+            base_url=settings.google_base_url,
+            async_client_args={"verify": client_context()},
+        )
+        if settings.google_vertex:
+            client = genai.Client(
+                vertexai=True,
+                project=settings.google_cloud_project,
+                location=settings.google_cloud_location,
+                http_options=options,
+            )
+        else:
+            client = genai.Client(api_key=settings.google_api_key, http_options=options)
+        _google_clients[cache_key] = client
     return client
