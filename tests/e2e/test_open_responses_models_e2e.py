@@ -28,7 +28,13 @@ async def test_models_are_listed_and_retrieved_through_the_sdk(
     fast = {"provider": "anthropic", "name": "claude-haiku-4-5", "max_output_tokens": 512}
     monkeypatch.setenv(ALIASES_ENV, json.dumps({"fast": fast}))
     monkeypatch.setenv("ANTHROPIC_API_KEY", "a-key-of-the-gateway")
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    for unset in (
+        "OPENAI_API_KEY",
+        "GEMINI_API_KEY",
+        "GOOGLE_API_KEY",
+        "GOOGLE_GENAI_USE_VERTEXAI",
+    ):
+        monkeypatch.delenv(unset, raising=False)
     async with make_stack() as stack, _client(stack) as client:
         listed = [model.to_dict() async for model in client.models.list()]
         by_id = {model["id"]: model for model in listed}

@@ -28,6 +28,7 @@ from chatd.devstack.ports import bound_socket
 from chatd.fake_provider.script import FakeRequest, FakeResponse
 from chatd.fake_provider.server import FakeProviderServer
 from chatd.mcp.config import McpConfig, server_names
+from chatd.providers import import_sdks
 from chatd.serving import EmbeddedServer
 from chatd.settings import TemporalSettings
 from chatd.store.db import connect_pool, migrate
@@ -226,6 +227,7 @@ async def running_stack(
                 else None
             )
             worker = _worker(client, pool, config, interrupts, worker_overrides)
+            import_sdks()  # as a worker does before it serves: not mid-step, on its loop
         gateway = GatewayConfig(
             database_url=database_url, temporal=settings, generate_titles=generate_titles
         )
