@@ -4,14 +4,25 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from chatd.output_format import OutputFormat
 
 __all__ = ["ErrorKind", "ModelConfig", "ModelError", "ProviderName", "WebSearchConfig"]
 
-ProviderName = Literal["anthropic", "openai", "google", "demo"]
-"""`demo` is the built-in scripted model (the fake provider on the Anthropic wire format)."""
+ProviderName = Literal[
+    "anthropic", "openai", "google", "anthropic-bedrock", "anthropic-vertex", "azure-openai", "demo"
+]
+"""`demo` is the built-in scripted model (the fake provider on the Anthropic wire format);
+`anthropic-bedrock`, `anthropic-vertex` and `azure-openai` are Claude on AWS Bedrock and on
+Google Vertex AI, and OpenAI on Azure, named by the platform's model ids (an Azure model's
+name is its deployment's)."""
+
+_NO_WEB_SEARCH = {
+    "anthropic-bedrock": "Claude on Bedrock has no web search tool",
+    "azure-openai": "Azure OpenAI has no web search tool",
+}
+"""Platforms that lack a feature, refused when a chat asks for it, not mid-turn."""
 
 ErrorKind = Literal[
     "rate_limit",
@@ -78,6 +89,13 @@ class ModelConfig(BaseModel):
     output_format: OutputFormat | None = None
     """The JSON the final answer must be (plain text unless set); it holds for the chat's
     fallback models too."""
+
+    @model_validator(mode="after")
+    def _platform_has_it(self) -> ModelConfig:
+        lacking = _NO_WEB_SEARCH.get(self.provider)
+        if lacking and self.web_search is not None:
+            raise ValueError(f"web_search: {lacking}")
+        return self
 
     def for_prose(self) -> ModelConfig:
         """This model for chatd's own requests (titles, summaries, advice): plain text,

@@ -43,6 +43,11 @@ def temporal_ui_url() -> str | None:
     return os.environ.get("CHATD_TEMPORAL_UI_URL") or None
 
 
+AZURE_API_VERSION = "2025-04-01-preview"
+"""The Azure OpenAI API version asked for unless `OPENAI_API_VERSION` says otherwise (one
+that has the Responses API)."""
+
+
 class ProviderSettings(BaseModel):
     """Provider credentials and endpoints of one worker process."""
 
@@ -58,6 +63,25 @@ class ProviderSettings(BaseModel):
     credentials, `GOOGLE_CLOUD_PROJECT` and `GOOGLE_CLOUD_LOCATION`."""
     google_cloud_project: str | None = None
     google_cloud_location: str | None = None
+    bedrock_region: str | None = None
+    """Claude on AWS Bedrock (`anthropic-bedrock`): `AWS_REGION`; credentials as AWS's SDKs
+    find them (`AWS_*`, a profile, an instance role), or a Bedrock API key."""
+    bedrock_api_key: str | None = None
+    bedrock_base_url: str | None = None
+    vertex_region: str | None = None
+    """Claude on Google Vertex AI (`anthropic-vertex`): `CLOUD_ML_REGION` and
+    `ANTHROPIC_VERTEX_PROJECT_ID`, with Google's application default credentials."""
+    vertex_project: str | None = None
+    vertex_base_url: str | None = None
+    vertex_access_token: str | None = None
+    """A Google OAuth access token to use instead of the default credentials."""
+    azure_endpoint: str | None = None
+    """OpenAI on Azure (`azure-openai`, the model's name a deployment's):
+    `AZURE_OPENAI_ENDPOINT` with `AZURE_OPENAI_API_KEY` or an Entra token
+    (`AZURE_OPENAI_AD_TOKEN`)."""
+    azure_api_key: str | None = None
+    azure_ad_token: str | None = None
+    azure_api_version: str = AZURE_API_VERSION
     demo_base_url: str | None = None
     """Base URL of the fake provider that serves the built-in `demo` model."""
 
@@ -80,6 +104,17 @@ class ProviderSettings(BaseModel):
             google_vertex=_flag(env.get("GOOGLE_GENAI_USE_VERTEXAI")),
             google_cloud_project=env.get("GOOGLE_CLOUD_PROJECT") or None,
             google_cloud_location=env.get("GOOGLE_CLOUD_LOCATION") or None,
+            bedrock_region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None,
+            bedrock_api_key=env.get("AWS_BEARER_TOKEN_BEDROCK") or None,
+            bedrock_base_url=env.get("ANTHROPIC_BEDROCK_BASE_URL") or None,
+            vertex_region=env.get("CLOUD_ML_REGION") or None,
+            vertex_project=env.get("ANTHROPIC_VERTEX_PROJECT_ID") or None,
+            vertex_base_url=env.get("ANTHROPIC_VERTEX_BASE_URL") or None,
+            vertex_access_token=env.get("CHATD_VERTEX_ACCESS_TOKEN") or None,
+            azure_endpoint=env.get("AZURE_OPENAI_ENDPOINT") or None,
+            azure_api_key=env.get("AZURE_OPENAI_API_KEY") or None,
+            azure_ad_token=env.get("AZURE_OPENAI_AD_TOKEN") or None,
+            azure_api_version=env.get("OPENAI_API_VERSION") or AZURE_API_VERSION,
             demo_base_url=env.get("CHATD_DEMO_BASE_URL") or None,
         )
 

@@ -23,10 +23,19 @@ from starlette.types import Receive, Scope, Send
 from chatd.fake_provider import anthropic_wire, gemini_wire, openai_chat_wire
 from chatd.fake_provider.admission import refusal
 from chatd.fake_provider.anthropic_wire import AnthropicEncoder
+from chatd.fake_provider.aws_eventstream import CONTENT_TYPE as EVENTSTREAM
 from chatd.fake_provider.demo import DEMO_MODEL, demo_responder
 from chatd.fake_provider.gemini_wire import GeminiEncoder
 from chatd.fake_provider.openai_chat_wire import ChatEncoder
 from chatd.fake_provider.openai_responses_wire import ResponsesEncoder
+from chatd.fake_provider.platforms import (
+    Platform,
+    bedrock_error,
+    bedrock_frame,
+    bedrock_stream_error,
+    check_platform_body,
+    model_in_path,
+)
 from chatd.fake_provider.script import (
     ApiName,
     DeltaRecord,
@@ -95,11 +104,17 @@ class ProviderEndpoint:
     """ASGI endpoint answering one provider API from a `ScriptBook`."""
 
     def __init__(
-        self, book: ScriptBook, api: ApiName, closing: threading.Event | None = None
+        self,
+        book: ScriptBook,
+        api: ApiName,
+        closing: threading.Event | None = None,
+        platform: Platform = "direct",
     ) -> None:
+        """`platform`: Anthropic's API as Vertex AI or Bedrock carry it (`platforms`)."""
         self._book = book
         self._api = api
         self._closing = closing or threading.Event()
+        self._platform = platform
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Validate, record and answer one request."""
@@ -127,41 +142,54 @@ class ProviderEndpoint:
             return self._invalid(exc)
         refused = refusal(self._book, self._api, fake.model, body)
         if refused is not None:
-            return error_response(self._api, refused)
+            return self._error(refused)
         try:
             response = self._book.next_response(fake)
         except Exception as exc:  # a responder bug or an exhausted script: fail loudly
             kind = "api_error" if self._api == "anthropic" else "server_error"
-            return error_response(self._api, FakeError(status=500, type=kind, message=str(exc)))
+            return self._error(FakeError(status=500, type=kind, message=str(exc)))
         if response.first_byte_delay_s > 0:
             await asyncio.sleep(response.first_byte_delay_s)
         if response.error is not None:
-            return error_response(self._api, response.error)
+            return self._error(response.error)
         encoder = _ENCODERS[self._api](fake, response)
         if isinstance(encoder, ResponsesEncoder) and body.get("store", True) is not False:
             self._book.store_response(encoder.response_id)
-        return _Stream(self._book, fake, response, encoder, self._closing)
+        return _Stream(self._book, fake, response, encoder, self._closing, self._platform)
 
     def _model_of(self, path: str, body: dict[str, Any]) -> str:
-        """The model asked for: Gemini names it in the path, the others in the body."""
+        """The model asked for: Gemini, Vertex and Bedrock name it in the path, the others
+        in the body."""
         if self._api == "gemini":
             return gemini_wire.model_of_path(path) or ""
+        if self._platform != "direct":
+            return model_in_path(self._platform, path)
         return str(body.get("model") or "")
 
     def _check(self, request: FakeRequest) -> None:
         """What the real API checks, and that the request streams (the fake only streams:
-        Gemini's path says so, the others' `stream`)."""
+        Gemini's and Bedrock's paths say so, the others' `stream`)."""
         if self._api == "gemini" and not request.model:
             raise InvalidRequest("The fake provider only streams: :streamGenerateContent.")
-        validate(self._api, request.body)
-        if self._api != "gemini" and request.body.get("stream") is not True:
+        body = request.body
+        if self._platform != "direct":
+            check_platform_body(self._platform, body)
+            streams = self._platform == "bedrock" or body.get("stream") is True
+            body = {**body, "model": request.model, "stream": streams}
+        validate(self._api, body)
+        if self._api != "gemini" and body.get("stream") is not True:
             raise InvalidRequest("The fake provider only streams: set `stream: true`.")
+
+    def _error(self, error: FakeError) -> Response:
+        if self._platform == "bedrock":
+            return bedrock_error(error)
+        return error_response(self._api, error)
 
     def _invalid(self, exc: InvalidRequest) -> Response:
         error = FakeError(
             status=400, type="invalid_request_error", message=exc.message, param=exc.param
         )
-        return error_response(self._api, error)
+        return self._error(error)
 
 
 async def _json_body(request: Request) -> dict[str, Any] | None:
@@ -182,18 +210,21 @@ class _Stream:
         response: FakeResponse,
         encoder: WireEncoder,
         closing: threading.Event,
+        platform: Platform = "direct",
     ) -> None:
         self._book = book
         self._request = request
         self._response = response
         self._encoder = encoder
         self._closing = closing
+        self._bedrock = platform == "bedrock"
         self._client_gone = False
 
     async def run(self, receive: Receive, send: Send) -> None:
         """Send the stream; stop when the client goes away."""
+        kind = EVENTSTREAM if self._bedrock else "text/event-stream; charset=utf-8"
         headers = {
-            "content-type": "text/event-stream; charset=utf-8",
+            "content-type": kind,
             "cache-control": "no-cache",
             **_request_id_header(self._request.api),
             **self._response.headers,
@@ -231,8 +262,7 @@ class _Stream:
             if event.kind in ("delta", "final"):
                 fault = self._fault_due(sent)
                 if fault == "error":
-                    for error_event in self._encoder.error_events(self._response.stream_error):
-                        await self._send(send, error_event)
+                    await self._send_error(send, self._response.stream_error)
                     return "done"
                 if fault is not None:
                     return fault
@@ -262,11 +292,21 @@ class _Stream:
     async def _send(self, send: Send, event: SseEvent) -> None:
         if event.text is not None:
             self._book.record_delta(self._request.model, event.text)
-        await send({"type": "http.response.body", "body": event.encode(), "more_body": True})
+        body = bedrock_frame(event) if self._bedrock else event.encode()
+        await send({"type": "http.response.body", "body": body, "more_body": True})
+
+    async def _send_error(self, send: Send, error: FakeError) -> None:
+        if self._bedrock:
+            body = bedrock_stream_error(error)
+            await send({"type": "http.response.body", "body": body, "more_body": True})
+            return
+        for event in self._encoder.error_events(error):
+            await self._send(send, event)
 
 
 def create_app(book: ScriptBook, closing: threading.Event | None = None) -> Starlette:
-    """The ASGI app serving the four provider APIs (plus `GET /health`) from `book`.
+    """The ASGI app serving the four provider APIs, Claude as Vertex AI and Bedrock carry it
+    and OpenAI's on Azure's URLs (plus `GET /health`), from `book`.
 
     Setting `closing` makes hanging streams drop their connections (for a quick shutdown).
     """
@@ -288,6 +328,19 @@ def create_app(book: ScriptBook, closing: threading.Event | None = None) -> Star
         name = request.path_params["model"]
         return JSONResponse(gemini_wire.model_info(name, book.context_window(name)))
 
+    # Claude on Vertex AI and on Bedrock; OpenAI on Azure (its deployment-scoped URLs).
+    vertex = ProviderEndpoint(book, "anthropic", closing, platform="vertex")
+    routes.append(
+        Route("/v1/projects/{project}/locations/{region}/{rest:path}", vertex, methods=["POST"])
+    )
+    bedrock = ProviderEndpoint(book, "anthropic", closing, platform="bedrock")
+    routes.append(Route("/model/{model}/invoke-with-response-stream", bedrock, methods=["POST"]))
+    azure_chat = ProviderEndpoint(book, "openai_chat", closing)
+    routes.append(
+        Route("/openai/deployments/{deployment}/chat/completions", azure_chat, methods=["POST"])
+    )
+    azure_responses = ProviderEndpoint(book, "openai_responses", closing)
+    routes.append(Route("/openai/responses", azure_responses, methods=["POST"]))
     gemini = ProviderEndpoint(book, "gemini", closing)
     routes.append(Route("/v1beta/models/{model}", gemini_model, methods=["GET"]))
     # `/v1beta/models/{model}:streamGenerateContent`: the endpoint reads the model itself.
@@ -332,6 +385,15 @@ class FakeProviderServer:
             openai_base_url=self.base_url + "/v1",
             google_api_key="test-google-key",
             google_base_url=self.base_url,
+            bedrock_region="us-east-1",
+            bedrock_api_key="test-bedrock-key",
+            bedrock_base_url=self.base_url,
+            vertex_region="us-east5",
+            vertex_project="test-project",
+            vertex_base_url=self.base_url + "/v1",
+            vertex_access_token="test-vertex-token",
+            azure_endpoint=self.base_url,
+            azure_api_key="test-azure-key",
             demo_base_url=self.base_url,
         )
 

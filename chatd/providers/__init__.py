@@ -6,6 +6,7 @@ in Temporal's sandbox) does not pull in the anthropic/openai packages.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from chatd.models import ModelConfig, ModelError
@@ -30,32 +31,124 @@ DEMO_API_KEY = "demo"
 """The placeholder key sent to the fake provider behind the `demo` model."""
 
 # Clients own connection pools; one per (sdk, base_url, key) lets every step reuse them.
-_clients: dict[tuple[str, str | None, str], anthropic.AsyncAnthropic | openai.AsyncOpenAI] = {}
+_clients: dict[
+    tuple[str, str | None, str],
+    anthropic.AsyncAnthropic
+    | anthropic.AsyncAnthropicBedrock
+    | anthropic.AsyncAnthropicVertex
+    | openai.AsyncOpenAI,
+] = {}
 _google_clients: dict[tuple[str | None, str], genai.Client] = {}
 
 
 def make_provider(config: ModelConfig, settings: ProviderSettings) -> ModelProvider:
     """The adapter for `config`, on a cached client; raises `ProviderError` (kind `config`)."""
+    build = _BUILDERS.get(config.provider)
+    if build is None:
+        raise ProviderError(_config_error(f"unknown provider {config.provider!r}", config))
+    return build(config, settings)
+
+
+def _anthropic(config: ModelConfig, settings: ProviderSettings) -> ModelProvider:
     from chatd.providers.anthropic import AnthropicProvider
 
-    if config.provider == "anthropic":
-        key = _require(settings.anthropic_api_key, "ANTHROPIC_API_KEY is not set", config)
-        return AnthropicProvider(_anthropic_client(settings.anthropic_base_url, key))
-    if config.provider == "openai":
-        key = _require(settings.openai_api_key, "OPENAI_API_KEY is not set", config)
-        return _openai_provider(config, _openai_client(settings.openai_base_url, key))
-    if config.provider == "google":
-        if not settings.google_configured:
-            raise ProviderError(
-                _config_error("GEMINI_API_KEY (or GOOGLE_GENAI_USE_VERTEXAI) is not set", config)
-            )
-        from chatd.providers.google import GoogleProvider
+    key = _require(settings.anthropic_api_key, "ANTHROPIC_API_KEY is not set", config)
+    return AnthropicProvider(_anthropic_client(settings.anthropic_base_url, key))
 
-        return GoogleProvider(_google_client(settings))
-    if config.provider == "demo":
-        url = _require(settings.demo_base_url, "CHATD_DEMO_BASE_URL is not set", config)
-        return AnthropicProvider(_anthropic_client(url, DEMO_API_KEY), provider_name="demo")
-    raise ProviderError(_config_error(f"unknown provider {config.provider!r}", config))
+
+def _demo(config: ModelConfig, settings: ProviderSettings) -> ModelProvider:
+    from chatd.providers.anthropic import AnthropicProvider
+
+    url = _require(settings.demo_base_url, "CHATD_DEMO_BASE_URL is not set", config)
+    return AnthropicProvider(_anthropic_client(url, DEMO_API_KEY), provider_name="demo")
+
+
+def _openai(config: ModelConfig, settings: ProviderSettings) -> ModelProvider:
+    key = _require(settings.openai_api_key, "OPENAI_API_KEY is not set", config)
+    return _openai_provider(config, _openai_client(settings.openai_base_url, key))
+
+
+def _google(config: ModelConfig, settings: ProviderSettings) -> ModelProvider:
+    from chatd.providers.google import GoogleProvider
+
+    if not settings.google_configured:
+        message = "GEMINI_API_KEY (or GOOGLE_GENAI_USE_VERTEXAI) is not set"
+        raise ProviderError(_config_error(message, config))
+    return GoogleProvider(_google_client(settings))
+
+
+def _bedrock(config: ModelConfig, settings: ProviderSettings) -> ModelProvider:
+    import anthropic
+
+    from chatd.providers.anthropic import AnthropicProvider
+
+    region = _require(settings.bedrock_region, "AWS_REGION is not set", config)
+    cache_key = ("anthropic-bedrock", settings.bedrock_base_url, region)
+    client = _clients.get(cache_key)
+    if not isinstance(client, anthropic.AsyncAnthropicBedrock):
+        client = anthropic.AsyncAnthropicBedrock(
+            aws_region=region,
+            api_key=settings.bedrock_api_key,
+            base_url=settings.bedrock_base_url,
+            max_retries=0,
+            http_client=anthropic.DefaultAsyncHttpxClient(verify=client_context()),
+        )
+        _clients[cache_key] = client
+    return AnthropicProvider(client, provider_name=config.provider)
+
+
+def _anthropic_vertex(config: ModelConfig, settings: ProviderSettings) -> ModelProvider:
+    import anthropic
+
+    from chatd.providers.anthropic import AnthropicProvider
+
+    region = _require(settings.vertex_region, "CLOUD_ML_REGION is not set", config)
+    project = _require(settings.vertex_project, "ANTHROPIC_VERTEX_PROJECT_ID is not set", config)
+    cache_key = ("anthropic-vertex", settings.vertex_base_url, f"{project}/{region}")
+    client = _clients.get(cache_key)
+    if not isinstance(client, anthropic.AsyncAnthropicVertex):
+        client = anthropic.AsyncAnthropicVertex(
+            region=region,
+            project_id=project,
+            access_token=settings.vertex_access_token,
+            base_url=settings.vertex_base_url,
+            max_retries=0,
+            http_client=anthropic.DefaultAsyncHttpxClient(verify=client_context()),
+        )
+        _clients[cache_key] = client
+    return AnthropicProvider(client, provider_name=config.provider)
+
+
+def _azure_openai(config: ModelConfig, settings: ProviderSettings) -> ModelProvider:
+    import openai
+
+    endpoint = _require(settings.azure_endpoint, "AZURE_OPENAI_ENDPOINT is not set", config)
+    credential = settings.azure_api_key or settings.azure_ad_token
+    _require(credential, "AZURE_OPENAI_API_KEY (or AZURE_OPENAI_AD_TOKEN) is not set", config)
+    cache_key = ("azure-openai", endpoint, str(credential))
+    client = _clients.get(cache_key)
+    if not isinstance(client, openai.AsyncAzureOpenAI):
+        client = openai.AsyncAzureOpenAI(
+            azure_endpoint=endpoint,
+            api_version=settings.azure_api_version,
+            api_key=settings.azure_api_key,
+            azure_ad_token=None if settings.azure_api_key else settings.azure_ad_token,
+            max_retries=0,
+            http_client=openai.DefaultAsyncHttpxClient(verify=client_context()),
+        )
+        _clients[cache_key] = client
+    return _openai_provider(config, client)
+
+
+_BUILDERS: dict[str, Callable[[ModelConfig, ProviderSettings], ModelProvider]] = {
+    "anthropic": _anthropic,
+    "openai": _openai,
+    "google": _google,
+    "anthropic-bedrock": _bedrock,
+    "anthropic-vertex": _anthropic_vertex,
+    "azure-openai": _azure_openai,
+    "demo": _demo,
+}
 
 
 async def google_context_window(name: str, settings: ProviderSettings) -> int | None:
@@ -94,8 +187,8 @@ def _openai_provider(config: ModelConfig, client: openai.AsyncOpenAI) -> ModelPr
     from chatd.providers.openai_responses import OpenAIResponsesProvider
 
     if config.openai_api == "responses":
-        return OpenAIResponsesProvider(client)
-    return OpenAIChatProvider(client)
+        return OpenAIResponsesProvider(client, provider_name=config.provider)
+    return OpenAIChatProvider(client, provider_name=config.provider)
 
 
 def _require(value: str | None, message: str, config: ModelConfig) -> str:

@@ -53,7 +53,13 @@ _FOREIGN_ID_CHARS = re.compile(r"[^a-zA-Z0-9_-]")
 class AnthropicProvider:
     """Streams one step from the Anthropic Messages API (also serves the `demo` model)."""
 
-    def __init__(self, client: anthropic.AsyncAnthropic, provider_name: str = "anthropic") -> None:
+    def __init__(
+        self,
+        client: anthropic.AsyncAnthropic
+        | anthropic.AsyncAnthropicBedrock
+        | anthropic.AsyncAnthropicVertex,
+        provider_name: str = "anthropic",
+    ) -> None:
         self._client = client
         self._provider_name = provider_name
 
@@ -492,6 +498,13 @@ _ERROR_TYPES: dict[str, tuple[ErrorKind, bool]] = {
     "billing_error": ("config", False),
     "invalid_request_error": ("invalid_request", False),
     "request_too_large": ("invalid_request", False),
+    # Bedrock's exceptions inside its event stream
+    "throttlingException": ("rate_limit", True),
+    "serviceUnavailableException": ("overloaded", True),
+    "internalServerException": ("generic", True),
+    "modelStreamErrorException": ("generic", True),
+    "modelTimeoutException": ("timeout", True),
+    "validationException": ("invalid_request", False),
 }
 """Anthropic `error.type` -> (kind, retryable), for errors that arrive inside a 200 stream."""
 
