@@ -74,7 +74,8 @@ class ProviderSettings(BaseModel):
     vertex_project: str | None = None
     vertex_base_url: str | None = None
     vertex_access_token: str | None = None
-    """A Google OAuth access token to use instead of the default credentials."""
+    """A Google OAuth access token to use instead of the default credentials (Claude's and
+    Gemini's on Vertex AI)."""
     azure_endpoint: str | None = None
     """OpenAI on Azure (`azure-openai`, the model's name a deployment's):
     `AZURE_OPENAI_ENDPOINT` with `AZURE_OPENAI_API_KEY` or an Entra token

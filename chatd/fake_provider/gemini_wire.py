@@ -36,8 +36,12 @@ __all__ = [
     "validate_gemini",
 ]
 
-STREAM_PATH = re.compile(r"^/v1[a-z0-9]*/models/(?P<model>[^:/]+):streamGenerateContent$")
-"""The one method the fake answers (the adapter only streams)."""
+STREAM_PATH = re.compile(
+    r"^/v1[a-z0-9]*/(projects/[^/]+/locations/[^/]+/publishers/google/)?"
+    r"models/(?P<model>[^:/]+):streamGenerateContent$"
+)
+"""The one method the fake answers (the adapter only streams), on the Developer API's path
+or Vertex AI's."""
 
 _STATUSES = {
     400: "INVALID_ARGUMENT",

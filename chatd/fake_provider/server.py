@@ -345,6 +345,7 @@ def create_app(book: ScriptBook, closing: threading.Event | None = None) -> Star
     routes.append(Route("/v1beta/models/{model}", gemini_model, methods=["GET"]))
     # `/v1beta/models/{model}:streamGenerateContent`: the endpoint reads the model itself.
     routes.append(Route("/v1beta/models/{action:path}", gemini, methods=["POST"]))
+    routes.append(Route("/v1beta1/projects/{rest:path}", gemini, methods=["POST"]))
     return Starlette(routes=routes)
 
 

@@ -7,7 +7,7 @@ in Temporal's sandbox) does not pull in the anthropic/openai packages.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from chatd.models import ModelConfig, ModelError
 from chatd.providers.base import ModelProvider, ProviderError
@@ -241,19 +241,31 @@ def _google_client(settings: ProviderSettings) -> genai.Client:
     cache_key = (settings.google_base_url, settings.google_api_key or where or "")
     client = _google_clients.get(cache_key)
     if client is None:
-        options = types.HttpOptions(
-            api_version=API_VERSION,
-            base_url=settings.google_base_url,
-            async_client_args={"verify": client_context()},
-        )
         if settings.google_vertex:
+            # Vertex AI's own API version; Google's default credentials unless a token is set.
+            token = settings.vertex_access_token
             client = genai.Client(
                 vertexai=True,
                 project=settings.google_cloud_project,
                 location=settings.google_cloud_location,
-                http_options=options,
+                credentials=_access_token_credentials(token) if token else None,
+                http_options=types.HttpOptions(
+                    base_url=settings.google_base_url,
+                    async_client_args={"verify": client_context()},
+                ),
             )
         else:
+            options = types.HttpOptions(
+                api_version=API_VERSION,
+                base_url=settings.google_base_url,
+                async_client_args={"verify": client_context()},
+            )
             client = genai.Client(api_key=settings.google_api_key, http_options=options)
         _google_clients[cache_key] = client
     return client
+
+
+def _access_token_credentials(token: str) -> Any:
+    from google.oauth2.credentials import Credentials
+
+    return Credentials(token=token)  # type: ignore[no-untyped-call]

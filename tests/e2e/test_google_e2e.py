@@ -18,8 +18,10 @@ from chatd.fake_provider.script import (
     FakeReasoning,
     FakeRequest,
     FakeResponse,
+    FakeSearchResult,
     FakeText,
     FakeToolCall,
+    FakeWebSearch,
 )
 
 CALL_TWICE = FakeResponse(
@@ -140,8 +142,13 @@ async def test_v1_serves_google_models(
     make_stack: StackFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("GEMINI_API_KEY", "a-key-of-the-gateway")
+    found = [FakeSearchResult(url="https://clock.example/paris", title="Paris time")]
+    searched = FakeResponse(
+        parts=[FakeText(text="Noon in Paris."), FakeWebSearch(query="paris time", results=found)]
+    )
     async with make_stack() as stack:
         name = _gemini(stack, FakeResponse(parts=[FakeText(text="Hi from Gemini.")]))
+        searcher = _gemini(stack, searched)
         root = stack.base_url.removesuffix("/api/v1")
         async with AsyncOpenAI(base_url=f"{root}/v1", api_key=stack.key, max_retries=0) as sdk:
             listed = {model.id async for model in sdk.models.list()}
@@ -150,6 +157,16 @@ async def test_v1_serves_google_models(
             async with sdk.responses.stream(model=f"google/{name}", input="hello") as stream:
                 events = [event async for event in stream]
                 final = await stream.get_final_response()
+            search = await sdk.responses.create(
+                model=f"google/{searcher}", input="time in Paris?", tools=[{"type": "web_search"}]
+            )
     assert final.status == "completed" and final.output_text == "Hi from Gemini."
     assert final.model == f"google/{name}"
     assert any(e.type == "response.output_text.delta" for e in events)
+
+    assert search.output_text == "Noon in Paris."
+    (call,) = [item.to_dict() for item in search.output if item.type == "web_search_call"]
+    assert call["status"] == "completed"
+    assert call["action"]["query"] == "paris time"
+    assert call["action"]["sources"] == [{"type": "url", "url": "https://clock.example/paris"}]
+    assert stack.fake.requests(searcher)[0].body["tools"] == [{"googleSearch": {}}]

@@ -25,6 +25,7 @@ from chatd.fake_provider import (
 from chatd.models import ModelConfig, WebSearchConfig
 from chatd.output_format import OutputFormat
 from chatd.parts import (
+    FilePart,
     Message,
     Part,
     ReasoningPart,
@@ -36,6 +37,7 @@ from chatd.parts import (
 from chatd.providers import close_clients, make_provider
 from chatd.providers.base import ModelRequest, ProviderError, StepAccumulator, StepFinish, ToolSpec
 from chatd.providers.google import SIGNATURE, build_contents
+from chatd.settings import ProviderSettings
 
 TOOL = ToolSpec(
     name="get_weather",
@@ -58,9 +60,13 @@ def _model(server: FakeProviderServer, *responses: FakeResponse, **config: Any) 
 
 
 async def _step(
-    server: FakeProviderServer, model: ModelConfig, messages: list[Message], **request: Any
+    server: FakeProviderServer,
+    model: ModelConfig,
+    messages: list[Message],
+    settings: ProviderSettings | None = None,
+    **request: Any,
 ) -> tuple[list[Part], StepFinish]:
-    provider = make_provider(model, server.provider_settings())
+    provider = make_provider(model, settings or server.provider_settings())
     parts = StepAccumulator()
     finish: StepFinish | None = None
     async for event in provider.stream_step(
@@ -288,3 +294,39 @@ def test_another_provider_s_thinking_and_call_ids_stay_out() -> None:
 def _decoded(signature: str) -> bytes:
     standard = signature.replace("-", "+").replace("_", "/")
     return base64.b64decode(standard + "=" * (-len(standard) % 4))
+
+
+async def test_gemini_on_vertex_ai_uses_its_own_path_and_credentials(
+    server: FakeProviderServer,
+) -> None:
+    model = _model(server, FakeResponse.of_text("from Vertex"))
+    settings = server.provider_settings().model_copy(
+        update={
+            "google_api_key": None,
+            "google_vertex": True,
+            "google_cloud_project": "test-project",
+            "google_cloud_location": "us-central1",
+        }
+    )
+    parts, _ = await _step(server, model, HI, settings=settings)
+    assert parts[0] == TextPart(text="from Vertex")
+    (sent,) = server.requests(model.name)
+    assert sent.path == (
+        "/v1beta1/projects/test-project/locations/us-central1/publishers/google/models/"
+        f"{model.name}:streamGenerateContent"
+    )
+    assert sent.headers["authorization"] == "Bearer test-vertex-token"
+
+
+async def test_an_image_goes_as_inline_data(server: FakeProviderServer) -> None:
+    model = _model(server, FakeResponse.of_text("a red dot"))
+    pixel = base64.b64encode(b"\x89PNG fake pixel").decode()
+    photo = Message(
+        role="user",
+        parts=[TextPart(text="what is it?"), FilePart(media_type="image/png", data=pixel)],
+    )
+    await _step(server, model, [photo])
+    (sent,) = server.requests(model.name)
+    inline = sent.body["contents"][0]["parts"][1]["inlineData"]
+    assert inline["mime_type"] == "image/png"
+    assert _decoded(inline["data"]) == b"\x89PNG fake pixel"
