@@ -33,15 +33,16 @@ __all__ = [
     "field",
     "model_info",
     "model_of_path",
+    "streams",
     "validate_gemini",
+    "whole_response",
 ]
 
-STREAM_PATH = re.compile(
+METHOD_PATH = re.compile(
     r"^/v1[a-z0-9]*/(projects/[^/]+/locations/[^/]+/publishers/google/)?"
-    r"models/(?P<model>[^:/]+):streamGenerateContent$"
+    r"models/(?P<model>[^:/]+):(?P<method>streamGenerateContent|generateContent)$"
 )
-"""The one method the fake answers (the adapter only streams), on the Developer API's path
-or Vertex AI's."""
+"""The methods the fake answers, on the Developer API's path or Vertex AI's."""
 
 _STATUSES = {
     400: "INVALID_ARGUMENT",
@@ -58,9 +59,34 @@ _DEFAULT_WINDOW = 1_048_576
 
 
 def model_of_path(path: str) -> str | None:
-    """The model a streaming request's path names; None for any other path."""
-    match = STREAM_PATH.match(path)
+    """The model a request's path names; None for a path of no method the fake answers."""
+    match = METHOD_PATH.match(path)
     return match.group("model") if match else None
+
+
+def streams(path: str) -> bool:
+    """Whether the path is `:streamGenerateContent` (else `:generateContent`)."""
+    match = METHOD_PATH.match(path)
+    return match is not None and match.group("method") == "streamGenerateContent"
+
+
+def whole_response(encoder: GeminiEncoder) -> dict[str, Any]:
+    """`:generateContent`'s answer: the stream's chunks as one response (text pieces of a
+    kind joined), with the last chunk's finish, usage and grounding."""
+    parts: list[dict[str, Any]] = []
+    last: dict[str, Any] = {}
+    for event in encoder.events():
+        if not isinstance(event.data, dict):
+            continue
+        last = event.data
+        for part in event.data["candidates"][0]["content"]["parts"]:
+            joins = parts and "text" in part and "text" in parts[-1]
+            if joins and part.get("thought") == parts[-1].get("thought"):
+                parts[-1] = {**parts[-1], **part, "text": parts[-1]["text"] + part["text"]}
+            else:
+                parts.append(dict(part))
+    candidate = {**last["candidates"][0], "content": {"parts": parts, "role": "model"}}
+    return {**last, "candidates": [candidate]}
 
 
 def field(data: dict[str, Any], camel: str) -> Any:

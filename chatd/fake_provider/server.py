@@ -153,6 +153,8 @@ class ProviderEndpoint:
         if response.error is not None:
             return self._error(response.error)
         encoder = _ENCODERS[self._api](fake, response)
+        if isinstance(encoder, GeminiEncoder) and not gemini_wire.streams(fake.path):
+            return JSONResponse(gemini_wire.whole_response(encoder))
         if isinstance(encoder, ResponsesEncoder) and body.get("store", True) is not False:
             self._book.store_response(encoder.response_id)
         return _Stream(self._book, fake, response, encoder, self._closing, self._platform)
@@ -167,10 +169,11 @@ class ProviderEndpoint:
         return str(body.get("model") or "")
 
     def _check(self, request: FakeRequest) -> None:
-        """What the real API checks, and that the request streams (the fake only streams:
-        Gemini's and Bedrock's paths say so, the others' `stream`)."""
+        """What the real API checks, and that the request streams (the fake only streams,
+        but for Gemini's `:generateContent`: Gemini's and Bedrock's paths say so, the others'
+        `stream`)."""
         if self._api == "gemini" and not request.model:
-            raise InvalidRequest("The fake provider only streams: :streamGenerateContent.")
+            raise InvalidRequest("Not a Gemini method: :streamGenerateContent or :generateContent.")
         body = request.body
         if self._platform != "direct":
             check_platform_body(self._platform, body)

@@ -8,6 +8,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from google import genai
+from google.genai import types
 from support.names import model_name
 
 from chatd.context import reported_context_limit
@@ -330,3 +332,15 @@ async def test_an_image_goes_as_inline_data(server: FakeProviderServer) -> None:
     inline = sent.body["contents"][0]["parts"][1]["inlineData"]
     assert inline["mime_type"] == "image/png"
     assert _decoded(inline["data"]) == b"\x89PNG fake pixel"
+
+
+async def test_the_fake_answers_generate_content_whole(server: FakeProviderServer) -> None:
+    """The fake's non-streamed method, through the SDK's `generate_content`."""
+    model = _model(server, FakeResponse(parts=[FakeText(text="Hello, whole world.", chunk_size=4)]))
+    client = genai.Client(
+        api_key="k", http_options=types.HttpOptions(api_version="v1beta", base_url=server.base_url)
+    )
+    answer = await client.aio.models.generate_content(model=model.name, contents="hi")
+    await client.aio.aclose()
+    assert answer.text == "Hello, whole world."
+    assert answer.candidates and str(answer.candidates[0].finish_reason.value) == "STOP"
