@@ -6,6 +6,7 @@ Deltas are what streams while a model step is in flight.
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -61,6 +62,15 @@ class ToolCallPart(BaseModel):
     """True for server-side tools (web search) that the provider runs itself."""
     provider_data: dict[str, Any] | None = None
     """Opaque provider payload needed to replay a provider-executed call."""
+
+    def arguments_object(self) -> dict[str, Any]:
+        """The arguments as the JSON object providers take back ({} for text that isn't
+        one: a model's malformed arguments can't be replayed as they were)."""
+        try:
+            value = json.loads(self.arguments) if self.arguments else {}
+        except json.JSONDecodeError:
+            return {}
+        return value if isinstance(value, dict) else {}
 
 
 class ToolResultPart(BaseModel):

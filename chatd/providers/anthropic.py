@@ -243,7 +243,7 @@ def _assistant_block(part: Part, answered: set[str]) -> dict[str, Any] | None:
             "type": "tool_use",
             "id": _tool_use_id(part.id),
             "name": part.name,
-            "input": _args(part),
+            "input": part.arguments_object(),
         }
     if isinstance(part, ToolResultPart) and part.provider_executed:
         return dict(part.provider_data or {}) if part.tool_call_id in answered else None
@@ -264,14 +264,6 @@ def _tool_use_id(call_id: str) -> str:
     OpenAI-compatible server's `functions.lookup:0`) get their other characters replaced,
     the same way in the call and in its result."""
     return _FOREIGN_ID_CHARS.sub("_", call_id) or "_"
-
-
-def _args(part: ToolCallPart) -> dict[str, Any]:
-    try:
-        value = json.loads(part.arguments) if part.arguments else {}
-    except json.JSONDecodeError:
-        return {}
-    return value if isinstance(value, dict) else {}
 
 
 def _user_block(part: Part, _answered: set[str]) -> dict[str, Any] | None:

@@ -225,7 +225,7 @@ def _model_part(part: Part) -> list[dict[str, Any]]:
         return []  # thought summaries, and other providers' reasoning, aren't sent back
     if isinstance(part, ToolCallPart) and not part.provider_executed:
         data = part.provider_data or {}
-        call: dict[str, Any] = {"name": part.name, "args": _args(part)}
+        call: dict[str, Any] = {"name": part.name, "args": part.arguments_object()}
         if data.get("gemini_id"):
             call["id"] = part.id
         sent: dict[str, Any] = {"function_call": call}
@@ -268,14 +268,6 @@ def _inline(media_type: str, data: str) -> dict[str, Any]:
 
 def _signature(data: dict[str, Any]) -> bytes:
     return base64.b64decode(str(data.get("thought_signature")))
-
-
-def _args(part: ToolCallPart) -> dict[str, Any]:
-    try:
-        value = json.loads(part.arguments) if part.arguments else {}
-    except json.JSONDecodeError:
-        return {}
-    return value if isinstance(value, dict) else {}
 
 
 # --- stream mapping --------------------------------------------------------------------------
