@@ -1,16 +1,16 @@
-// One chat: its transcript streaming live (resumed with Last-Event-ID after a drop), what it
-// waits for, its queue, retries and errors, the composer (Enter sends, Escape interrupts),
-// the turns' timeline and the approval audit.
+// One chat on the page: its transcript streaming live, what it waits for, its queue, retries
+// and errors, the composer (Enter sends, Escape interrupts), the turns' timeline and the
+// approval audit. The data is ChatData's (chat_data.js), the live events ChatFeed's
+// (chat_feed.js); this draws them and sends what the person does.
 
 import { ClientToolForm, ApprovalForm } from "./actions.js";
-import { LiveStream, allPages, request } from "./api.js";
+import { request } from "./api.js";
+import { ChatData } from "./chat_data.js";
+import { ChatFeed } from "./chat_feed.js";
 import { chatLabel, modelLabel } from "./chats.js";
 import { h, newId, replace } from "./dom.js";
 import { auditNode, timelineNode } from "./timeline.js";
 import { draftNode, messageNode, resultsByCall } from "./transcript.js";
-
-// The statuses in which a turn holds a chat: chatd/chat_status.py (BusyStatus).
-const BUSY = ["running", "requires_action"];
 
 function errorText(err) {
   return `${err.status || ""} ${err.code || ""}: ${err.message}`.trim();
@@ -30,26 +30,19 @@ export class ChatView {
   constructor(id, config, { onState, onChat }) {
     this.id = id;
     this.config = config;
-    this.onState = onState;
-    this.onChat = onChat;
-    this.chat = null;
-    this.messages = new Map();
-    this.draft = new Map();
-    this.streamedResults = new Map();
+    this.data = new ChatData(id, {
+      changed: () => this.schedule(),
+      onChat,
+      note: (text) => replace(this.notice, text),
+    });
+    this.feed = new ChatFeed(this.data, {
+      onState,
+      onEnded: (err) => replace(this.errorBox, `The chat's stream ended: ${errorText(err)}`),
+    });
     this.nodes = new Map();
-    this.decisions = [];
-    this.children = [];
-    this.turnEvents = new Map();
-    this.turnRuns = new Map();
-    this.turnId = null;
-    this.retry = null;
-    this.maxLoaded = 0;
-    this.lastMessageEvent = 0;
     this.actionKey = "";
     this.tab = "transcript";
     this.frame = null;
-    this.closed = false;
-    this.missed = new Set();
     this.build();
     this.onKey = (event) => this.key(event);
     document.addEventListener("keydown", this.onKey);
@@ -128,190 +121,20 @@ export class ChatView {
 
   async open() {
     try {
-      await this.refreshChat();
-      await this.loadTranscript();
-      this.maxLoaded = Math.max(0, ...this.messages.keys());
-      this.inBackground(this.loadDecisions);
-      this.inBackground(this.loadChildren);
-      this.connect(0);
+      await this.data.refreshChat();
+      await this.data.loadTranscript();
+      this.data.markLoaded();
+      this.feed.load("loadDecisions");
+      this.feed.load("loadChildren");
+      this.feed.connect(0);
       this.input.focus();
     } catch (err) {
       replace(this.errorBox, `Could not open this chat: ${errorText(err)}`);
     }
   }
 
-  connect(after) {
-    this.stream?.stop();
-    this.stream = new LiveStream(`/chats/${this.id}/stream`, {
-      after,
-      onEvent: (frame) => this.onEvent(frame),
-      onState: (state) => {
-        this.onState(state);
-        if (state === "live") for (const load of this.missed) this.inBackground(load);
-      },
-      onRefused: (err) => this.refused(err),
-    });
-  }
-
-  /**
-   * Run one of the loaders an event asks for without waiting on it. A loader that fails
-   * (the gateway is restarting) runs again once the stream is live, so the page catches up
-   * instead of throwing.
-   */
-  inBackground(load) {
-    this.missed.delete(load);
-    load.call(this).catch(() => {
-      if (!this.closed) this.missed.add(load);
-    });
-  }
-
-  async refused(err) {
-    if (this.closed) return;
-    if (err.status === 410 || err.status === 400) {
-      // Events were pruned (or the cursor is unknown): reload, then stream from the last.
-      await this.loadTranscript();
-      this.maxLoaded = Math.max(0, ...this.messages.keys());
-      this.lastMessageEvent = this.maxLoaded;
-      this.draft.clear();
-      this.connect(err.detail.last_event_id ?? null);
-      this.schedule();
-    } else {
-      replace(this.errorBox, `The chat's stream ended: ${errorText(err)}`);
-    }
-  }
-
-  async loadTranscript() {
-    const messages = await allPages(
-      (after) => `/chats/${this.id}/messages?after_id=${after}&limit=500`,
-      0,
-      (page) => page.messages,
-      (page) => page.next_after_id,
-    );
-    this.messages = new Map(messages.map((message) => [message.id, message]));
-    this.schedule();
-  }
-
-  async refreshChat() {
-    if (this.refreshing) {
-      this.refreshAgain = true;
-      return;
-    }
-    this.refreshing = true;
-    try {
-      do {
-        this.refreshAgain = false;
-        this.chat = await request("GET", `/chats/${this.id}`);
-      } while (this.refreshAgain && !this.closed);
-      this.onChat(this.chat);
-    } finally {
-      this.refreshing = false;
-    }
-    this.schedule();
-  }
-
-  async loadDecisions() {
-    this.decisions = await allPages(
-      (offset) => `/chats/${this.id}/tool-decisions?offset=${offset}&limit=500`,
-      0,
-      (page) => page.decisions,
-      (page) => page.next_offset,
-    );
-    // No cached node is dropped: a message's signature (renderTranscript) already changes
-    // when one of its calls gets a decision, and a decision, once made, stays as it is.
-    this.schedule();
-  }
-
-  async loadChildren() {
-    this.children = (await request("GET", `/chats/${this.id}/children`)).data;
-    this.schedule();
-  }
-
-  replaying() {
-    return this.lastMessageEvent < this.maxLoaded;
-  }
-
-  onEvent({ event, data }) {
-    if (this.closed) return;
-    const handler = {
-      message: () => this.onMessage(data),
-      message_part: () => this.onPart(data),
-      status: () => this.onStatus(data),
-      retry: () => this.onRetry(data),
-      reset: () => this.onReset(),
-      queue: () => this.inBackground(this.refreshChat),
-      error: () => {
-        if (this.chat) this.chat.last_error = data;
-      },
-      chat: () => this.inBackground(this.refreshChat),
-      subagent: () => this.inBackground(this.loadChildren),
-      transcript_edited: () => {
-        for (const id of [...this.messages.keys()]) if (id >= data.from_message_id) this.messages.delete(id);
-      },
-    }[event];
-    if (handler) handler();
-    this.schedule();
-  }
-
-  onMessage(message) {
-    this.lastMessageEvent = Math.max(this.lastMessageEvent, message.id);
-    this.messages.set(message.id, message);
-    if (message.role === "assistant") this.draft.clear();
-    if (message.role === "tool") this.streamedResults.clear();
-    this.retry = null;
-  }
-
-  onPart({ role, part }) {
-    if (this.replaying()) return; // a step the loaded transcript holds already
-    this.retry = null;
-    if (role === "tool" && part.type === "tool_result") {
-      this.streamedResults.set(part.tool_call_id, part);
-      return;
-    }
-    const key = `${part.type}:${part.index ?? 0}`;
-    const known = this.draft.get(key);
-    if (part.type === "text" || part.type === "reasoning") {
-      this.draft.set(key, { ...part, text: (known?.text || "") + (part.text || "") });
-    } else if (part.type === "tool_call") {
-      const args = (known?.arguments || "") + (part.args_delta || "");
-      this.draft.set(key, { ...(known || {}), ...part, arguments: args });
-    } else {
-      this.draft.set(`${key}:${this.draft.size}`, part);
-    }
-  }
-
-  onStatus(data) {
-    if (data.turn_id) this.turnId = data.turn_id;
-    if (data.turn_id && data.run_id) this.turnRuns.set(data.turn_id, data.run_id);
-    if (this.chat) this.chat.status = data.status;
-    if (data.status !== "running") {
-      this.draft.clear();
-      this.retry = null;
-    }
-    if (data.status === "running") replace(this.notice);
-    if (this.replaying()) return;
-    this.inBackground(this.refreshChat);
-    if (data.status !== "running") this.inBackground(this.loadDecisions);
-  }
-
-  onRetry(data) {
-    this.retry = data;
-    this.turnEvent({ kind: "retry", ...data });
-  }
-
-  onReset() {
-    this.draft.clear();
-    this.turnEvent({ kind: "reset", note: "the step's attempt was abandoned; a new one followed" });
-    if (!this.replaying()) replace(this.notice, "The model step restarted (its worker went away); the partial output was dropped.");
-  }
-
-  turnEvent(event) {
-    const turn = this.turnId || "none";
-    if (!this.turnEvents.has(turn)) this.turnEvents.set(turn, []);
-    this.turnEvents.get(turn).push(event);
-  }
-
   schedule() {
-    if (this.frame !== null || this.closed) return;
+    if (this.frame !== null || this.data.closed) return;
     this.frame = requestAnimationFrame(() => {
       this.frame = null;
       this.render();
@@ -319,29 +142,29 @@ export class ChatView {
   }
 
   render() {
-    if (this.closed) return;
+    if (this.data.closed) return;
     this.renderHead();
     this.renderTranscript();
     this.renderActions();
     this.renderQueue();
     this.renderRetry();
     if (this.tab === "timeline") this.renderTimeline();
-    if (this.tab === "audit") replace(this.panel, auditNode(this.decisions));
+    if (this.tab === "audit") replace(this.panel, auditNode(this.data.decisions));
   }
 
   renderHead() {
-    const chat = this.chat;
+    const chat = this.data.chat;
     if (!chat) return;
     replace(this.title, chatLabel(chat));
     replace(this.status, chat.status.replace("_", " "));
     this.status.className = `badge status-${chat.status}`;
     const usage = chat.usage ? `${chat.usage.input_tokens} in / ${chat.usage.output_tokens} out tokens` : "";
     replace(this.meta, `${modelLabel(chat.model)} · ${usage}`);
-    this.interruptButton.disabled = !BUSY.includes(chat.status);
+    this.interruptButton.disabled = !this.data.busy();
     const parent = chat.parent_chat_id
       ? h("a", { href: `#/chats/${chat.parent_chat_id}` }, "Parent chat")
       : null;
-    const kids = this.children.map((c) =>
+    const kids = this.data.children.map((c) =>
       h("a", { href: `#/chats/${c.id}`, class: "child" }, chatLabel(c)),
     );
     replace(this.family, parent, kids.length ? ["Subagents: ", kids] : null);
@@ -350,10 +173,10 @@ export class ChatView {
   }
 
   renderTranscript() {
-    const ordered = [...this.messages.values()].sort((a, b) => a.id - b.id);
+    const ordered = this.data.ordered();
     const results = resultsByCall(ordered);
-    for (const [callId, part] of this.streamedResults) if (!results.has(callId)) results.set(callId, part);
-    const decisions = new Map(this.decisions.map((d) => [d.tool_call_id, d]));
+    for (const [callId, part] of this.data.streamedResults) if (!results.has(callId)) results.set(callId, part);
+    const decisions = new Map(this.data.decisions.map((d) => [d.tool_call_id, d]));
     const calls = new Set();
     for (const m of ordered) for (const p of m.parts) if (p.type === "tool_call") calls.add(p.id);
     const nodes = [];
@@ -371,7 +194,7 @@ export class ChatView {
       this.nodes.set(message.id, { message, sig, node });
       nodes.push(node);
     }
-    if (this.draft.size) nodes.push(draftNode(this.draft));
+    if (this.data.draft.size) nodes.push(draftNode(this.data.draft));
     const atBottom = this.transcript.scrollHeight - this.transcript.scrollTop - this.transcript.clientHeight < 80;
     reconcile(this.transcript, nodes);
     if (atBottom) this.transcript.scrollTop = this.transcript.scrollHeight;
@@ -401,14 +224,14 @@ export class ChatView {
   }
 
   renderActions() {
-    const chat = this.chat;
+    const chat = this.data.chat;
     const pending = chat && chat.status === "requires_action" ? chat.pending_tool_calls || [] : [];
     const key = pending.map((c) => c.id).join(",");
     if (key === this.actionKey) return;
     this.actionKey = key;
     const approvals = pending.filter((c) => c.action === "approval");
     const client = pending.filter((c) => c.action !== "approval");
-    const sent = () => this.inBackground(this.refreshChat);
+    const sent = () => this.feed.load("refreshChat");
     const expires = chat?.action_expires_at
       ? h("p", { class: "hint" }, `Waiting until ${new Date(chat.action_expires_at).toLocaleTimeString()}.`)
       : null;
@@ -421,7 +244,7 @@ export class ChatView {
   }
 
   renderQueue() {
-    const queued = this.chat?.queued_messages || [];
+    const queued = this.data.chat?.queued_messages || [];
     replace(
       this.queue,
       queued.length
@@ -448,8 +271,8 @@ export class ChatView {
   }
 
   renderRetry() {
-    const retry = this.retry;
-    if (!retry || !this.chat || this.chat.status !== "running") {
+    const { retry, chat } = this.data;
+    if (!retry || !chat || chat.status !== "running") {
       replace(this.retryBox);
       return;
     }
@@ -460,8 +283,8 @@ export class ChatView {
   }
 
   renderTimeline() {
-    const ordered = [...this.messages.values()].sort((a, b) => a.id - b.id);
-    replace(this.panel, timelineNode(this.config, this.id, ordered, this.turnEvents, this.turnRuns));
+    const { turnEvents, turnRuns } = this.data;
+    replace(this.panel, timelineNode(this.config, this.id, this.data.ordered(), turnEvents, turnRuns));
   }
 
   showTab(name) {
@@ -469,7 +292,7 @@ export class ChatView {
     for (const tab of this.tabs) tab.setAttribute("aria-pressed", String(tab.textContent.toLowerCase() === name));
     this.transcript.hidden = name !== "transcript";
     this.panel.hidden = name === "transcript";
-    if (name === "audit") this.inBackground(this.loadDecisions);
+    if (name === "audit") this.feed.load("loadDecisions");
     this.render();
   }
 
@@ -482,7 +305,7 @@ export class ChatView {
       const body = { content, on_busy: this.onBusy.value };
       const answer = await request("POST", `/chats/${this.id}/messages`, body, { "Idempotency-Key": newId() });
       if (this.input.value === content) this.input.value = "";
-      if (answer.queued && this.chat && BUSY.includes(this.chat.status)) {
+      if (answer.queued && this.data.busy()) {
         replace(this.notice, "Queued: it runs once this turn ends.");
       }
     } catch (err) {
@@ -509,19 +332,19 @@ export class ChatView {
     } catch (err) {
       replace(this.sendError, errorText(err));
     }
-    this.inBackground(this.refreshChat);
+    this.feed.load("refreshChat");
   }
 
   key(event) {
-    if (event.key === "Escape" && this.chat && BUSY.includes(this.chat.status)) {
+    if (event.key === "Escape" && this.data.busy()) {
       event.preventDefault();
       this.interrupt();
     }
   }
 
   close() {
-    this.closed = true;
-    this.stream?.stop();
+    this.data.closed = true;
+    this.feed.stop();
     clearInterval(this.ticker);
     document.removeEventListener("keydown", this.onKey);
     if (this.frame !== null) cancelAnimationFrame(this.frame);
