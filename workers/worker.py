@@ -307,7 +307,7 @@ async def assembled_worker(
         stack.push_async_callback(delta_pool.close)
         interrupts = await stack.enter_async_context(listen_for_interrupts(database_url))
         worker = build_worker(client, pool, config, delta_pool=delta_pool, interrupts=interrupts)
-        import_sdks()
+        import_sdks(config.providers)
         freeze_startup_objects()
         yield worker
 

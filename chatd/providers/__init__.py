@@ -50,16 +50,16 @@ def make_provider(config: ModelConfig, settings: ProviderSettings) -> ModelProvi
 
 
 def _anthropic(config: ModelConfig, settings: ProviderSettings) -> ModelProvider:
+    key = _require(settings.anthropic_api_key, "ANTHROPIC_API_KEY is not set", config)
     from chatd.providers.anthropic import AnthropicProvider
 
-    key = _require(settings.anthropic_api_key, "ANTHROPIC_API_KEY is not set", config)
     return AnthropicProvider(_anthropic_client(settings.anthropic_base_url, key))
 
 
 def _demo(config: ModelConfig, settings: ProviderSettings) -> ModelProvider:
+    url = _require(settings.demo_base_url, "CHATD_DEMO_BASE_URL is not set", config)
     from chatd.providers.anthropic import AnthropicProvider
 
-    url = _require(settings.demo_base_url, "CHATD_DEMO_BASE_URL is not set", config)
     return AnthropicProvider(_anthropic_client(url, DEMO_API_KEY), provider_name="demo")
 
 
@@ -69,20 +69,20 @@ def _openai(config: ModelConfig, settings: ProviderSettings) -> ModelProvider:
 
 
 def _google(config: ModelConfig, settings: ProviderSettings) -> ModelProvider:
-    from chatd.providers.google import GoogleProvider
-
     if not settings.google_configured:
         message = "GEMINI_API_KEY (or GOOGLE_GENAI_USE_VERTEXAI) is not set"
         raise ProviderError(_config_error(message, config))
+    from chatd.providers.google import GoogleProvider
+
     return GoogleProvider(_google_client(settings))
 
 
 def _bedrock(config: ModelConfig, settings: ProviderSettings) -> ModelProvider:
+    region = _require(settings.bedrock_region, "AWS_REGION is not set", config)
     import anthropic
 
     from chatd.providers.anthropic import AnthropicProvider
 
-    region = _require(settings.bedrock_region, "AWS_REGION is not set", config)
     cache_key = ("anthropic-bedrock", settings.bedrock_base_url, region)
     client = _clients.get(cache_key)
     if not isinstance(client, anthropic.AsyncAnthropicBedrock):
@@ -98,12 +98,12 @@ def _bedrock(config: ModelConfig, settings: ProviderSettings) -> ModelProvider:
 
 
 def _anthropic_vertex(config: ModelConfig, settings: ProviderSettings) -> ModelProvider:
+    region = _require(settings.vertex_region, "CLOUD_ML_REGION is not set", config)
+    project = _require(settings.vertex_project, "ANTHROPIC_VERTEX_PROJECT_ID is not set", config)
     import anthropic
 
     from chatd.providers.anthropic import AnthropicProvider
 
-    region = _require(settings.vertex_region, "CLOUD_ML_REGION is not set", config)
-    project = _require(settings.vertex_project, "ANTHROPIC_VERTEX_PROJECT_ID is not set", config)
     cache_key = ("anthropic-vertex", settings.vertex_base_url, f"{project}/{region}")
     client = _clients.get(cache_key)
     if not isinstance(client, anthropic.AsyncAnthropicVertex):
@@ -120,11 +120,11 @@ def _anthropic_vertex(config: ModelConfig, settings: ProviderSettings) -> ModelP
 
 
 def _azure_openai(config: ModelConfig, settings: ProviderSettings) -> ModelProvider:
-    import openai
-
     endpoint = _require(settings.azure_endpoint, "AZURE_OPENAI_ENDPOINT is not set", config)
     credential = settings.azure_api_key or settings.azure_ad_token
     _require(credential, "AZURE_OPENAI_API_KEY (or AZURE_OPENAI_AD_TOKEN) is not set", config)
+    import openai
+
     cache_key = ("azure-openai", endpoint, str(credential))
     client = _clients.get(cache_key)
     if not isinstance(client, openai.AsyncAzureOpenAI):
@@ -158,16 +158,27 @@ async def google_context_window(name: str, settings: ProviderSettings) -> int | 
     return model.input_token_limit
 
 
-def import_sdks() -> None:
-    """Import the SDKs and adapters now rather than on the first model call.
+def import_sdks(settings: ProviderSettings) -> None:
+    """Import the SDKs and adapters of the configured providers now, rather than on the
+    first model call (an import blocks the worker's event loop for a second or more).
 
     A worker does this at startup, so the SDKs' ~4,000 modules are among the objects it
-    freezes out of the garbage collector (see `chatd.heap`).
+    freezes out of the garbage collector (see `chatd.heap`). A provider with no settings
+    fails its chats' steps before importing anything.
     """
-    import chatd.providers.anthropic
-    import chatd.providers.google
-    import chatd.providers.openai_chat
-    import chatd.providers.openai_responses  # noqa: F401
+    claude = (
+        settings.anthropic_api_key,
+        settings.demo_base_url,
+        settings.bedrock_region,
+        settings.vertex_region,
+    )
+    if any(claude):
+        import chatd.providers.anthropic
+    if settings.openai_api_key or settings.azure_endpoint:
+        import chatd.providers.openai_chat
+        import chatd.providers.openai_responses
+    if settings.google_configured:
+        import chatd.providers.google  # noqa: F401
 
 
 async def close_clients() -> None:

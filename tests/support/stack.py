@@ -227,7 +227,8 @@ async def running_stack(
                 else None
             )
             worker = _worker(client, pool, config, interrupts, worker_overrides)
-            import_sdks()  # as a worker does before it serves: not mid-step, on its loop
+            # As a worker does before it serves: not mid-step, on its loop.
+            import_sdks(config.providers)
         gateway = GatewayConfig(
             database_url=database_url, temporal=settings, generate_titles=generate_titles
         )

@@ -10,7 +10,8 @@ _PROBE = """
 import gc, json, sys
 from chatd.heap import YOUNG_THRESHOLD, freeze_startup_objects
 from chatd.providers import import_sdks
-import_sdks()
+from chatd.settings import ProviderSettings
+import_sdks(ProviderSettings(anthropic_api_key="k", openai_api_key="k"))
 freeze_startup_objects()
 print(json.dumps({
     "frozen": gc.get_freeze_count(),
@@ -18,6 +19,7 @@ print(json.dumps({
     "threshold": gc.get_threshold(),
     "young": YOUNG_THRESHOLD,
     "sdks": "anthropic" in sys.modules and "openai" in sys.modules,
+    "unconfigured": "google.genai" in sys.modules,
 }))
 """
 
@@ -29,6 +31,7 @@ def test_startup_objects_are_frozen_with_the_sdks_and_young_collections_are_rare
     ).stdout
     probe = json.loads(out)
     assert probe["sdks"], "the provider SDKs are imported before the freeze"
+    assert not probe["unconfigured"], "an SDK no provider setting asks for stays unimported"
     assert probe["frozen"] > 100_000, "the SDKs' objects are among the frozen ones"
     assert probe["tracked"] < probe["frozen"] // 10, "little is left for a full collection"
     assert probe["threshold"][0] == probe["young"] > 700
