@@ -4,7 +4,7 @@
 import { request } from "./api.js";
 import { h, newId, replace } from "./dom.js";
 
-const SUGGESTED = ["demo/demo", "anthropic/claude-sonnet-4-5", "openai/gpt-5"];
+const SUGGESTED = ["demo/demo", "anthropic/claude-sonnet-4-5", "openai/gpt-5", "google/gemini-2.5-flash"];
 
 function field(id, label, control, hint = "") {
   control.id = id;
