@@ -230,6 +230,8 @@ def validate_gemini(body: dict[str, Any]) -> None:
     contents = body.get("contents")
     if not isinstance(contents, list) or not contents:
         raise InvalidRequest("* GenerateContentRequest.contents: contents is not specified")
+    if not isinstance(contents[0], dict) or contents[0].get("role") != "user":
+        raise InvalidRequest("contents[0]: a conversation opens with the user's turn")
     calls: list[dict[str, Any]] = []
     for index, content in enumerate(contents):
         role = content.get("role") if isinstance(content, dict) else None

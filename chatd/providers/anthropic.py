@@ -25,7 +25,13 @@ from chatd.parts import (
     ToolResultPart,
     Usage,
 )
-from chatd.providers.base import ModelRequest, ProviderError, StepFinish, StreamEvent
+from chatd.providers.base import (
+    LEADING_USER_TEXT,
+    ModelRequest,
+    ProviderError,
+    StepFinish,
+    StreamEvent,
+)
 from chatd.providers.errors import (
     described,
     error_fields,
@@ -212,10 +218,6 @@ def build_anthropic_messages(messages: list[Message]) -> list[dict[str, Any]]:
         # Responses) may begin with the model's.
         out.insert(0, {"role": "user", "content": [{"type": "text", "text": LEADING_USER_TEXT}]})
     return out
-
-
-LEADING_USER_TEXT = "(The conversation so far:)"
-"""The user turn put before a transcript that opens with the model's turn."""
 
 
 def _answered_provider_calls(messages: list[Message]) -> set[str]:

@@ -27,6 +27,7 @@ from chatd.parts import (
 from chatd.tool_use import ToolUse
 
 __all__ = [
+    "LEADING_USER_TEXT",
     "ModelProvider",
     "ModelRequest",
     "ProviderError",
@@ -35,6 +36,11 @@ __all__ = [
     "StreamEvent",
     "ToolSpec",
 ]
+
+
+LEADING_USER_TEXT = "(The conversation so far:)"
+"""The user turn put before a transcript that opens with the model's turn (a history given
+as input on `/v1` may), for the APIs whose conversations open with the user's."""
 
 
 class ToolSpec(BaseModel):

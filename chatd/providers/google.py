@@ -34,7 +34,13 @@ from chatd.parts import (
     ToolResultPart,
     Usage,
 )
-from chatd.providers.base import ModelRequest, ProviderError, StepFinish, StreamEvent
+from chatd.providers.base import (
+    LEADING_USER_TEXT,
+    ModelRequest,
+    ProviderError,
+    StepFinish,
+    StreamEvent,
+)
 from chatd.providers.errors import incomplete_stream_error, kind_for_status, transport_error
 from chatd.providers.openai_chat import tool_output_text
 from chatd.tool_use import ToolUse
@@ -212,6 +218,8 @@ def build_contents(messages: list[Message]) -> list[dict[str, Any]]:
             out[-1]["parts"].extend(parts)
         else:
             out.append({"role": role, "parts": parts})
+    if out and out[0]["role"] == "model":
+        out.insert(0, {"role": "user", "parts": [{"text": LEADING_USER_TEXT}]})
     return out
 
 

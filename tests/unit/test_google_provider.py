@@ -37,7 +37,14 @@ from chatd.parts import (
     ToolResultPart,
 )
 from chatd.providers import close_clients, make_provider
-from chatd.providers.base import ModelRequest, ProviderError, StepAccumulator, StepFinish, ToolSpec
+from chatd.providers.base import (
+    LEADING_USER_TEXT,
+    ModelRequest,
+    ProviderError,
+    StepAccumulator,
+    StepFinish,
+    ToolSpec,
+)
 from chatd.providers.google import SIGNATURE, build_contents
 from chatd.settings import ProviderSettings
 
@@ -344,3 +351,10 @@ async def test_the_fake_answers_generate_content_whole(server: FakeProviderServe
     await client.aio.aclose()
     assert answer.text == "Hello, whole world."
     assert answer.candidates and str(answer.candidates[0].finish_reason.value) == "STOP"
+
+
+def test_a_history_that_opens_with_the_model_gets_a_user_turn_first() -> None:
+    opening = [Message(role="assistant", parts=[TextPart(text="Hello, I'm ready.")]), *HI]
+    contents = build_contents(opening)
+    assert [c["role"] for c in contents] == ["user", "model", "user"]
+    assert contents[0]["parts"] == [{"text": LEADING_USER_TEXT}]
