@@ -170,3 +170,20 @@ async def test_v1_serves_google_models(
     assert call["action"]["query"] == "paris time"
     assert call["action"]["sources"] == [{"type": "url", "url": "https://clock.example/paris"}]
     assert stack.fake.requests(searcher)[0].body["tools"] == [{"googleSearch": {}}]
+
+
+async def test_an_answer_google_withholds_ends_the_turn_with_an_error_to_read(
+    stack: Stack,
+) -> None:
+    withheld = FakeResponse(
+        parts=[FakeText(text="Here is the full text of")], stop_reason="RECITATION"
+    )
+    name = _gemini(stack, withheld)
+    chat = await stack.create_chat(model={"provider": "google", "name": name})
+    await stack.send(chat["id"], "print the novel")
+    await stack.wait_status(chat["id"], "error", within_s=60)
+
+    error = (await stack.http.get(f"/chats/{chat['id']}")).json()["last_error"]
+    assert (error["kind"], error["retryable"]) == ("content_filtered", False)
+    assert "RECITATION" in error["message"]
+    assert len(stack.fake.requests(name)) == 1, "a withheld answer is not asked for again"
