@@ -70,6 +70,8 @@ _FILTERED = {
     "LANGUAGE",
 }
 """Finish reasons of an answer Google withheld: an error the user can read, not silence."""
+_MALFORMED = {"MALFORMED_FUNCTION_CALL", "MALFORMED_RESPONSE", "UNEXPECTED_TOOL_CALL"}
+"""Finish reasons of an answer the model botched: asked for again, as a cut stream is."""
 _STATUS_KINDS: dict[str, tuple[ErrorKind, bool]] = {
     "RESOURCE_EXHAUSTED": ("rate_limit", True),
     "UNAVAILABLE": ("overloaded", True),
@@ -323,6 +325,15 @@ class _GeminiStreamMapper:
                     message=f"the provider withheld the answer ({reason})",
                     kind="content_filtered",
                     provider=self._provider,
+                    detail={"finish_reason": reason},
+                )
+            )
+        if reason in _MALFORMED:
+            raise ProviderError(
+                ModelError(
+                    message=f"the model's answer was malformed ({reason})",
+                    provider=self._provider,
+                    retryable=True,
                     detail={"finish_reason": reason},
                 )
             )

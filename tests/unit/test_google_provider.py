@@ -248,6 +248,14 @@ async def test_a_withheld_answer_is_a_content_filtered_error(server: FakeProvide
     assert raised.value.error.detail == {"finish_reason": "SAFETY"}
 
 
+async def test_a_malformed_function_call_is_asked_for_again(server: FakeProviderServer) -> None:
+    model = _model(server, FakeResponse(parts=[], stop_reason="MALFORMED_FUNCTION_CALL"))
+    with pytest.raises(ProviderError) as raised:
+        await _step(server, model, HI, tools=[TOOL])
+    assert (raised.value.error.kind, raised.value.error.retryable) == ("generic", True)
+    assert raised.value.error.detail == {"finish_reason": "MALFORMED_FUNCTION_CALL"}
+
+
 async def test_a_mid_stream_error_and_a_cut_stream_are_retryable(
     server: FakeProviderServer,
 ) -> None:
