@@ -81,6 +81,8 @@ from chatd.store.keys import KeyStore
 P99_LIMIT_MS = 250.0
 RESETS_PER_1000_LIMIT = 1.0
 WALL_LIMIT_TURNS = 3.0
+PG_STATS_FLUSH_S = 1.5
+"""Postgres backends report their row counts at most once a second: wait them out."""
 """A level may take this many unloaded turns' time (plus the send spread)."""
 UNLOADED_TURNS = 3
 TARGET_K = 500
@@ -159,6 +161,17 @@ class Level:
     cpu: dict[str, float] = field(default_factory=dict)
     rss: dict[str, float] = field(default_factory=dict)
     system_cpu: float = 0.0
+    deltas: int = 0
+    """Deltas the fake provider streamed over the level."""
+    pg_rows: int = 0
+    """Rows Postgres inserted, updated or deleted in the bench's database over the level."""
+    wal_bytes: int = 0
+    """WAL Postgres wrote over the level (the whole cluster: the bench is all it serves)."""
+
+    def cpu_s_per_1000_deltas(self, name: str) -> float:
+        """The CPU seconds process `name` spent per 1,000 streamed deltas."""
+        cpu_s = self.cpu.get(name, NAN) / 100 * self.wall_s
+        return 1000 * cpu_s / self.deltas if self.deltas else NAN
 
     @property
     def p50(self) -> float:
@@ -300,6 +313,7 @@ async def run_level(h: Harness, k: int, timeout_s: float, spread_s: float = 0.0)
         tags = [f"K{k:04d}C{i:04d}" for i in range(k)]
         say(f"K={k}: sending {k} messages")
         profilers = _start_profilers(h, k)
+        pg_before = await _pg_counters(h.database_url)
         h.meter.start()
         started = time.perf_counter()
         retries_before, queued_before, answers_before, refused_before = (
@@ -334,11 +348,15 @@ async def run_level(h: Harness, k: int, timeout_s: float, spread_s: float = 0.0)
             level.cpu[name] = h.meter.cpu_pct(name)
             level.rss[name] = h.meter.peak_rss_mb(name)
         level.system_cpu = h.meter.system_cpu_pct
+        await asyncio.sleep(PG_STATS_FLUSH_S)
+        rows_after, wal_after = await _pg_counters(h.database_url)
+        level.pg_rows, level.wal_bytes = rows_after - pg_before[0], wal_after - pg_before[1]
     finally:
         for client in clients:
             client.close()
     async with httpx.AsyncClient(timeout=60) as fake:
         rows = (await fake.get(f"{h.fake_url}/bench/deltas")).json()
+    level.deltas = len(rows)
     _analyse(level, clients, sent_at, rows)
     level.stored = await _stored_latencies(h.database_url, rows)
     level.resets = await _resets(h.database_url, chat_ids)
@@ -368,6 +386,21 @@ async def _resets(database_url: str, chat_ids: list[str]) -> int:
     finally:
         await conn.close()
     return int(count)
+
+
+async def _pg_counters(database_url: str) -> tuple[int, int]:
+    """Rows written in the bench's database (`pg_stat_database`) and WAL bytes written by the
+    cluster (`pg_stat_wal`), so far."""
+    conn = await asyncpg.connect(database_url)
+    try:
+        rows = await conn.fetchval(
+            "SELECT tup_inserted + tup_updated + tup_deleted FROM pg_stat_database"
+            " WHERE datname = current_database()"
+        )
+        wal = await conn.fetchval("SELECT wal_bytes FROM pg_stat_wal")
+    finally:
+        await conn.close()
+    return int(rows), int(wal)
 
 
 async def _retried_steps(temporal_address: str, chat_ids: list[str]) -> tuple[Counter[str], int]:
@@ -530,6 +563,7 @@ def report(levels: list[Level], names: list[str], args: argparse.Namespace) -> i
         machine = lv.system_cpu * cores
         others = machine - sum(v for v in lv.cpu.values() if v == v)
         print(f"{lv.k:5d} {cells} {machine:7.0f}% {others:6.0f}%")
+    _cost_table(levels, names)
     print(
         "\ngap = time between consecutive deltas of one stream as the fake provider wrote them "
         f"(scripted {args.spacing_ms:g} ms); postgres RSS sums its processes (shared buffers "
@@ -544,6 +578,22 @@ def report(levels: list[Level], names: list[str], args: argparse.Namespace) -> i
         f"{WALL_LIMIT_TURNS:g}x the unloaded turn): {best} (target {args.target_k})"
     )
     return best
+
+
+def _cost_table(levels: list[Level], names: list[str]) -> None:
+    """What a streamed delta costs each process, and a turn Postgres."""
+    print("\nCPU seconds per 1,000 streamed deltas | Postgres per turn")
+    print(
+        f"{'K':>5} {'deltas':>7} " + " ".join(f"{n:>13}" for n in names)
+        + f" {'rows/turn':>9} {'WAL KiB/turn':>12}"
+    )  # fmt: skip
+    for lv in levels:
+        cells = " ".join(f"{lv.cpu_s_per_1000_deltas(n):13.3f}" for n in names)
+        turns = lv.finished or NAN
+        print(
+            f"{lv.k:5d} {lv.deltas:7d} {cells} {lv.pg_rows / turns:9.1f} "
+            f"{lv.wal_bytes / 1024 / turns:12.1f}"
+        )
 
 
 def _verdict(level: Level) -> str:
