@@ -10,13 +10,14 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 from support.names import model_name
+from support.provider_steps import streamed_step
 
 from chatd.context import context_limit
 from chatd.fake_provider import FakeError, FakeProviderServer, FakeResponse, FakeText, FakeToolCall
 from chatd.models import ModelConfig, WebSearchConfig
 from chatd.parts import Message, Part, TextPart, ToolCallPart
 from chatd.providers import close_clients, make_provider
-from chatd.providers.base import ModelRequest, ProviderError, StepAccumulator, StepFinish, ToolSpec
+from chatd.providers.base import ModelRequest, ProviderError, StepFinish, ToolSpec
 from chatd.settings import ProviderSettings
 
 TOOL = ToolSpec(name="lookup", description="Look it up", input_schema={"type": "object"})
@@ -48,15 +49,8 @@ async def _fresh_clients() -> AsyncIterator[None]:
 async def _step(
     settings: ProviderSettings, model: ModelConfig, **request: Any
 ) -> tuple[list[Part], StepFinish]:
-    parts, finish = StepAccumulator(), None
     provider = make_provider(model, settings)
-    async for event in provider.stream_step(ModelRequest(model=model, messages=HI, **request)):
-        if isinstance(event, StepFinish):
-            finish = event
-        else:
-            parts.apply(event)
-    assert finish is not None
-    return parts.parts(), finish
+    return await streamed_step(provider, ModelRequest(model=model, messages=HI, **request))
 
 
 @pytest.mark.parametrize(("provider", "name", "extra", "path"), PLATFORMS)

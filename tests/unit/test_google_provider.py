@@ -11,6 +11,7 @@ import pytest
 from google import genai
 from google.genai import types
 from support.names import model_name
+from support.provider_steps import streamed_step
 
 from chatd.context import reported_context_limit
 from chatd.fake_provider import (
@@ -41,7 +42,6 @@ from chatd.providers.base import (
     LEADING_USER_TEXT,
     ModelRequest,
     ProviderError,
-    StepAccumulator,
     StepFinish,
     ToolSpec,
 )
@@ -76,17 +76,7 @@ async def _step(
     **request: Any,
 ) -> tuple[list[Part], StepFinish]:
     provider = make_provider(model, settings or server.provider_settings())
-    parts = StepAccumulator()
-    finish: StepFinish | None = None
-    async for event in provider.stream_step(
-        ModelRequest(model=model, messages=messages, **request)
-    ):
-        if isinstance(event, StepFinish):
-            finish = event
-        else:
-            parts.apply(event)
-    assert finish is not None
-    return parts.parts(), finish
+    return await streamed_step(provider, ModelRequest(model=model, messages=messages, **request))
 
 
 async def test_text_and_thoughts_stream_and_the_signature_goes_back(

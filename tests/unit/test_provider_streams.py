@@ -9,6 +9,7 @@ from typing import Any
 import anthropic
 import openai
 import pytest
+from support.provider_steps import streamed_step
 
 from chatd.fake_provider import (
     FakeError,
@@ -25,7 +26,6 @@ from chatd.models import ModelConfig
 from chatd.output_format import OutputFormat
 from chatd.parts import (
     Message,
-    Part,
     ReasoningPart,
     SourcePart,
     TextPart,
@@ -38,8 +38,6 @@ from chatd.providers.base import (
     ModelProvider,
     ModelRequest,
     ProviderError,
-    StepAccumulator,
-    StepFinish,
     ToolSpec,
 )
 from chatd.providers.openai_chat import OpenAIChatProvider
@@ -97,22 +95,9 @@ def ask(model: str, messages: list[Message] | None = None, **config: Any) -> Mod
     )
 
 
-async def run(provider: ModelProvider, request: ModelRequest) -> tuple[list[Part], StepFinish]:
-    acc = StepAccumulator()
-    finishes: list[StepFinish] = []
-    async for event in provider.stream_step(request):
-        if isinstance(event, StepFinish):
-            finishes.append(event)
-        else:
-            assert not finishes, "delta after StepFinish"
-            acc.apply(event)
-    assert len(finishes) == 1
-    return acc.parts(), finishes[0]
-
-
 async def fails(provider: ModelProvider, request: ModelRequest) -> ProviderError:
     with pytest.raises(ProviderError) as caught:
-        await run(provider, request)
+        await streamed_step(provider, request)
     return caught.value
 
 
@@ -136,7 +121,7 @@ async def test_text_and_tool_call_then_tool_result_turn(
     )
     provider = adapter(api)
     first = ask(model)
-    parts, finish = await run(provider, first)
+    parts, finish = await streamed_step(provider, first)
     assert parts[0] == TextPart(text="Checking the weather.")
     call = parts[1]
     assert isinstance(call, ToolCallPart) and call.name == "get_weather" and call.id
@@ -156,7 +141,7 @@ async def test_text_and_tool_call_then_tool_result_turn(
             Message(role="tool", parts=[result]),
         ],
     )
-    parts, finish = await run(provider, second)
+    parts, finish = await streamed_step(provider, second)
     assert parts == [TextPart(text="Sunny.")]
     assert finish.stop_reason == "end_turn"
     assert server.remaining(model) == 0
@@ -181,7 +166,7 @@ async def test_anthropic_thinking_round_trips_with_signature(
     )
     provider = adapter("anthropic")
     first = ask(model, thinking_budget_tokens=2048)
-    parts, _ = await run(provider, first)
+    parts, _ = await streamed_step(provider, first)
     assert parts[0] == ReasoningPart(text="Paris is in France.", signature="sig-1")
     assert isinstance(parts[1], ReasoningPart) and parts[1].provider_data == {
         "type": "redacted_thinking",
@@ -192,7 +177,7 @@ async def test_anthropic_thinking_round_trips_with_signature(
     result = ToolResultPart(tool_call_id=call.id, name=call.name, output="sunny")
     history = [*first.messages, Message(role="assistant", parts=parts)]
     tool_turn = Message(role="tool", parts=[result])
-    await run(provider, ask(model, [*history, tool_turn], thinking_budget_tokens=2048))
+    await streamed_step(provider, ask(model, [*history, tool_turn], thinking_budget_tokens=2048))
     sent = server.requests(model)[-1].body
     assert sent["thinking"] == {"type": "enabled", "budget_tokens": 2048}
     assert [b["type"] for b in sent["messages"][1]["content"]] == [
@@ -209,7 +194,7 @@ async def test_sampling_options_reach_the_provider(
 ) -> None:
     model = f"streams-sampling-{api}"
     server.script(model, [FakeResponse.of_text("ok")])
-    await run(adapter(api), ask(model, temperature=0.3, top_p=0.9))
+    await streamed_step(adapter(api), ask(model, temperature=0.3, top_p=0.9))
     sent = server.requests(model)[-1].body
     assert (sent["temperature"], sent["top_p"]) == (0.3, 0.9)
 
@@ -233,7 +218,7 @@ async def test_responses_reasoning_is_replayed_encrypted(
     )
     provider = adapter("responses")
     first = ask(model, reasoning_effort="low")
-    parts, finish = await run(provider, first)
+    parts, finish = await streamed_step(provider, first)
     reasoning = parts[0]
     assert isinstance(reasoning, ReasoningPart) and reasoning.text == "Think first."
     assert reasoning.provider_data and reasoning.provider_data["encrypted_content"] == "ENC"
@@ -241,7 +226,7 @@ async def test_responses_reasoning_is_replayed_encrypted(
     assert finish.usage.reasoning_tokens == 5
     follow_up = Message(role="user", parts=[TextPart(text="again")])
     history = [*first.messages, Message(role="assistant", parts=parts), follow_up]
-    await run(provider, ask(model, history, reasoning_effort="low"))
+    await streamed_step(provider, ask(model, history, reasoning_effort="low"))
     sent = server.requests(model)[-1].body
     assert sent["store"] is False and sent["include"] == ["reasoning.encrypted_content"]
     assert sent["input"][1]["type"] == "reasoning"
@@ -265,7 +250,7 @@ async def test_web_search_is_provider_executed(
     )
     provider = adapter(api)
     first = ask(model)
-    parts, finish = await run(provider, first)
+    parts, finish = await streamed_step(provider, first)
     call, result = parts[0], parts[1]
     assert isinstance(call, ToolCallPart) and call.provider_executed and call.provider_data
     assert isinstance(result, ToolResultPart) and result.provider_executed
@@ -274,7 +259,7 @@ async def test_web_search_is_provider_executed(
     assert parts[-1] == TextPart(text="Warm.")
     assert finish.stop_reason == "end_turn"
     follow_up = Message(role="user", parts=[TextPart(text="more")])
-    await run(
+    await streamed_step(
         provider, ask(model, [*first.messages, Message(role="assistant", parts=parts), follow_up])
     )
 
@@ -345,11 +330,11 @@ async def test_demo_model_via_make_provider(adapter: Adapters, server: FakeProvi
     settings = ProviderSettings(demo_base_url=server.base_url)
     provider = make_provider(ModelConfig(provider="demo", name="demo"), settings)
     hello = [Message(role="user", parts=[TextPart(text="hello")])]
-    parts, finish = await run(provider, ask("demo", hello))
+    parts, finish = await streamed_step(provider, ask("demo", hello))
     assert isinstance(parts[0], TextPart) and "[demo model]" in parts[0].text
     assert finish.stop_reason == "end_turn"
     # A message that names a client tool ("weather in Paris?", get_weather) gets it called.
-    parts, finish = await run(provider, ask("demo"))
+    parts, finish = await streamed_step(provider, ask("demo"))
     assert isinstance(parts[0], ToolCallPart) and parts[0].name == TOOL.name
     assert json.loads(parts[0].arguments or "{}") == {}  # it requires no field
     assert finish.stop_reason == "tool_use"
@@ -372,7 +357,7 @@ async def test_an_answer_tool_s_input_streams_as_the_answer_s_text(
         ),
         messages=[Message(role="user", parts=[TextPart(text="count")])],
     )
-    parts, finish = await run(adapter("anthropic"), request)
+    parts, finish = await streamed_step(adapter("anthropic"), request)
     assert parts == [TextPart(text='{"n": 3}')]
     assert finish.stop_reason == "end_turn"
     sent = server.requests(model)[0].body
