@@ -53,9 +53,9 @@ __all__ = ["ModelStepActivities", "StreamTimeouts"]
 
 log = logging.getLogger("chatd.model_step")
 _CLIENT_HIDDEN_FIELDS = {"signature"}
+"""Provider metadata clients don't need while streaming (it stays in the persisted step)."""
 _WORKER_SHUTDOWN = "WorkerShutdown"
 """Raised by `_unless_stopped` when the worker stops mid-stream (`_abandoned` reports it)."""
-"""Provider metadata clients don't need while streaming (it stays in the persisted step)."""
 
 
 @dataclass(frozen=True)

@@ -100,7 +100,7 @@ class WorkerConfig:
     """How webhooks are delivered (`CHATD_WEBHOOK_*`)."""
 
 
-def mcp_clients(config: McpConfig) -> McpClients | None:
+def _mcp_clients(config: McpConfig) -> McpClients | None:
     """The worker's MCP sessions, or None when it has no MCP servers: the MCP SDK takes
     longer to import than the rest of the worker, so only a worker that uses it loads it."""
     if not config.servers:
@@ -126,7 +126,7 @@ def build_worker(
     streaming step as soon as the gateway announces an interrupt, not at its next heartbeat.
     """
     edges = TurnLifecycleWrites(pool, config.providers)
-    mcp = mcp_clients(config.mcp)
+    mcp = _mcp_clients(config.mcp)
     registry = ToolRegistry.of(
         [
             *config.registry.tools.values(),
