@@ -7,7 +7,7 @@ in Temporal's sandbox) does not pull in the anthropic/openai packages.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from chatd.models import ModelConfig, ModelError
 from chatd.providers.base import ModelProvider, ProviderError
@@ -15,9 +15,18 @@ from chatd.settings import ProviderSettings
 from chatd.tls import client_context
 
 if TYPE_CHECKING:
+    from typing import TypeAlias
+
     import anthropic
     import openai
     from google import genai
+
+    _SdkClient: TypeAlias = (
+        anthropic.AsyncAnthropic
+        | anthropic.AsyncAnthropicBedrock
+        | anthropic.AsyncAnthropicVertex
+        | openai.AsyncOpenAI
+    )
 
 __all__ = [
     "DEMO_API_KEY",
@@ -31,14 +40,9 @@ DEMO_API_KEY = "demo"
 """The placeholder key sent to the fake provider behind the `demo` model."""
 
 # Clients own connection pools; one per (sdk, base_url, key) lets every step reuse them.
-_clients: dict[
-    tuple[str, str | None, str],
-    anthropic.AsyncAnthropic
-    | anthropic.AsyncAnthropicBedrock
-    | anthropic.AsyncAnthropicVertex
-    | openai.AsyncOpenAI,
-] = {}
+_clients: dict[tuple[str, str | None, str], _SdkClient] = {}
 _google_clients: dict[tuple[str | None, str], genai.Client] = {}
+_Client = TypeVar("_Client", bound="_SdkClient")
 
 
 def make_provider(config: ModelConfig, settings: ProviderSettings) -> ModelProvider:
@@ -83,17 +87,17 @@ def _bedrock(config: ModelConfig, settings: ProviderSettings) -> ModelProvider:
 
     from chatd.providers.anthropic import AnthropicProvider
 
-    cache_key = ("anthropic-bedrock", settings.bedrock_base_url, region)
-    client = _clients.get(cache_key)
-    if not isinstance(client, anthropic.AsyncAnthropicBedrock):
-        client = anthropic.AsyncAnthropicBedrock(
+    client = _cached(
+        ("anthropic-bedrock", settings.bedrock_base_url, region),
+        anthropic.AsyncAnthropicBedrock,
+        lambda: anthropic.AsyncAnthropicBedrock(
             aws_region=region,
             api_key=settings.bedrock_api_key,
             base_url=settings.bedrock_base_url,
             max_retries=0,
             http_client=anthropic.DefaultAsyncHttpxClient(verify=client_context()),
-        )
-        _clients[cache_key] = client
+        ),
+    )
     return AnthropicProvider(client, provider_name=config.provider)
 
 
@@ -104,18 +108,18 @@ def _anthropic_vertex(config: ModelConfig, settings: ProviderSettings) -> ModelP
 
     from chatd.providers.anthropic import AnthropicProvider
 
-    cache_key = ("anthropic-vertex", settings.vertex_base_url, f"{project}/{region}")
-    client = _clients.get(cache_key)
-    if not isinstance(client, anthropic.AsyncAnthropicVertex):
-        client = anthropic.AsyncAnthropicVertex(
+    client = _cached(
+        ("anthropic-vertex", settings.vertex_base_url, f"{project}/{region}"),
+        anthropic.AsyncAnthropicVertex,
+        lambda: anthropic.AsyncAnthropicVertex(
             region=region,
             project_id=project,
             access_token=settings.vertex_access_token,
             base_url=settings.vertex_base_url,
             max_retries=0,
             http_client=anthropic.DefaultAsyncHttpxClient(verify=client_context()),
-        )
-        _clients[cache_key] = client
+        ),
+    )
     return AnthropicProvider(client, provider_name=config.provider)
 
 
@@ -125,18 +129,18 @@ def _azure_openai(config: ModelConfig, settings: ProviderSettings) -> ModelProvi
     _require(credential, "AZURE_OPENAI_API_KEY (or AZURE_OPENAI_AD_TOKEN) is not set", config)
     import openai
 
-    cache_key = ("azure-openai", endpoint, str(credential))
-    client = _clients.get(cache_key)
-    if not isinstance(client, openai.AsyncAzureOpenAI):
-        client = openai.AsyncAzureOpenAI(
+    client = _cached(
+        ("azure-openai", endpoint, str(credential)),
+        openai.AsyncAzureOpenAI,
+        lambda: openai.AsyncAzureOpenAI(
             azure_endpoint=endpoint,
             api_version=settings.azure_api_version,
             api_key=settings.azure_api_key,
             azure_ad_token=None if settings.azure_api_key else settings.azure_ad_token,
             max_retries=0,
             http_client=openai.DefaultAsyncHttpxClient(verify=client_context()),
-        )
-        _clients[cache_key] = client
+        ),
+    )
     return _openai_provider(config, client)
 
 
@@ -212,34 +216,45 @@ def _config_error(message: str, config: ModelConfig) -> ModelError:
     return ModelError(message=message, kind="config", provider=config.provider, retryable=False)
 
 
+def _cached(
+    key: tuple[str, str | None, str], sdk: type[_Client], make: Callable[[], _Client]
+) -> _Client:
+    """The client kept under `key`, made on first use (an `sdk` instance)."""
+    client = _clients.get(key)
+    if not isinstance(client, sdk):
+        client = make()
+        _clients[key] = client
+    return client
+
+
 def _anthropic_client(base_url: str | None, api_key: str) -> anthropic.AsyncAnthropic:
     import anthropic
 
-    client = _clients.get(("anthropic", base_url, api_key))
-    if not isinstance(client, anthropic.AsyncAnthropic):
-        client = anthropic.AsyncAnthropic(
+    return _cached(
+        ("anthropic", base_url, api_key),
+        anthropic.AsyncAnthropic,
+        lambda: anthropic.AsyncAnthropic(
             api_key=api_key,
             base_url=base_url,
             max_retries=0,
             http_client=anthropic.DefaultAsyncHttpxClient(verify=client_context()),
-        )
-        _clients[("anthropic", base_url, api_key)] = client
-    return client
+        ),
+    )
 
 
 def _openai_client(base_url: str | None, api_key: str) -> openai.AsyncOpenAI:
     import openai
 
-    client = _clients.get(("openai", base_url, api_key))
-    if not isinstance(client, openai.AsyncOpenAI):
-        client = openai.AsyncOpenAI(
+    return _cached(
+        ("openai", base_url, api_key),
+        openai.AsyncOpenAI,
+        lambda: openai.AsyncOpenAI(
             api_key=api_key,
             base_url=base_url,
             max_retries=0,
             http_client=openai.DefaultAsyncHttpxClient(verify=client_context()),
-        )
-        _clients[("openai", base_url, api_key)] = client
-    return client
+        ),
+    )
 
 
 def _google_client(settings: ProviderSettings) -> genai.Client:
