@@ -67,8 +67,7 @@ def context_limit(model: ModelConfig, reported: int | None = None) -> int:
         return model.context_limit
     if reported:
         return reported
-    # Bedrock's ids (`us.anthropic.claude-sonnet-4-5-...-v1:0`) name the model after a prefix.
-    name = model.name.rpartition("anthropic.")[2]
+    name = model.base_name
     matches = [prefix for prefix in KNOWN_CONTEXT_LIMITS if name.startswith(prefix)]
     if matches:
         return KNOWN_CONTEXT_LIMITS[max(matches, key=len)]

@@ -105,6 +105,13 @@ class ModelConfig(BaseModel):
         return self.model_copy(update={"output_format": None})
 
     @property
+    def base_name(self) -> str:
+        """The model's name without a cloud's prefix (Bedrock's
+        `us.anthropic.claude-sonnet-4-5-...-v1:0` is `claude-sonnet-4-5-...-v1:0`), as the
+        tables of windows and prices know it."""
+        return self.name.rpartition("anthropic.")[2]
+
+    @property
     def label(self) -> str:
         """`provider/name`, as shown in search attributes and activity summaries."""
         return f"{self.provider}/{self.name}"

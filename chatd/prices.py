@@ -113,7 +113,7 @@ class Prices:
     def of(self, model: ModelConfig) -> TokenPrice | None:
         """The model's price; None when neither the table nor the file knows it."""
         models = self._table.get(model.provider, {})
-        name = model.name.rpartition("anthropic.")[2]  # Bedrock: `us.anthropic.claude-...`
+        name = model.base_name
         if model.name in models:
             return models[model.name]
         matches = [prefix for prefix in models if name.startswith(prefix)]
