@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Sequence
+from functools import partial
 from typing import NamedTuple
 
 import httpx
@@ -131,19 +132,18 @@ async def reported_context_limit(model: ModelConfig, settings: ProviderSettings)
     """
     if model.context_limit:
         return None
+    base = settings.openai_base_url
     if model.provider == "google" and settings.google_configured:
-        key = ("google", model.name)
-    elif model.provider == "openai" and settings.openai_base_url:
-        key = (settings.openai_base_url, model.name)
+        key, ask = ("google", model.name), partial(_ask_google, model.name, settings)
+    elif model.provider == "openai" and base:
+        key = (base, model.name)
+        ask = partial(_ask_for_limit, base, model.name, settings.openai_api_key)
     else:
         return None
     cached = _reported.get(key)
     if cached is None or (cached.expires_at is not None and time.monotonic() >= cached.expires_at):
         try:
-            if model.provider == "google":
-                limit = await _ask_google(model.name, settings)
-            else:
-                limit = await _ask_for_limit(key[0], model.name, settings.openai_api_key)
+            limit = await ask()
             cached = _Lookup(limit, None)
         except _LookupFailed:
             cached = _Lookup(None, time.monotonic() + FAILED_LOOKUP_TTL_S)
