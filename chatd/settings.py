@@ -91,18 +91,16 @@ class ProviderSettings(BaseModel):
         """Read `ANTHROPIC_*`, `OPENAI_*`, Google's (as `google-genai` names them) and
         `CHATD_DEMO_BASE_URL`."""
         env = os.environ
+        vertex = _flag(env.get("GOOGLE_GENAI_USE_VERTEXAI"))
+        gemini_url = env.get("GOOGLE_GEMINI_BASE_URL")
         return cls(
             anthropic_api_key=env.get("ANTHROPIC_API_KEY") or None,
             anthropic_base_url=env.get("ANTHROPIC_BASE_URL") or None,
             openai_api_key=env.get("OPENAI_API_KEY") or None,
             openai_base_url=env.get("OPENAI_BASE_URL") or None,
             google_api_key=env.get("GOOGLE_API_KEY") or env.get("GEMINI_API_KEY") or None,
-            google_base_url=(
-                env.get("GOOGLE_VERTEX_BASE_URL") or env.get("GOOGLE_GEMINI_BASE_URL") or None
-            )
-            if _flag(env.get("GOOGLE_GENAI_USE_VERTEXAI"))
-            else env.get("GOOGLE_GEMINI_BASE_URL") or None,
-            google_vertex=_flag(env.get("GOOGLE_GENAI_USE_VERTEXAI")),
+            google_base_url=(vertex and env.get("GOOGLE_VERTEX_BASE_URL")) or gemini_url or None,
+            google_vertex=vertex,
             google_cloud_project=env.get("GOOGLE_CLOUD_PROJECT") or None,
             google_cloud_location=env.get("GOOGLE_CLOUD_LOCATION") or None,
             bedrock_region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None,
