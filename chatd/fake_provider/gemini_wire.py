@@ -245,9 +245,8 @@ def validate_gemini(body: dict[str, Any]) -> None:
             _check_answers(index, responses, calls)
         for part in parts:
             _check_signature(index, part)
+        # The calls the next content must answer: a user turn makes none.
         calls = [field(p, "functionCall") for p in parts if field(p, "functionCall")]
-        if role == "user" and not responses:
-            calls = []
 
 
 def _check_answers(

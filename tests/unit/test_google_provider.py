@@ -25,6 +25,8 @@ from chatd.fake_provider import (
     FakeUsage,
     FakeWebSearch,
 )
+from chatd.fake_provider.gemini_wire import validate_gemini
+from chatd.fake_provider.shapes import InvalidRequest
 from chatd.models import ModelConfig, WebSearchConfig
 from chatd.output_format import OutputFormat
 from chatd.parts import (
@@ -54,6 +56,10 @@ TOOL = ToolSpec(
     input_schema={"type": "object", "properties": {"city": {"type": "string"}}},
 )
 HI = [Message(role="user", parts=[TextPart(text="hi")])]
+
+
+def _answer(name: str) -> dict[str, Any]:
+    return {"functionResponse": {"name": name, "response": {"output": "ok"}}}
 
 
 @pytest.fixture(autouse=True)
@@ -356,3 +362,44 @@ def test_a_history_that_opens_with_the_model_gets_a_user_turn_first() -> None:
     contents = build_contents(opening)
     assert [c["role"] for c in contents] == ["user", "model", "user"]
     assert contents[0]["parts"] == [{"text": LEADING_USER_TEXT}]
+
+
+@pytest.mark.parametrize(
+    ("contents", "complaint"),
+    [
+        ([{"role": "model", "parts": [{"text": "hi"}]}], "opens with the user's turn"),
+        (
+            [
+                {"role": "user", "parts": [{"text": "hi"}]},
+                {"role": "model", "parts": [{"functionCall": {"name": "a", "args": {}}}]},
+                {"role": "user", "parts": [{"text": "no answer"}, _answer("a"), _answer("b")]},
+            ],
+            "number of function response parts",
+        ),
+        (
+            [
+                {"role": "user", "parts": [{"text": "hi"}]},
+                {"role": "model", "parts": [{"function_call": {"name": "a", "id": "c1"}}]},
+                {"role": "user", "parts": [_answer("b")]},
+            ],
+            "does not answer the function call 'a'",
+        ),
+        (
+            [
+                {"role": "user", "parts": [{"text": "hi"}]},
+                {"role": "model", "parts": [{"functionCall": {"name": "a", "id": "c1"}}]},
+                {"role": "user", "parts": [{"functionResponse": {"name": "a", "id": "c2"}}]},
+            ],
+            "id does not match",
+        ),
+        (
+            [{"role": "user", "parts": [{"text": "hi", "thoughtSignature": "not*base64"}]}],
+            "not valid base64",
+        ),
+    ],
+)
+def test_the_fake_refuses_what_gemini_refuses(
+    contents: list[dict[str, Any]], complaint: str
+) -> None:
+    with pytest.raises(InvalidRequest, match=complaint):
+        validate_gemini({"contents": contents})

@@ -5,7 +5,7 @@
 import { allPages, request } from "./api.js";
 
 // The statuses in which a turn holds a chat: chatd/chat_status.py (BusyStatus).
-export const BUSY = ["running", "requires_action"];
+const BUSY = ["running", "requires_action"];
 
 export class ChatData {
   constructor(id, { changed, onChat, note }) {
