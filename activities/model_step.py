@@ -14,20 +14,24 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncpg
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
+from activities.attempt_spend import AttemptSpend
 from activities.failures import STEP_ABANDONED, classified_failures, model_failure
 from activities.heartbeat import LIVENESS_EVERY_S, first_liveness_beat, heartbeating
 from activities.publishing import DeltaPublisher, EventBatcher
 from activities.tools import error_result
 from activities.turn import TurnLifecycleWrites
+from chatd.budgets import BudgetState, StepAllowance, allowance
+from chatd.context import estimate_message_tokens, estimate_tokens
 from chatd.models import ModelConfig, ModelError
 from chatd.output_format import format_note, misfit
 from chatd.parts import Message, Part, PartDelta, TextPart, ToolCallPart
+from chatd.prices import Prices
 from chatd.providers import make_provider
 from chatd.providers.base import (
     ModelRequest,
@@ -40,7 +44,8 @@ from chatd.settings import ProviderSettings
 from chatd.store.chats import ChatRecord, ChatStore
 from chatd.store.events import EventLog
 from chatd.store.listen_hub import ListenHub
-from chatd.store.step_keys import StepKey
+from chatd.store.spend import AttemptKey, SpendStore
+from chatd.store.step_keys import StepKey, stored_key
 from chatd.store.transcript import NewMessage, StoredMessage, TranscriptStore
 from chatd.telemetry import METRICS, TRACER
 from chatd.tools.advisor import advisor_gate
@@ -50,6 +55,8 @@ from workflows.payloads import BeginTurnResult, StreamStepInput, StreamStepResul
 from workflows.tool_batch import INTERRUPTED_RESULT
 
 __all__ = ["ModelStepActivities", "StreamTimeouts"]
+
+T = TypeVar("T")
 
 log = logging.getLogger("chatd.model_step")
 _CLIENT_HIDDEN_FIELDS = {"signature"}
@@ -79,6 +86,7 @@ class ModelStepActivities:
         edges: TurnLifecycleWrites,
         timeouts: StreamTimeouts | None = None,
         *,
+        prices: Prices | None = None,
         delta_pool: asyncpg.Pool | None = None,
         interrupts: ListenHub | None = None,
     ) -> None:
@@ -88,6 +96,8 @@ class ModelStepActivities:
         self._edges = edges
         self._chats = ChatStore(pool)
         self._transcript = TranscriptStore(pool)
+        self._spend = SpendStore(pool)
+        self._prices = prices or Prices()
         self._events = EventLog(delta_pool or pool)
         self._shared_batcher: EventBatcher | None = None
         self._catalog = catalog
@@ -129,12 +139,13 @@ class ModelStepActivities:
                 # Read together: the chat (beginning the turn first, if asked), whether a lost
                 # attempt saved this step already, and the context (with the turn's message,
                 # promoted or not yet).
-                (chat, began), done, context = await asyncio.gather(
+                (chat, began), done, context, budgets = await asyncio.gather(
                     self._chat(chat_id, input),
                     self._transcript.find(chat_id, input.turn_id, step_key),
                     self._transcript.for_model(
                         chat_id, turn_message=uuid.UUID(input.turn_id) if input.begin else None
                     ),
+                    self._spend.budgets(chat_id, input.turn_id),
                 )
                 if began is not None and not began.started:
                     return StreamStepResult(message_id=None, began=began)
@@ -146,38 +157,88 @@ class ModelStepActivities:
                         tools, input, self._summary(tools, done, interrupted=False), done.parts
                     )
                     return await _completed_despite_cancel(self._close(chat, input, began, summary))
-                publisher = DeltaPublisher(self._batcher(), chat_id)
-                if input.attempt > 1 or activity.info().attempt > 1:
-                    publisher.add("reset", {"turn_id": input.turn_id, "step": input.step})
-                accumulator = StepAccumulator()
-                log.info(
-                    "streaming step: chat=%s turn=%s step=%d attempt=%d",
-                    input.chat_id,
-                    input.turn_id,
-                    input.step,
-                    input.attempt,
+                config = _model_in_use(chat, input.model_index)
+                allowed = self._allowance(tools, input, config, context, budgets)
+                if allowed.pending is not None:
+                    log.info("step paused on a budget: %s", allowed.pending.model_dump_json())
+                    return StreamStepResult(
+                        message_id=None, pending_budget=allowed.pending, began=began
+                    )
+                config = config.model_copy(update={"max_output_tokens": allowed.max_output_tokens})
+                spend = AttemptSpend(
+                    self._spend,
+                    self._prices,
+                    self._attempt(chat_id, input),
+                    chat.owner,
+                    config,
+                    allowed.estimated_input_tokens,
                 )
-                try:
-                    stream = self._stream(tools, input, context, accumulator, publisher)
-                    finish = await _unless_stopped(stream, interrupt_requested)
-                except ProviderError as err:
-                    await publisher.drain()
-                    raise model_failure(err.error) from None  # the classified error says it all
-                except _InterruptRequested:
-                    return await _completed_despite_cancel(
-                        self._persist_interrupted(tools, input, began, accumulator, publisher)
-                    )
-                except asyncio.CancelledError:
-                    if not _interrupted():
-                        raise  # shutdown, or this attempt timed out: the retry streams it anew
-                    # An interrupt: keep what was produced, even if cancelled again meanwhile.
-                    return await _completed_despite_cancel(
-                        self._persist_interrupted(tools, input, began, accumulator, publisher)
-                    )
+                publisher = DeltaPublisher(self._batcher(), chat_id)
+                accumulator = StepAccumulator()
+                sent = await self._send(
+                    tools,
+                    input,
+                    began,
+                    config,
+                    context,
+                    spend,
+                    accumulator,
+                    publisher,
+                    interrupt_requested,
+                )
+                if isinstance(sent, StreamStepResult):
+                    return sent
         # The stream is complete: an interrupt arriving now finds the whole step, kept as is.
+        # Its settled cost goes in first: a crash between the two streams the step again,
+        # which is billed again.
+        await _completed_despite_cancel(spend.settled(sent.usage))
         return await _completed_despite_cancel(
-            self._save_step(tools, input, began, accumulator, finish, publisher)
+            self._save_step(tools, input, began, accumulator, sent, publisher)
         )
+
+    async def _send(
+        self,
+        tools: TurnTools,
+        input: StreamStepInput,
+        began: BeginTurnResult | None,
+        config: ModelConfig,
+        context: list[Message],
+        spend: AttemptSpend,
+        accumulator: StepAccumulator,
+        publisher: DeltaPublisher,
+        interrupt_requested: asyncio.Event | None,
+    ) -> StepFinish | StreamStepResult:
+        """Stream the step: its finish, or the partial step an interrupt kept."""
+        spend.estimate()  # written while the request goes out
+        if input.attempt > 1 or activity.info().attempt > 1:
+            publisher.add("reset", {"turn_id": input.turn_id, "step": input.step})
+        log.info(
+            "streaming step: chat=%s turn=%s step=%d attempt=%d",
+            input.chat_id,
+            input.turn_id,
+            input.step,
+            input.attempt,
+        )
+        try:
+            stream = self._stream(tools, input, config, context, accumulator, publisher)
+            return await _unless_stopped(stream, interrupt_requested)
+        except ProviderError as err:
+            await publisher.drain()
+            await spend.failed(accumulator)
+            raise model_failure(err.error) from None  # the classified error says it all
+        except _InterruptRequested:
+            await spend.stopped(accumulator)
+            return await _completed_despite_cancel(
+                self._persist_interrupted(tools, input, began, accumulator, publisher)
+            )
+        except asyncio.CancelledError:
+            if not _interrupted():
+                raise  # shutdown, or this attempt timed out: the retry streams it anew
+            # An interrupt: keep what was produced, even if cancelled again meanwhile.
+            await _completed_despite_cancel(spend.stopped(accumulator))
+            return await _completed_despite_cancel(
+                self._persist_interrupted(tools, input, began, accumulator, publisher)
+            )
 
     @contextlib.contextmanager
     def _interrupt_requests(self, turn_id: str) -> Iterator[asyncio.Event | None]:
@@ -323,11 +384,11 @@ class ModelStepActivities:
         self,
         tools: TurnTools,
         input: StreamStepInput,
+        config: ModelConfig,
         context: list[Message],
         accumulator: StepAccumulator,
         publisher: DeltaPublisher,
     ) -> StepFinish:
-        config = _model_in_use(tools.chat, input.model_index)
         model = config.label
         with TRACER.start_as_current_span(
             "provider.stream_step", attributes={"chatd.model": model}
@@ -355,6 +416,42 @@ class ModelStepActivities:
             span.set_attribute("chatd.stop_reason", finish.stop_reason)
             _record_usage(model, finish)
             return finish
+
+    def _allowance(
+        self,
+        tools: TurnTools,
+        input: StreamStepInput,
+        config: ModelConfig,
+        context: list[Message],
+        budgets: list[BudgetState],
+    ) -> StepAllowance:
+        """What the budgets allow this step, its input estimated from the request's size
+        (the system prompt, the tools offered and the messages)."""
+        specs = tools.specs()
+        input_tokens = (
+            sum(estimate_message_tokens(m) for m in context)
+            + estimate_tokens(len(tools.chat.system_prompt or ""))
+            + sum(estimate_tokens(len(s.model_dump_json())) for s in specs)
+        )
+        return allowance(
+            budgets,
+            self._prices.of(config),
+            input_tokens=input_tokens,
+            max_output_tokens=config.max_output_tokens,
+            thinking_tokens=config.thinking_budget_tokens or 0,
+            step=input.step,
+        )
+
+    @staticmethod
+    def _attempt(chat_id: uuid.UUID, input: StreamStepInput) -> AttemptKey:
+        """This try of the step: the workflow's attempt and Temporal's, which together
+        name each request sent."""
+        return AttemptKey(
+            chat_id=chat_id,
+            turn_id=input.turn_id,
+            step_key=stored_key(input.turn_id, StepKey.assistant(input.step)),
+            attempt=f"{input.attempt}.{activity.info().attempt}",
+        )
 
     async def _persist_interrupted(
         self,
@@ -449,7 +546,7 @@ async def _with_silence_limits(
         limit, kind = timeouts.stall_s, "timeout"
 
 
-async def _completed_despite_cancel(work: Awaitable[StreamStepResult]) -> StreamStepResult:
+async def _completed_despite_cancel(work: Awaitable[T]) -> T:
     """Finish `work` even if the activity is cancelled meanwhile: its result stands."""
     task = asyncio.ensure_future(work)
     try:

@@ -169,7 +169,7 @@ class TurnActivities:
     async def _set_status(self, input: SetStatusInput) -> None:
         chat_id = uuid.UUID(input.chat_id)
         pending: list[dict[str, Any]] | None = None
-        if input.status == "requires_action":
+        if input.status == "requires_action" and input.pending_budget is None:
             step = await self._transcript.find(
                 chat_id, input.turn_id, StepKey.assistant(input.step)
             )
@@ -189,6 +189,7 @@ class TurnActivities:
             input.status,
             pending_tool_calls=pending,
             action_expires_at=input.expires_at,
+            pending_budget=input.pending_budget,
         )
 
     @activity.defn(name="publish_retry")

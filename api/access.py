@@ -106,4 +106,5 @@ async def chat_out(request: Request, chat: ChatRecord) -> ChatOut:
     """The API view of a chat, with its queue and its subagents' usage."""
     state = state_of(request)
     queued = await state.transcript.queued(chat.id)
-    return ChatOut.of(chat, queued, await state.chats.children_usage(chat.id))
+    children = await state.chats.children_usage(chat.id)
+    return ChatOut.of(chat, queued, children, await state.spend.chat_cost(chat.id))

@@ -26,6 +26,7 @@ from api.open_responses.model_names import model_aliases
 from api.openapi import openapi_document
 from api.routes import (
     approvals,
+    budget,
     chats,
     children,
     forks,
@@ -38,6 +39,7 @@ from api.routes import (
 )
 from api.state import GatewayState
 from chatd.mcp.config import CONFIG_ENV, load_mcp_server_names
+from chatd.prices import Prices, load_prices
 from chatd.settings import TemporalSettings, console_enabled, temporal_ui_url
 from chatd.store.db import connect_pool
 from chatd.store.events import NOTIFY_CHANNEL
@@ -68,6 +70,9 @@ class GatewayConfig:
     """Serve the browser console at `/console` (`CHATD_CONSOLE`; on in `chatd dev`)."""
     temporal_ui_url: str | None = field(default_factory=temporal_ui_url)
     """The Temporal UI the console links turns to (`CHATD_TEMPORAL_UI_URL`)."""
+    prices: Prices = field(default_factory=load_prices)
+    """What models cost (`CHATD_PRICES`, as the workers are set up): a bad file stops the
+    start."""
 
 
 def create_app(config: GatewayConfig) -> FastAPI:
@@ -90,6 +95,7 @@ def create_app(config: GatewayConfig) -> FastAPI:
             generate_titles=config.generate_titles,
             mcp_servers=frozenset(config.mcp_servers),
             model_aliases=aliases,
+            prices=config.prices,
         )
         try:
             async with watch.listening(app, config.database_url):
@@ -115,7 +121,18 @@ def create_app(config: GatewayConfig) -> FastAPI:
     install_key_gate(app, API_PREFIX)  # after instrumenting: refusals by key cost no span
     install_key_gate(app, OPENAI_PREFIX)
     app.include_router(health.router)
-    routers = (chats, children, forks, approvals, messages, stream, turn_control, watch, webhooks)
+    routers = (
+        chats,
+        children,
+        forks,
+        approvals,
+        budget,
+        messages,
+        stream,
+        turn_control,
+        watch,
+        webhooks,
+    )
     for module in routers:
         app.include_router(module.router, prefix=API_PREFIX, responses=ERROR_RESPONSES)
     app.include_router(open_responses.router, responses=OPENAI_ERROR_RESPONSES)

@@ -26,6 +26,7 @@ from api.user_parts import (
     refuse_foreign_parts,
     text_bytes,
 )
+from chatd.budgets import PendingBudget
 from chatd.chat_status import ChatStatus
 from chatd.models import ModelConfig, ModelError, WebSearchConfig
 from chatd.output_format import OutputFormat
@@ -38,6 +39,7 @@ from chatd.tools.names import client_tool_name
 from workflows.payloads import SubmittedToolResult, ToolApproval
 
 __all__ = [
+    "BudgetDecision",
     "ChatChildren",
     "ChatList",
     "ChatOut",
@@ -166,11 +168,18 @@ class EditMessage(_Strict):
         return [UserTextPart(type="text", text=self.content)] if self.content else []
 
 
+MAX_BUDGET_USD = 1_000_000.0
+"""The largest budget the API takes: far above any real one, below float trouble."""
+
+
 class SendMessage(EditMessage):
     """A user message: `content` text, or `parts` (text and files)."""
 
     client_message_id: str | None = Field(default=None, min_length=1, max_length=200)
     on_busy: Literal["enqueue", "interrupt", "reject"] = "enqueue"
+    max_cost_usd: float | None = Field(default=None, gt=0, le=MAX_BUDGET_USD)
+    """What the turn this message starts may spend, its subagents' steps included; the
+    turn pauses (`pending_budget`) rather than go over."""
 
 
 class CreateChat(_Strict):
@@ -200,6 +209,9 @@ class CreateChat(_Strict):
         default_factory=list, max_length=3
     )
     """Models to fall back on, in order, when a step's model stays down."""
+    budget_usd: float | None = Field(default=None, ge=0, le=MAX_BUDGET_USD)
+    """What the chat and its subagents may spend, in all; a turn pauses
+    (`pending_budget`) rather than go over."""
     message: SendMessage | None = None
 
 
@@ -221,17 +233,33 @@ class ChatSettings(_Strict):
 
     title: str | SkipJsonSchema[None] = Field(default=None, min_length=1, max_length=200)
     tool_policy: ToolPolicy | SkipJsonSchema[None] = None
+    budget_usd: float | None = Field(default=None, ge=0, le=MAX_BUDGET_USD)
+    """The chat's budget; null removes it."""
 
     @model_validator(mode="before")
     @classmethod
     def _changes_something(cls, data: Any) -> Any:
         if isinstance(data, dict):
             if not data:
-                raise ValueError("give `title` or `tool_policy`")
-            nulls = [name for name, value in data.items() if value is None]
+                raise ValueError("give `title`, `tool_policy` or `budget_usd`")
+            nulls = [n for n, value in data.items() if value is None and n != "budget_usd"]
             if nulls:
                 raise ValueError(f"{nulls[0]} can't be null: leave it out to keep it")
         return data
+
+
+class BudgetDecision(_Strict):
+    """Body of `POST /chats/{id}/budget`: raise the budget the turn is paused on by
+    `add_usd`, or end the turn (`decision: stop`), its work so far kept."""
+
+    add_usd: float | None = Field(default=None, gt=0, le=MAX_BUDGET_USD)
+    decision: Literal["stop"] | None = None
+
+    @model_validator(mode="after")
+    def _one_of(self) -> BudgetDecision:
+        if (self.add_usd is None) == (self.decision is None):
+            raise ValueError('give `add_usd` or `"decision": "stop"`, one of them')
+        return self
 
 
 class StrictToolApproval(ToolApproval):
@@ -317,17 +345,29 @@ class ChatOut(BaseModel):
     fallback_models: list[ModelConfig]
     queued_messages: list[QueuedOut]
     usage: ChatUsage
+    budget_usd: float | None = None
+    """What the chat and its subagents may spend, in all (null: no budget)."""
+    cost_usd: float = 0.0
+    """What the chat and its subagents cost so far, at the deployment's prices."""
+    pending_budget: PendingBudget | None = None
+    """Set while the turn is paused on a budget (`requires_action`): raise it or stop with
+    `POST /chats/{id}/budget`."""
     created_at: datetime
     updated_at: datetime
 
     @classmethod
     def of(
-        cls, chat: ChatRecord, queued: list[QueuedMessage], children_usage: Usage | None = None
+        cls,
+        chat: ChatRecord,
+        queued: list[QueuedMessage],
+        children_usage: Usage | None = None,
+        cost_usd: float = 0.0,
     ) -> ChatOut:
-        """From the stored chat, its queue and its subagents' usage."""
+        """From the stored chat, its queue, its subagents' usage and its cost."""
         data = chat.model_dump()
         data["queued_messages"] = [QueuedOut.of(q) for q in queued]
         data["usage"]["children"] = children_usage
+        data["cost_usd"] = cost_usd
         return cls.model_validate(data)
 
 

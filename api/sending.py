@@ -20,6 +20,7 @@ from temporalio.client import Client, WorkflowUpdateRPCTimeoutOrCancelledError
 from temporalio.service import RPCError, RPCStatusCode
 
 from api.background import in_background
+from api.budgets import refuse_unpriced
 from api.errors import ApiError
 from api.hand_overs import HandOvers
 from api.idempotency import check_same_request, request_digest
@@ -202,12 +203,14 @@ async def store_message(
             return earlier, False
     if body.on_busy == "reject" and chat.status in BUSY:
         raise ApiError(409, "chat_busy", "a turn is running", {"status": chat.status})
+    if body.max_cost_usd is not None:
+        refuse_unpriced(state.prices, chat, "max_cost_usd")
     if not admitted:  # before storing: a refused message leaves no trace
         await state.message_gate.admit(chat)
     if body.on_busy == "interrupt" and chat.status in BUSY:
         await interrupt_turn(state.temporal, state.turns, chat)
     queued, created = await state.transcript.enqueue(
-        chat.id, body.user_parts(), client_id, digest, conn=conn
+        chat.id, body.user_parts(), client_id, digest, conn=conn, max_cost_usd=body.max_cost_usd
     )
     if not created:  # a concurrent send with the same key stored it first
         check_same_request(queued.request_digest, digest)

@@ -17,12 +17,14 @@ from api.shutdown import GatewayShutdown
 from api.stream_reads import SharedReads
 from chatd.codec import KEYS_ENV, CodecKeys
 from chatd.models import ModelConfig
+from chatd.prices import Prices, load_prices
 from chatd.store.chats import ChatStore
 from chatd.store.events import EventLog
 from chatd.store.keys import KeyStore
 from chatd.store.listen_hub import ListenHub
 from chatd.store.quotas import QuotaStore
 from chatd.store.responses import ResponseStore
+from chatd.store.spend import SpendStore
 from chatd.store.tool_decisions import ToolDecisionStore
 from chatd.store.transcript import TranscriptStore
 from chatd.store.turns import TurnStore
@@ -48,6 +50,8 @@ class GatewayState:
     """The operator's names for models (`CHATD_MODEL_ALIASES`), for Open Responses' `model`."""
     shutdown: GatewayShutdown = field(default_factory=GatewayShutdown)
     """Started when the server stops: streams end then (`api.shutdown`)."""
+    prices: Prices = field(default_factory=load_prices)
+    """What models cost (`CHATD_PRICES`): a budget is refused on a model with no price."""
 
     def __post_init__(self) -> None:
         self.chats = ChatStore(self.pool)
@@ -65,6 +69,7 @@ class GatewayState:
         self.hand_overs = HandOvers()
         self.stream_slots = StreamSlots(quotas, limits)
         self.responses = ResponseStore(self.pool)
+        self.spend = SpendStore(self.pool)
         self._seal: CompactionSeal | None = None
 
     async def compaction_seal(self) -> CompactionSeal:

@@ -167,4 +167,7 @@ async def run_limits(database_url: str, args: argparse.Namespace) -> None:
             print(f"{name:22} {shown:>12}  ({source})")
         if args.owner != DEFAULTS_OWNER:
             usage = await quotas.usage_today(args.owner)
-            print(f"today: {usage.input_tokens} input and {usage.output_tokens} output tokens")
+            print(
+                f"today: {usage.input_tokens} input and {usage.output_tokens} output tokens,"
+                f" ${usage.cost_usd:.4f}"
+            )

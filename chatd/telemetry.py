@@ -27,6 +27,7 @@ class Metrics:
     steps: Counter
     time_to_first_token: Histogram
     tokens: Counter
+    cost_usd: Counter
     tool_calls: Counter
     tool_errors: Counter
     retries: Counter
@@ -45,6 +46,11 @@ class Metrics:
                 "chatd.time_to_first_token", unit="ms", description="request to first delta"
             ),
             tokens=meter.create_counter("chatd.tokens", description="tokens by kind"),
+            cost_usd=meter.create_counter(
+                "chatd.cost_usd",
+                unit="USD",
+                description="what model steps cost at the price table, by model and owner",
+            ),
             tool_calls=meter.create_counter("chatd.tool_calls", description="tool calls by tool"),
             tool_errors=meter.create_counter(
                 "chatd.tool_errors", description="tool calls that produced an error result"

@@ -29,11 +29,13 @@ from activities.agents import AgentActivities
 from activities.approvals import ApprovalActivities
 from activities.compaction import CompactionActivities
 from activities.model_step import ModelStepActivities, StreamTimeouts
+from activities.spend import SpendActivities
 from activities.tools import ToolActivities
 from activities.turn import TurnActivities, TurnLifecycleWrites
 from activities.webhooks import WebhookActivities
 from chatd.heap import freeze_startup_objects
 from chatd.mcp.config import McpConfig, mcp_config_from_env
+from chatd.prices import Prices, load_prices
 from chatd.providers import import_sdks
 from chatd.reconciler import Reconciler
 from chatd.retention import Retention, RetentionSettings
@@ -98,6 +100,8 @@ class WorkerConfig:
     subagents: SubagentSettings = field(default_factory=SubagentSettings.from_env)
     webhooks: WebhookSettings = field(default_factory=WebhookSettings.from_env)
     """How webhooks are delivered (`CHATD_WEBHOOK_*`)."""
+    prices: Prices = field(default_factory=load_prices)
+    """What each model's tokens cost: the shipped table and `CHATD_PRICES`."""
 
 
 def _mcp_clients(config: McpConfig) -> McpClients | None:
@@ -140,11 +144,13 @@ def build_worker(
         config.providers,
         edges,
         config.stream_timeouts,
+        prices=config.prices,
         delta_pool=delta_pool,
         interrupts=interrupts,
     )
     tools = ToolActivities(pool, catalog, config.workspace_root)
     approvals = ApprovalActivities(pool, catalog)
+    spend = SpendActivities(pool)
     agents = AgentActivities(pool, client)
     turn = TurnActivities(pool, edges)
     compaction = CompactionActivities(
@@ -161,6 +167,7 @@ def build_worker(
             tools.record_tool_results,
             tools.stage_tool_results,
             approvals.stage_tool_decisions,
+            spend.decide_budget,
             agents.check_agents,
             agents.interrupt_children,
             turn.begin_turn,

@@ -20,6 +20,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.agents import AgentActivities
     from activities.approvals import ApprovalActivities
     from activities.compaction import CompactionActivities
+    from activities.spend import SpendActivities
     from activities.tools import ToolActivities
     from activities.turn import TurnActivities
     from chatd.models import ModelError
@@ -55,6 +56,8 @@ with workflow.unsafe.imports_passed_through():
     from workflows.generation import Generation
     from workflows.payloads import (
         BeginTurnResult,
+        BudgetDecisionInput,
+        BudgetDecisionResult,
         ChatTurnInput,
         ChildFinished,
         CompactInput,
@@ -202,6 +205,30 @@ class ChatTurn:
     def _validate_tool_approvals(self, input: SubmitToolApprovalsInput) -> None:
         self._controls.validate_approvals(input)
 
+    @workflow.update(name=TurnMessages.DECIDE_BUDGET)
+    async def decide_budget(self, input: BudgetDecisionInput) -> BudgetDecisionResult:
+        """Accept a person's decision on the budget the turn is paused on (the first one
+        wins): raise it, and the step is sent again; or stop, and the turn ends."""
+        wait = self._controls.budget
+        wait.decision = input
+        await workflow.execute_local_activity_method(
+            SpendActivities.decide_budget,
+            input.model_copy(
+                update={
+                    "chat_id": self._chat_id,
+                    "turn_id": self._turn_id or "",
+                    "pending": wait.pending,
+                }
+            ),
+            start_to_close_timeout=LOCAL_TIMEOUT,
+        )
+        wait.staged = True
+        return BudgetDecisionResult()
+
+    @decide_budget.validator
+    def _validate_budget(self, input: BudgetDecisionInput) -> None:
+        self._controls.validate_budget(input)
+
     @workflow.signal(name=TurnMessages.CHILD_FINISHED)
     def child_finished(self, input: ChildFinished) -> None:
         """A subagent's turn ended: a `wait_agent` in progress looks at its children again."""
@@ -224,6 +251,7 @@ class ChatTurn:
             queued_messages=list(self._queue),
             pending_tool_calls=list(self._controls.pending),
             retry=self._generation.retry,
+            pending_budget=self._controls.budget.pending,
         )
 
     @workflow.run

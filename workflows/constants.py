@@ -33,6 +33,7 @@ class TurnMessages:
     QUEUE_MESSAGE = "queue_message"
     SUBMIT_TOOL_RESULTS = "submit_tool_results"
     SUBMIT_TOOL_APPROVALS = "submit_tool_approvals"
+    DECIDE_BUDGET = "decide_budget"
     CHILD_FINISHED = "child_finished"
     INTERRUPT = "interrupt"
 

@@ -12,6 +12,8 @@ from temporalio.workflow import ActivityHandle
 
 from workflows.constants import CHAT_STATUS
 from workflows.payloads import (
+    BudgetDecisionInput,
+    PendingBudget,
     SubmitToolApprovalsInput,
     SubmitToolResultsInput,
     ToolApproval,
@@ -19,11 +21,14 @@ from workflows.payloads import (
 )
 
 __all__ = [
+    "INVALID_BUDGET_DECISION",
     "INVALID_TOOL_APPROVALS",
     "INVALID_TOOL_RESULTS",
+    "NOT_AWAITING_BUDGET",
     "NOT_AWAITING_TOOL_APPROVALS",
     "NOT_AWAITING_TOOL_RESULTS",
     "Answers",
+    "BudgetWait",
     "TurnControls",
 ]
 
@@ -38,6 +43,24 @@ NOT_AWAITING_TOOL_APPROVALS = "NotAwaitingToolApprovals"
 INVALID_TOOL_APPROVALS = "InvalidToolApprovals"
 """Update rejection type: missing, unknown or duplicate ids, or arguments that don't fit
 (HTTP 400)."""
+
+
+INVALID_BUDGET_DECISION = "InvalidBudgetDecision"
+"""Update rejection type: neither or both of a raise and a stop (HTTP 400)."""
+NOT_AWAITING_BUDGET = "NotAwaitingBudget"
+"""Update rejection type: the turn is not paused on a budget, or its pause was decided
+(HTTP 409)."""
+
+
+@dataclass
+class BudgetWait:
+    """A turn paused on a budget, and the one decision accepted for it."""
+
+    pending: PendingBudget | None = None
+    decision: BudgetDecisionInput | None = None
+    """Accepted (the first one wins)."""
+    staged: bool = False
+    """The accepted decision is persisted (and a raise applied)."""
 
 
 @dataclass
@@ -85,6 +108,8 @@ class TurnControls:
     expires_at: datetime | None = None
     children_finished: int = 0
     """How many `child_finished` signals arrived: a subagent wait wakes when it changes."""
+    budget: BudgetWait = field(default_factory=BudgetWait)
+    """The budget a paused turn waits on (empty unless paused)."""
 
     @property
     def pending(self) -> list[ToolCallRef]:
@@ -130,6 +155,17 @@ class TurnControls:
         self.approvals = Answers()
         self.client = Answers()
         self.expires_at = None
+
+    def validate_budget(self, decision: BudgetDecisionInput) -> None:
+        """Reject a decision unless the turn is paused on a budget and none came first; a
+        decision is a raise (`add_usd`) or a stop, not both."""
+        if self.budget.pending is None or self.budget.decision is not None:
+            raise ApplicationError("the turn is not paused on a budget", type=NOT_AWAITING_BUDGET)
+        if decision.stop == (decision.add_usd is not None):
+            raise ApplicationError(
+                "a budget decision is `add_usd` or `decision: stop`, one of them",
+                type=INVALID_BUDGET_DECISION,
+            )
 
     def validate_results(self, submission: SubmitToolResultsInput) -> None:
         """Reject client results unless they answer exactly the pending client calls, first."""

@@ -28,6 +28,7 @@ __all__ = [
     "Interrupted",
     "Move",
     "Outcome",
+    "OverBudget",
     "RunTools",
     "StepOutcome",
     "Streamed",
@@ -122,7 +123,13 @@ class Interrupted:
     """An interrupt stopped the step; whatever it produced is persisted."""
 
 
-StepOutcome = Streamed | Failed | Interrupted
+@dataclass(frozen=True)
+class OverBudget:
+    """A budget couldn't pay for the step, and no one raised it: the turn ends, its work
+    so far kept."""
+
+
+StepOutcome = Streamed | Failed | Interrupted | OverBudget
 """How a model step (with its workflow-timer retries) ended."""
 
 ToolsOutcome = Literal["continue", "stop", "interrupted", "expired"]
@@ -151,7 +158,7 @@ Outcome = StepOutcome | ToolsDone | Compacted
 def next_move(turn: TurnProgress, last: Outcome) -> Move:
     """What the turn does after `last`: the whole turn's control flow, in one place."""
     match last:
-        case Interrupted():
+        case Interrupted() | OverBudget():
             return Finish()
         case Failed(error=error):
             if error.kind == "context_exceeded" and _may_compact(turn, overflow=True):

@@ -16,9 +16,10 @@ with workflow.unsafe.imports_passed_through():
     from activities.model_step import ModelStepActivities
     from activities.turn import TurnActivities
     from chatd.models import ModelError
+    from workflows.budget_wait import await_budget
     from workflows.constants import LOCAL_TIMEOUT, MODEL_ERROR_TYPE
     from workflows.controls import TurnControls
-    from workflows.decide import Failed, Interrupted, StepOutcome, Streamed
+    from workflows.decide import Failed, Interrupted, OverBudget, StepOutcome, Streamed
     from workflows.fallback import (
         FALLBACK_DELAY,
         fallback_model,
@@ -47,6 +48,8 @@ __all__ = ["Generation"]
 
 _MODEL_RETRY = retry_policy(non_retryable=[MODEL_ERROR_TYPE])
 """Classified provider errors are the workflow's to retry, with its timers."""
+_BUDGET_WAIT_S = 86_400
+"""How long a paused turn with no plan yet waits for a decision (a plan brings its own)."""
 _LEAST_TIME = timedelta(seconds=1)
 """An attempt's least time, however little of the deadline is left (the step decides)."""
 _STREAM_HEARTBEAT_TIMEOUT = timedelta(seconds=4)
@@ -117,7 +120,12 @@ class Generation:
                 error = activity_error(err, "the model step")
             else:
                 self.retry = None
-                return Streamed(result)  # interrupted or not: its partial step is persisted
+                if result.pending_budget is None:
+                    return Streamed(result)  # interrupted or not: its partial step is persisted
+                ended, plan = await self._pause(turn_id, result, plan)
+                if ended is not None:
+                    return ended
+                continue  # nothing was sent: the same attempt, now within the budget
             if self._controls.interrupted:
                 break
             if plan is None and (plan := (await self.begin(turn_id)).plan) is None:
@@ -146,6 +154,22 @@ class Generation:
             attempt, on_model = attempt + 1, on_model + 1
         self.retry = None
         return Interrupted()
+
+    async def _pause(
+        self, turn_id: str, result: StreamStepResult, plan: TurnPlan | None
+    ) -> tuple[StepOutcome | None, TurnPlan | None]:
+        """Wait on the budget the step couldn't be paid from: None once it is raised (with
+        the turn's plan: a first step begins the turn, paused or not), else how the step
+        ends."""
+        assert result.pending_budget is not None
+        if plan is None:
+            self.began = result.began
+            plan = result.began.plan if result.began is not None else None
+        wait = timedelta(seconds=plan.action_timeout_s if plan else _BUDGET_WAIT_S)
+        pending = result.pending_budget
+        if await await_budget(self._chat_id, turn_id, pending, self._controls, wait):
+            return None, plan
+        return (Interrupted() if self._controls.interrupted else OverBudget()), plan
 
     async def begin(self, turn_id: str) -> BeginTurnResult:
         """Begin the turn (idempotent): for a first step that failed or never ran."""

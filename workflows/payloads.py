@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from chatd.budgets import PendingBudget
 from chatd.chat_status import BusyStatus
 from chatd.models import ModelConfig, ModelError
 from chatd.parts import Message, Usage
@@ -20,6 +21,8 @@ __all__ = [
     "AgentsChecked",
     "BeginTurnInput",
     "BeginTurnResult",
+    "BudgetDecisionInput",
+    "BudgetDecisionResult",
     "ChatTurnInput",
     "CheckAgentsInput",
     "ChildFinished",
@@ -29,6 +32,7 @@ __all__ = [
     "ExecuteToolResult",
     "FinishTurnInput",
     "InterruptChildrenInput",
+    "PendingBudget",
     "PlannedModel",
     "PublishRetryInput",
     "RecordToolResultsInput",
@@ -213,6 +217,8 @@ class StreamStepResult(_Payload):
     format_note_saved: bool = False
     """With `format_error`: a message asking the model to answer again was saved after the
     step (its first misfit this turn), so the next step is the corrective one."""
+    pending_budget: PendingBudget | None = None
+    """The step was not sent: a budget can't pay for it (the turn pauses)."""
 
 
 class ExecuteToolInput(_Payload):
@@ -337,6 +343,27 @@ class SetStatusInput(_Payload):
     step: int = 0
     pending: list[ToolCallRef] = []
     expires_at: datetime | None = None
+    pending_budget: PendingBudget | None = None
+    """requires_action for a budget, not for calls."""
+
+
+class BudgetDecisionInput(_Payload):
+    """Update `decide_budget`: raise the budget a paused turn waits on, or end the turn."""
+
+    add_usd: float | None = Field(default=None, gt=0, le=1_000_000)
+    stop: bool = False
+    key_id: str | None = None
+    """The API key that decided (set by the gateway only)."""
+    chat_id: str = ""
+    turn_id: str = ""
+    pending: PendingBudget | None = None
+    """Filled in by the workflow: the pause decided on."""
+
+
+class BudgetDecisionResult(_Payload):
+    """The decision was accepted and persisted."""
+
+    accepted: bool = True
 
 
 class ChildFinished(_Payload):
@@ -410,6 +437,7 @@ class TurnState(_Payload):
     queued_messages: list[str] = Field(default_factory=list)
     pending_tool_calls: list[ToolCallRef] = Field(default_factory=list)
     retry: RetryState | None = None
+    pending_budget: PendingBudget | None = None
 
 
 class CompactInput(_Payload):

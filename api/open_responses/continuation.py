@@ -58,7 +58,16 @@ async def chat_to_continue(
 
 
 def refuse_unless_turn_can_begin(chat: ChatRecord | None, parsed: ParsedInput) -> None:
-    """A 400 for answers nothing waits on, a 409 while the continued chat's turn runs."""
+    """A 400 for no input or answers nothing waits on, a 409 while the continued chat's turn
+    runs."""
+    if parsed.message is None and not (parsed.results or parsed.outputs or parsed.approvals):
+        raise ApiError(
+            400,
+            "invalid_request",
+            "input: give at least one item (an empty input only carries on a turn paused on"
+            " its budget)",
+            {"param": "input"},
+        )
     if parsed.message is None and not parsed.results:
         raise ApiError(
             400,

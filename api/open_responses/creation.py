@@ -17,7 +17,9 @@ from functools import partial
 
 from starlette.requests import HTTPConnection
 
+from api.budgets import refuse_unpriced_models
 from api.idempotency import check_same_request, request_digest
+from api.open_responses.budget_resume import resume_on_budget
 from api.open_responses.call_answers import answer_calls
 from api.open_responses.chat_setup import NewChat, new_chat, reconfigured, save_history
 from api.open_responses.continuation import (
@@ -134,6 +136,10 @@ async def _created(
         request_digest=asked.digest,
         store=body.store,
     )
+    if chat is not None and chat.pending_budget is not None:
+        on_chat(chat.id)
+        cap = body.chatd_max_cost_usd
+        return await resume_on_budget(request, asked.key, chat, parsed, base, cap)
     if chat is not None and chat.status == "requires_action":
         on_chat(chat.id)
         return await answer_calls(request, asked.key, chat, parsed, base)
@@ -156,6 +162,12 @@ async def _send_message(
     model = resolve_model(body.model, state.model_aliases)
     system = [*(matched.system if matched else []), *parsed.system]
     settings = turn_settings_of(body, model, system)
+    cap = body.chatd_max_cost_usd
+    if cap is not None:
+        refuse_unpriced_models(state.prices, [settings.model], "chatd:max_cost_usd")
+    message = parsed.message
+    if message is not None and cap is not None:
+        message = message.model_copy(update={"max_cost_usd": cap})
     with contextlib.ExitStack() as sending:
         # One commit for the chat (when new), the message, its history and the response's
         # row; a message refused (past the quotas) leaves none of them.
@@ -167,13 +179,18 @@ async def _send_message(
             else:
                 chat = await reconfigured(state, chat, settings)
             sending.enter_context(state.chat_sends.slot(chat.id))
-            if parsed.message is not None:
+            if message is not None:
                 queued, created = await store_message(
-                    request, chat, parsed.message, idempotency_key, admitted=admitted, conn=conn
+                    request, chat, message, idempotency_key, admitted=admitted, conn=conn
                 )
             else:  # the turn begins with the client's function results, in a new chat
                 queued, created = await state.transcript.enqueue(
-                    chat.id, list(parsed.results), idempotency_key, asked.digest, conn=conn
+                    chat.id,
+                    list(parsed.results),
+                    idempotency_key,
+                    asked.digest,
+                    conn=conn,
+                    max_cost_usd=cap,
                 )
             await save_history(state, conn, chat.id, base.id, parsed.history if created else [])
             answered = [r.tool_call_id for r in parsed.results]

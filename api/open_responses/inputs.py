@@ -114,6 +114,8 @@ def parse_input(raw: str | list[dict[str, Any]], response_hex: str, unseal: Unse
         parsed.restated = first_answer > 0
         parsed.copy = items[:first_answer]
         return parsed
+    if not items:
+        return parsed  # nothing new: only a turn paused on its budget takes it
     last = items[-1]
     if not (isinstance(last, MessageItem) and last.role == "user"):
         raise _refusal(

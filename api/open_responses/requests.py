@@ -516,9 +516,10 @@ class CreateResponse(BaseModel):
     model: str = Field(min_length=1, max_length=200)
     input: (
         Annotated[str, Field(min_length=1)]
-        | Annotated[list[dict[str, Any]], Field(min_length=1, max_length=1000)]
+        | Annotated[list[dict[str, Any]], Field(max_length=1000)]
     )
-    """Checked item by item in `api.open_responses.inputs` (so an error names the item)."""
+    """Checked item by item in `api.open_responses.inputs` (so an error names the item).
+    Empty only to carry on a turn paused on its budget (`chatd:max_cost_usd`)."""
     instructions: str | None = Field(default=None, max_length=200_000)
     tools: list[
         Annotated[
@@ -603,6 +604,12 @@ class CreateResponse(BaseModel):
     chatd_fallback_models: list[str] | None = Field(
         default=None, alias="chatd:fallback_models", max_length=8
     )
+    chatd_max_cost_usd: float | None = Field(
+        default=None, alias="chatd:max_cost_usd", gt=0, le=1_000_000
+    )
+    """What the turn may spend (its subagents included): it pauses, the response ending
+    `incomplete` (reason `budget`), rather than go over; a continuation with a higher one
+    carries on the same turn."""
     chatd_events: bool = Field(default=False, alias="chatd:events")
     """Stream `chatd:` events too (`chatd:retry`, `chatd:queue`, `chatd:reset`): off by
     default, as clients that validate every event against the spec refuse unknown ones."""

@@ -30,6 +30,7 @@ __all__ = [
     "approval_request_item",
     "awaits_approval",
     "build_resource",
+    "cost_of",
     "function_call_item",
     "is_web_search",
     "output_format_of",
@@ -334,11 +335,25 @@ def response_status(
         return "cancelled", None
     if record.ended_status == "error":
         return "failed", None
+    if record.ended_status == "budget":
+        return "incomplete", {"reason": "budget"}
     limit = record.request.get("max_output_tokens")
     last = next((m for m in reversed(messages) if m.role == "assistant"), None)
     if limit and last and last.usage and last.usage.output_tokens >= limit:
         return "incomplete", {"reason": "max_output_tokens"}
     return "completed", None
+
+
+def cost_of(messages: list[StoredMessage]) -> dict[str, Any] | None:
+    """What the response's model steps cost (`chatd:cost`): USD, and whether any of it is
+    an estimate; None when none of them was priced."""
+    priced = [m for m in messages if m.cost_usd is not None]
+    if not priced:
+        return None
+    return {
+        "usd": sum(m.cost_usd or 0.0 for m in priced),
+        "estimated": any(m.cost_estimated for m in priced),
+    }
 
 
 def _text_field(text: dict[str, Any] | None) -> dict[str, Any]:
@@ -364,10 +379,13 @@ def build_resource(
     output: list[dict[str, Any]],
     usage: dict[str, Any] | None,
     incomplete: dict[str, Any] | None = None,
+    cost: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The Response object; `status` decides `completed_at`, `error` and what else shows."""
+    """The Response object; `status` decides `completed_at`, `error` and what else shows.
+    `cost` (what the response's steps cost) shows as `chatd:cost` beside `usage`."""
     request = record.request
     ended = status in ("completed", "failed", "cancelled", "incomplete")
+    extension = {} if cost is None else {"chatd:cost": cost}
     return {
         "id": record.id,
         "object": "response",
@@ -394,6 +412,7 @@ def build_resource(
         ),
         "reasoning": request.get("reasoning"),
         "usage": usage,
+        **extension,
         "max_output_tokens": request.get("max_output_tokens"),
         "max_tool_calls": None,
         "store": record.store,

@@ -16,6 +16,7 @@ from api.open_responses.events import TERMINAL_EVENTS, ResponseEvents
 from api.open_responses.resource import (
     ReasoningShown,
     build_resource,
+    cost_of,
     output_format_of,
     output_items,
     reasoning_shown,
@@ -52,6 +53,7 @@ async def current_resource(state: GatewayState, record: ResponseRecord) -> dict[
         output=output_items(record, messages, client_tools(record), reasoning),
         usage=usage_of(messages) if ended else None,
         incomplete=incomplete,
+        cost=cost_of(messages) if ended else None,
     )
 
 

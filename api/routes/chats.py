@@ -11,6 +11,7 @@ from pydantic import BaseModel
 
 from api.access import OwnedChat, OwnedChatView, Owner, chat_out, load_chat, owned_chats
 from api.auth import BearerKey
+from api.budgets import refuse_unpriced, refuse_unpriced_models
 from api.errors import ApiError, ErrorBody
 from api.idempotency import check_same_request, request_digest
 from api.schemas import ChatList, ChatOut, ChatSettings, CreateChat
@@ -47,6 +48,9 @@ async def create_chat(
             f"unknown MCP servers {unknown}: a chat selects servers the operator configured",
             {"known": sorted(state.mcp_servers)},
         )
+    if body.budget_usd is not None or (body.message and body.message.max_cost_usd is not None):
+        field = "budget_usd" if body.budget_usd is not None else "message.max_cost_usd"
+        refuse_unpriced_models(state.prices, [body.model, *body.fallback_models], field)
     chat_id = None
     if idempotency_key is not None:
         creation = await ChatCreations(state.pool).claim(
@@ -73,6 +77,7 @@ async def create_chat(
         subagents=body.subagents,
         fallback_models=body.fallback_models,
         chat_id=chat_id,
+        budget_usd=body.budget_usd,
     )
     if body.message is not None:
         # Under a key of its own: a retried create hands the same first message over again.
@@ -139,11 +144,19 @@ def _prepared(body: BaseModel) -> Response:
 
 @router.patch("/{chat_id}", response_model=ChatOut)
 async def change_chat(chat: OwnedChat, body: ChatSettings, request: Request) -> ChatOut:
-    """Change the chat's title or tool policy; a running turn uses the new policy from its
-    next step."""
+    """Change the chat's title, tool policy or budget; a running turn uses the new policy
+    and budget from its next step."""
     state = state_of(request)
+    set_budget = "budget_usd" in body.model_fields_set
+    if body.budget_usd is not None:
+        refuse_unpriced(state.prices, chat, "budget_usd")
     changed = await state.chats.update_settings(
-        chat.id, chat.owner, title=body.title, tool_policy=body.tool_policy
+        chat.id,
+        chat.owner,
+        title=body.title,
+        tool_policy=body.tool_policy,
+        set_budget=set_budget,
+        budget_usd=body.budget_usd,
     )
     if changed is None:
         raise ApiError(404, "chat_not_found", f"chat {chat.id} not found")

@@ -23,6 +23,7 @@ from chatd.store.chats import (
     ChatSummary,
 )
 from chatd.store.pages import Page
+from chatd.store.spend import CHAT_COST
 
 __all__ = ["ChatReads"]
 
@@ -34,7 +35,8 @@ View = TypeVar("View", bound=BaseModel)
 _CHAT_WITH_QUEUE = f"""
 SELECT k.owner AS key_owner, c.*,
        q.ids AS queued_ids, q.parts AS queued_parts, q.created_at AS queued_created_at,
-       ({DESCENDANTS_USAGE.format(chat="c.id")}) AS children_usage
+       ({DESCENDANTS_USAGE.format(chat="c.id")}) AS children_usage,
+       {CHAT_COST.format(chat="c.id")} AS cost_usd
 FROM api_keys k
 LEFT JOIN chats c ON c.id = $1 AND c.owner = k.owner AND c.discard_at IS NULL
 LEFT JOIN LATERAL (

@@ -10,6 +10,7 @@ from typing import Any
 import asyncpg
 from pydantic import BaseModel, Field
 
+from chatd.budgets import PendingBudget
 from chatd.chat_status import ChatStatus
 from chatd.models import ModelConfig, ModelError
 from chatd.parts import Usage
@@ -60,6 +61,10 @@ class ChatRecord(BaseModel):
     updated_at: datetime
     turn_id: str | None = None
     """The turn running now: set when it begins, cleared when it ends."""
+    budget_usd: float | None = None
+    """What the chat and its subagents may spend, in all (None: no budget)."""
+    pending_budget: PendingBudget | None = None
+    """Set while the turn is paused on a budget (status requires_action)."""
 
     def model_in_use(self, index: int) -> ModelConfig | None:
         """The model a turn on model `index` calls: the chat's own (0) or its `index`th
@@ -141,6 +146,7 @@ class ChatStore:
         chat_id: uuid.UUID | None = None,
         discard_at: datetime | None = None,
         tool_use: ToolUse | None = None,
+        budget_usd: float | None = None,
         conn: Conn | None = None,
     ) -> ChatRecord:
         """Insert a new chat in `waiting`; with a `chat_id` inserted before (by a create that
@@ -172,6 +178,7 @@ class ChatStore:
             [m.model_dump(exclude_none=True) for m in fallback_models or []],
             discard_at,
             (tool_use or ToolUse()).model_dump(exclude_defaults=True),
+            budget_usd,
         )
         if row is None:
             row = await db.fetchrow("SELECT * FROM chats WHERE id = $1", chat_id)
@@ -211,9 +218,12 @@ class ChatStore:
         *,
         title: str | None = None,
         tool_policy: Mapping[str, PolicyDecision] | None = None,
+        set_budget: bool = False,
+        budget_usd: float | None = None,
     ) -> ChatRecord | None:
-        """Change the given settings of the owner's chat (a title set here is the user's);
-        None if the chat doesn't exist or is another owner's.
+        """Change the given settings of the owner's chat (a title set here is the user's;
+        with `set_budget`, the budget becomes `budget_usd`, None removing it); None if the
+        chat doesn't exist or is another owner's.
 
         The changed fields are published as a `chat` event, as a generated title is, so
         streams see them. With nothing to change, the chat as it is.
@@ -223,6 +233,8 @@ class ChatStore:
             changes["title"] = title
         if tool_policy is not None:
             changes["tool_policy"] = dict(tool_policy)
+        if set_budget:
+            changes["budget_usd"] = budget_usd
         if not changes:
             return await self.get(chat_id, owner)
         async with self._pool.acquire() as conn, conn.transaction():
@@ -231,12 +243,15 @@ class ChatStore:
                           title_source = CASE WHEN $3::text IS NULL THEN title_source
                                               ELSE 'user' END,
                           tool_policy = coalesce($4::jsonb, tool_policy),
+                          budget_usd = CASE WHEN $5 THEN $6 ELSE budget_usd END,
                           updated_at = now()
                    WHERE id = $1 AND owner = $2 RETURNING *""",
                 chat_id,
                 owner,
                 changes.get("title"),
                 changes.get("tool_policy"),
+                set_budget,
+                budget_usd,
             )
             if row is None:
                 return None
@@ -350,9 +365,9 @@ WITH parent AS (
 INSERT INTO chats (id, owner, title, title_source, model, system_prompt, dynamic_tools,
                    active_tools, max_steps, action_timeout_s, compaction_threshold,
                    tool_policy, mcp_servers, parent_chat_id, depth, subagents, fallback_models,
-                   discard_at, tool_use)
+                   discard_at, tool_use, budget_usd)
 SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13,
-       parent.id, coalesce(parent.depth + 1, 0), $15, $16, $17, $18
+       parent.id, coalesce(parent.depth + 1, 0), $15, $16, $17, $18, $19
 FROM (SELECT) AS one LEFT JOIN parent ON true
 WHERE $14::uuid IS NULL OR parent.id IS NOT NULL
 ON CONFLICT (id) DO NOTHING RETURNING *

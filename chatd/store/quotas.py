@@ -42,6 +42,10 @@ class Limits(BaseModel):
     input_tokens_per_day: int | None = Field(default=None, ge=0)
     """Input tokens per owner and UTC day; None: no budget."""
     output_tokens_per_day: int | None = Field(default=None, ge=0)
+    usd_per_day: float | None = Field(default=None, ge=0)
+    """What the owner's model steps may cost per UTC day: a turn pauses rather than go
+    over (`chatd.budgets`); None: no budget."""
+    usd_per_month: float | None = Field(default=None, ge=0)
 
 
 BUILT_IN_LIMITS = Limits(
@@ -66,6 +70,8 @@ class LimitOverrides(BaseModel):
     queued_messages: int | None = Field(default=None, ge=0)
     input_tokens_per_day: int | None = Field(default=None, ge=0)
     output_tokens_per_day: int | None = Field(default=None, ge=0)
+    usd_per_day: float | None = Field(default=None, ge=0)
+    usd_per_month: float | None = Field(default=None, ge=0)
 
 
 class StreamLease(BaseModel):
@@ -82,6 +88,7 @@ class DailyUsage(BaseModel):
     input_tokens: int
     output_tokens: int
     seconds_to_next_day: float
+    cost_usd: float = 0.0
 
 
 _LIMIT_COLUMNS = list(LimitOverrides.model_fields)
@@ -163,6 +170,7 @@ class QuotaStore:
         row = await self._pool.fetchrow(
             """SELECT coalesce(u.input_tokens, 0) AS input_tokens,
                       coalesce(u.output_tokens, 0) AS output_tokens,
+                      coalesce(u.cost_usd, 0) AS cost_usd,
                       extract(epoch FROM (d.today + 1) - (now() AT TIME ZONE 'UTC'))
                           AS seconds_to_next_day
                FROM (SELECT (now() AT TIME ZONE 'UTC')::date AS today) d

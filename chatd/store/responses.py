@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from chatd.models import ModelError
 from chatd.store.events import Conn
+from chatd.store.spend import STEP_COST_JOIN
 from chatd.store.transcript import StoredMessage
 
 __all__ = ["NewResponse", "ResponseRecord", "ResponseStore", "new_response_id"]
@@ -208,11 +209,13 @@ class ResponseStore:
         steps and tool results after its input, up to the next response's input."""
         following = await self.next_in_turn(response)
         rows = await self._pool.fetch(
-            """SELECT id, turn_id, role, parts, compressed, usage, created_at FROM messages
-               WHERE chat_id = $1 AND turn_id = $2 AND role <> 'user'
-                 AND ($3::bigint IS NULL OR id > $3)
-                 AND ($4::bigint IS NULL OR id <= $4)
-               ORDER BY id""",
+            f"""SELECT m.id, m.turn_id, m.role, m.parts, m.compressed, m.usage, m.created_at,
+                      s.cost_usd, s.cost_estimated
+               FROM messages m {STEP_COST_JOIN}
+               WHERE m.chat_id = $1 AND m.turn_id = $2 AND m.role <> 'user'
+                 AND ($3::bigint IS NULL OR m.id > $3)
+                 AND ($4::bigint IS NULL OR m.id <= $4)
+               ORDER BY m.id""",
             response.chat_id,
             response.turn_id,
             response.after_message_id,

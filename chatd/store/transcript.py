@@ -22,6 +22,7 @@ from chatd.parts import (
 )
 from chatd.store.events import Conn, append_events
 from chatd.store.pages import DEFAULT_PAGE_BYTES, Page
+from chatd.store.spend import STEP_COST_JOIN
 from chatd.store.step_keys import StepKey, stored_key
 
 __all__ = [
@@ -49,6 +50,11 @@ class StoredMessage(BaseModel):
     compressed: bool
     usage: Usage | None
     created_at: datetime
+    cost_usd: float | None = None
+    """In a page of the transcript, on a model step: what its attempts cost (None: not
+    priced, or not a step)."""
+    cost_estimated: bool | None = None
+    """With `cost_usd`: some of it is an estimate (an attempt cut short, or lost)."""
     turn_run_id: str | None = None
     """In a page of the transcript: the Temporal run (of workflow `chat-<chat id>`) that
     began this message's turn, for linking it; None for a message of no turn (history given
@@ -110,18 +116,23 @@ class TranscriptStore:
         client_message_id: str | None,
         request_digest: str | None = None,
         conn: Conn | None = None,
+        max_cost_usd: float | None = None,
     ) -> tuple[QueuedMessage, bool]:
-        """Queue a user message; with a known `client_message_id`, return the first one.
-        With `conn`, within that connection's transaction."""
+        """Queue a user message (the turn it starts may spend `max_cost_usd`); with a known
+        `client_message_id`, return the first one. With `conn`, within that connection's
+        transaction."""
         row = await (conn or self._pool).fetchrow(
-            f"""INSERT INTO queued_messages (id, chat_id, parts, client_message_id, request_digest)
-               VALUES ($1, $2, $3, $4, $5) ON CONFLICT (chat_id, client_message_id) DO NOTHING
+            f"""INSERT INTO queued_messages
+                   (id, chat_id, parts, client_message_id, request_digest, max_cost_usd)
+               VALUES ($1, $2, $3, $4, $5, $6)
+               ON CONFLICT (chat_id, client_message_id) DO NOTHING
                RETURNING {_SENT}""",
             uuid.uuid4(),
             chat_id,
             [p.model_dump(exclude_none=True) for p in parts],
             client_message_id,
             request_digest,
+            max_cost_usd,
         )
         if row is not None:
             return QueuedMessage.model_validate(dict(row)), True
@@ -343,7 +354,7 @@ class TranscriptStore:
 # The first row always fits, so a message larger than the budget still gets a page. The row
 # comparison keeps each probe on the (chat_id, id) index: on `id` alone, a chat's next message
 # may lie behind every other chat's.
-_PAGE = """
+_PAGE = f"""
 WITH RECURSIVE walk (id, n, upto, fits) AS (
     SELECT $2::bigint, 0::bigint, 0::bigint, true
     UNION ALL
@@ -356,10 +367,11 @@ WITH RECURSIVE walk (id, n, upto, fits) AS (
     ) AS next
     WHERE walk.fits
 )
-SELECT m.*, q.promoted_by AS turn_run_id,
+SELECT m.*, q.promoted_by AS turn_run_id, s.cost_usd, s.cost_estimated,
        EXISTS (SELECT 1 FROM walk WHERE NOT walk.fits) AS more
 FROM walk JOIN messages m ON m.id = walk.id
 LEFT JOIN queued_messages q ON q.chat_id = m.chat_id AND q.id::text = m.turn_id
+{STEP_COST_JOIN}
 WHERE walk.n > 0 AND walk.fits
 ORDER BY m.id
 """

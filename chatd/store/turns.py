@@ -8,6 +8,7 @@ from typing import Any
 
 import asyncpg
 
+from chatd.budgets import PendingBudget
 from chatd.chat_status import ChatStatus, busy_sql
 from chatd.models import ModelError
 from chatd.parts import Usage
@@ -82,7 +83,7 @@ WITH queued AS (
     SELECT $1, $3, $4, {QUEUED_ROLE_SQL}, parts FROM queued RETURNING *
 ), c AS (
     UPDATE chats SET status = 'running', turn_id = $3, last_error = NULL, pending_tool_calls = NULL,
-                     action_expires_at = NULL, updated_at = now()
+                     pending_budget = NULL, action_expires_at = NULL, updated_at = now()
     FROM m WHERE chats.id = $1
     RETURNING chats.id
 )
@@ -131,8 +132,9 @@ WITH m AS (
     -- if it inserted.
     FROM m, LATERAL (SELECT status, turn_id FROM chats WHERE id = m.chat_id FOR UPDATE) AS before
 ), c AS (
-    UPDATE chats SET status = 'waiting', pending_tool_calls = NULL, action_expires_at = NULL,
-                     usage = ({_USAGE_SUM_WITH_STEP}), turn_id = NULL, updated_at = now()
+    UPDATE chats SET status = 'waiting', pending_tool_calls = NULL, pending_budget = NULL,
+                     action_expires_at = NULL, usage = ({_USAGE_SUM_WITH_STEP}), turn_id = NULL,
+                     updated_at = now()
     FROM ending WHERE chats.id = $1 AND ending.yes
     RETURNING true AS ended, ({_USAGE_SUM_WITH_STEP} AND turn_id = $7) AS turn_usage
 )
@@ -228,8 +230,10 @@ class TurnStore:
         *,
         pending_tool_calls: list[dict[str, Any]] | None = None,
         action_expires_at: datetime | None = None,
+        pending_budget: PendingBudget | None = None,
     ) -> None:
-        """Move the chat to `status` within its turn (requires_action and back); publish it."""
+        """Move the chat to `status` within its turn (requires_action and back, for calls
+        or for a budget); publish it."""
         await _write_status(
             self._pool,
             chat_id,
@@ -237,6 +241,7 @@ class TurnStore:
             status,
             pending_tool_calls=pending_tool_calls,
             action_expires_at=action_expires_at,
+            pending_budget=pending_budget,
         )
 
     async def announce_interrupt(self, chat_id: uuid.UUID, turn_id: str) -> None:
@@ -263,6 +268,7 @@ WITH c AS (
         last_error = coalesce($3::jsonb, last_error),
         pending_tool_calls = $4,
         action_expires_at = $5,
+        pending_budget = $8::jsonb,
         usage = CASE WHEN $6 THEN ({usage_sum}) ELSE usage END,
         turn_id = CASE WHEN $6 THEN NULL ELSE chats.turn_id END,
         updated_at = now()
@@ -279,6 +285,9 @@ SELECT c.previous,
                ARRAY[$3::jsonb,
                      jsonb_build_object('status', $2::text, 'turn_id', $7::text)
                      || CASE WHEN $6 THEN jsonb_build_object('usage', c.turn_usage)
+                             ELSE '{{}}' END
+                     || CASE WHEN $8::jsonb IS NOT NULL
+                             THEN jsonb_build_object('pending_budget', $8::jsonb)
                              ELSE '{{}}' END],
                NULL
            )
@@ -298,6 +307,7 @@ async def _write_status(
     last_error: ModelError | None = None,
     pending_tool_calls: list[dict[str, Any]] | None = None,
     action_expires_at: datetime | None = None,
+    pending_budget: PendingBudget | None = None,
     ending: bool = False,
 ) -> ChatStatus | None:
     """The status change with its events (the error first, so a client that stops at the
@@ -316,5 +326,6 @@ async def _write_status(
         action_expires_at,
         ending,
         turn_id,
+        pending_budget.model_dump() if pending_budget else None,
     )
     return previous

@@ -28,6 +28,7 @@ from chatd.devstack.ports import bound_socket
 from chatd.fake_provider.script import FakeRequest, FakeResponse
 from chatd.fake_provider.server import FakeProviderServer
 from chatd.mcp.config import McpConfig, server_names
+from chatd.prices import Prices
 from chatd.providers import import_sdks
 from chatd.serving import EmbeddedServer
 from chatd.settings import TemporalSettings
@@ -190,6 +191,7 @@ async def running_stack(
     worker_overrides: Mapping[str, Any] | None = None,
     http_timeout_s: float = 5.0,
     mcp: McpConfig | None = None,
+    prices: Prices | None = None,
 ) -> AsyncIterator[Stack]:
     """Migrate the database, start a worker and a gateway, and yield a client.
 
@@ -199,6 +201,8 @@ async def running_stack(
     `worker_overrides` replace `temporalio.worker.Worker` options (for experiments).
     `mcp`: the MCP servers of the worker and the names the gateway accepts (None: both read
     `CHATD_MCP_CONFIG`, as in production).
+    `prices`: the worker's and the gateway's price table (None: `CHATD_PRICES`, as in
+    production).
     """
     await migrate(database_url)
     task_queue = task_queue or f"test-{uuid.uuid4().hex[:12]}"
@@ -213,6 +217,8 @@ async def running_stack(
     )
     if mcp is not None:
         config.mcp = mcp
+    if prices is not None:
+        config.prices = prices
     async with AsyncExitStack() as resources:
         pool = await connect_pool(database_url)
         resources.push_async_callback(pool.close)
@@ -234,6 +240,8 @@ async def running_stack(
         )
         if mcp is not None:
             gateway.mcp_servers = server_names(mcp)
+        if prices is not None:
+            gateway.prices = prices
         base_url = await _serve(resources, gateway)
         http = await resources.enter_async_context(_owner(base_url, key, http_timeout_s))
         other = await resources.enter_async_context(_owner(base_url, other_key, http_timeout_s))

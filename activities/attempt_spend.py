@@ -1,0 +1,81 @@
+"""What one attempt of a model step cost, recorded as it goes: an estimate as the request
+goes out, the provider's report when the stream finishes, and an estimate of what a stream
+cut short used."""
+
+from __future__ import annotations
+
+import asyncio
+
+from chatd.context import estimate_tokens
+from chatd.models import ModelConfig
+from chatd.parts import Usage
+from chatd.prices import Prices
+from chatd.providers.base import StepAccumulator
+from chatd.store.spend import AttemptKey, SpendStore
+from chatd.telemetry import METRICS
+
+__all__ = ["AttemptSpend"]
+
+
+class AttemptSpend:
+    """The spend of one attempt (`step_spend`), written once at each point it is known."""
+
+    def __init__(
+        self,
+        store: SpendStore,
+        prices: Prices,
+        key: AttemptKey,
+        owner: str,
+        model: ModelConfig,
+        input_tokens: int,
+    ) -> None:
+        self._store = store
+        self._prices = prices
+        self._key = key
+        self._owner = owner
+        self._model = model
+        self._input_tokens = input_tokens
+        self._estimate: asyncio.Future[None] | None = None
+
+    def estimate(self) -> None:
+        """Start writing the estimate (its input), alongside the request: a worker killed
+        mid-stream leaves it, marked as an estimate."""
+        self._estimate = asyncio.ensure_future(
+            self._record(Usage(input_tokens=self._input_tokens), estimated=True)
+        )
+
+    async def settled(self, usage: Usage) -> None:
+        """The provider's report of the finished stream replaces the estimate."""
+        await self._estimated()
+        await self._record(usage, estimated=False)
+
+    async def failed(self, accumulator: StepAccumulator) -> None:
+        """A provider error: refused before any output costs nothing; a stream broken off
+        is estimated from what it streamed."""
+        await self._estimated()
+        if accumulator.parts():
+            await self._record(self._partial(accumulator), estimated=True)
+        else:
+            await self._record(Usage(), estimated=False)
+
+    async def stopped(self, accumulator: StepAccumulator) -> None:
+        """An interrupt cut the stream short: estimated from what it streamed (no provider
+        reports usage for a stream it didn't finish)."""
+        await self._estimated()
+        await self._record(self._partial(accumulator), estimated=True)
+
+    async def _estimated(self) -> None:
+        if self._estimate is not None:
+            await self._estimate
+
+    def _partial(self, accumulator: StepAccumulator) -> Usage:
+        streamed = sum(len(p.model_dump_json()) for p in accumulator.parts())
+        return Usage(input_tokens=self._input_tokens, output_tokens=estimate_tokens(streamed))
+
+    async def _record(self, usage: Usage, *, estimated: bool) -> None:
+        cost = self._prices.cost_usd(self._model, usage)
+        await self._store.record(
+            self._key, model=self._model.label, usage=usage, cost_usd=cost, estimated=estimated
+        )
+        if cost and not estimated:
+            METRICS.cost_usd.add(cost, {"model": self._model.label, "owner": self._owner})

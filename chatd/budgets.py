@@ -1,0 +1,128 @@
+"""Budgets in USD, and what they allow the next model step: run (its output capped to what
+remains), or pause the turn until a person raises the budget or ends the turn.
+
+Pure: the step's model-step activity reads the budgets and their spend (`chatd.store.spend`)
+and asks `allowance` before it sends the request, so no step starts that a budget can't pay
+for, and none can spend past it by more than the estimate of its input is off.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from chatd.prices import TokenPrice
+
+__all__ = [
+    "MIN_STEP_OUTPUT_TOKENS",
+    "UNCAPPED_ABOVE_TOKENS",
+    "BudgetName",
+    "BudgetState",
+    "PendingBudget",
+    "StepAllowance",
+    "allowance",
+]
+
+BudgetName = Literal["turn", "chat", "owner_day", "owner_month"]
+
+MIN_STEP_OUTPUT_TOKENS = 256
+"""The least output a step is worth running for: a budget that can't also pay for this much
+after the input pauses the turn instead."""
+UNCAPPED_ABOVE_TOKENS = 16_384
+"""A model with no `max_output_tokens` of its own keeps the provider's default while what
+remains buys at least this many output tokens (below every current model's maximum, which a
+larger cap could exceed and the provider refuse)."""
+
+
+class BudgetState(BaseModel):
+    """One budget that applies to a step, and what was spent against it."""
+
+    budget: BudgetName
+    limit_usd: float
+    spent_usd: float
+    holder: str
+    """Whose budget: the chat's id (a turn budget's chat, or a chat's), or the owner."""
+    turn_id: str | None = None
+    """A turn budget's turn."""
+
+    @property
+    def remaining_usd(self) -> float:
+        return self.limit_usd - self.spent_usd
+
+
+class PendingBudget(BaseModel):
+    """Why a turn is paused: the budget that can't pay for its next step."""
+
+    budget: BudgetName
+    limit_usd: float
+    spent_usd: float
+    next_step_usd: float = Field(ge=0)
+    """The least the next step costs: its input and `MIN_STEP_OUTPUT_TOKENS` of output."""
+    holder: str
+    turn_id: str | None = None
+    step: int = 0
+    """The step waiting for the budget."""
+
+
+class StepAllowance(BaseModel):
+    """What the budgets allow the next step."""
+
+    max_output_tokens: int | None = None
+    """The step's output cap (None: the model's own)."""
+    pending: PendingBudget | None = None
+    """Set when a budget can't pay for the step: the turn pauses."""
+    estimated_input_tokens: int = 0
+
+
+def allowance(
+    budgets: list[BudgetState],
+    price: TokenPrice | None,
+    *,
+    input_tokens: int,
+    max_output_tokens: int | None,
+    thinking_tokens: int = 0,
+    step: int = 0,
+) -> StepAllowance:
+    """Run the step (capping its output to what the tightest budget still buys), or pause.
+
+    `input_tokens` is the step's input as estimated or counted; `thinking_tokens` a thinking
+    budget the output must leave room for. Without budgets, or a price (a budget on such a
+    model is refused when it is set), the step runs as configured.
+    """
+    if not budgets or price is None:
+        return StepAllowance(
+            max_output_tokens=max_output_tokens, estimated_input_tokens=input_tokens
+        )
+    tightest = min(budgets, key=lambda b: b.remaining_usd)
+    input_usd = input_tokens * price.input / 1_000_000
+    least_output = thinking_tokens + min(
+        max_output_tokens or MIN_STEP_OUTPUT_TOKENS, MIN_STEP_OUTPUT_TOKENS
+    )
+    least_usd = input_usd + least_output * price.output / 1_000_000
+    if tightest.remaining_usd < least_usd:
+        pending = PendingBudget(
+            budget=tightest.budget,
+            limit_usd=tightest.limit_usd,
+            spent_usd=tightest.spent_usd,
+            next_step_usd=least_usd,
+            holder=tightest.holder,
+            turn_id=tightest.turn_id,
+            step=step,
+        )
+        return StepAllowance(
+            max_output_tokens=max_output_tokens,
+            pending=pending,
+            estimated_input_tokens=input_tokens,
+        )
+    if price.output == 0:
+        return StepAllowance(
+            max_output_tokens=max_output_tokens, estimated_input_tokens=input_tokens
+        )
+    affordable = math.floor((tightest.remaining_usd - input_usd) * 1_000_000 / price.output)
+    if max_output_tokens is not None:
+        cap: int | None = min(max_output_tokens, affordable)
+    else:
+        cap = affordable if affordable < UNCAPPED_ABOVE_TOKENS else None
+    return StepAllowance(max_output_tokens=cap, estimated_input_tokens=input_tokens)
