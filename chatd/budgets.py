@@ -120,7 +120,8 @@ def allowance(
         return StepAllowance(
             max_output_tokens=max_output_tokens, estimated_input_tokens=input_tokens
         )
-    affordable = math.floor((tightest.remaining_usd - input_usd) * 1_000_000 / price.output)
+    # Rounded first: binary floats make $0.05 at $10 per million 4,999.999... tokens.
+    affordable = math.floor(round((tightest.remaining_usd - input_usd) * 1e6 / price.output, 6))
     if max_output_tokens is not None:
         cap: int | None = min(max_output_tokens, affordable)
     else:

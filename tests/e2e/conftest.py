@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
@@ -15,6 +16,7 @@ from support.worker_process import WorkerProcess
 import api.sending
 from chatd.devstack.temporal import TemporalDevServer
 from chatd.fake_provider.server import FakeProviderServer
+from chatd.prices import PRICES_ENV
 
 
 @pytest.fixture(autouse=True)
@@ -80,9 +82,13 @@ async def cluster(
         with_worker=False,
         http_timeout_s=60.0,
     ) as stack:
+        # Every test model (`m-…`) priced, so what a killed attempt cost is recorded.
+        prices = tmp_path / "prices.json"
+        prices.write_text(json.dumps({"anthropic/m-": {"input": 2, "output": 10}}))
 
         def start_worker() -> WorkerProcess:
             worker = WorkerProcess(
+                env={PRICES_ENV: str(prices)},
                 database_url=database_url,
                 temporal_address=temporal_server.address,
                 task_queue=stack.task_queue,

@@ -5,13 +5,14 @@ requires_action until a person raises the budget or ends the turn."""
 from __future__ import annotations
 
 import asyncio
+import signal
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 import openai
 import pytest
-from harness import Stack, StackFactory
+from harness import Cluster, Stack, StackFactory
 
 from chatd.fake_provider.script import FakeResponse, FakeText, FakeToolCall, FakeUsage
 from chatd.prices import Prices, TokenPrice
@@ -241,3 +242,39 @@ async def test_v1_ends_incomplete_on_its_budget_and_a_higher_one_resumes_the_tur
         assert second.output_text.endswith("Done.")
         assert second.model_extra
         assert cost["usd"] + second.model_extra["chatd:cost"]["usd"] == pytest.approx(5 * STEP_USD)
+
+
+@pytest.mark.slow
+async def test_a_step_whose_worker_is_killed_mid_stream_is_counted_once_per_attempt(
+    cluster: Cluster,
+) -> None:
+    """SIGKILL mid-stream: the lost attempt keeps its estimate (the provider billed a
+    request), the retry its reported usage; neither is lost or counted twice."""
+    stack = cluster.stack
+    text = " ".join(f"word{i}" for i in range(60))
+    slow = FakeResponse(
+        parts=[FakeText(text=text, chunk_size=6)], delta_delay_s=0.1, usage=STEP_USAGE
+    )
+    model = stack.scripted_model(slow, FakeResponse(parts=[FakeText(text=text)], usage=STEP_USAGE))
+    first = await cluster.polling_worker()
+    chat = await stack.create_chat(model=model)
+    await stack.send(chat["id"], "work")
+    seen = await stack.events_until(chat["id"], lambda e: e.event == "message_part", within_s=60)
+    cluster.start_worker()
+    await asyncio.to_thread(first.signal, signal.SIGKILL)
+    await stack.wait_status(chat["id"], "waiting", after=seen[-1].id or 0, within_s=60)
+
+    rows = await stack.pool.fetch(
+        "SELECT attempt, estimated, cost_usd, usage FROM step_spend WHERE chat_id = $1"
+        " ORDER BY attempt",
+        uuid.UUID(chat["id"]),
+    )
+    assert [(r["attempt"], r["estimated"]) for r in rows] == [("1.1", True), ("1.2", False)]
+    lost, retried = rows
+    assert lost["cost_usd"] > 0, "the killed attempt's input, estimated"
+    assert retried["cost_usd"] == pytest.approx(STEP_USD), "the retry's reported usage"
+    (step,) = await _steps(stack, chat["id"])
+    assert step["cost_usd"] == pytest.approx(lost["cost_usd"] + STEP_USD)
+    assert step["cost_estimated"] is True, "and it says part of it is an estimate"
+    day = await stack.pool.fetchval("SELECT cost_usd FROM owner_daily_usage WHERE owner = 'alice'")
+    assert day == pytest.approx(step["cost_usd"]), "the owner's day counts both, once each"

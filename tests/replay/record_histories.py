@@ -46,6 +46,7 @@ from chatd.fake_provider.script import (
 )
 from chatd.fake_provider.server import FakeProviderServer
 from chatd.parts import TextPart
+from chatd.prices import Prices, TokenPrice
 from chatd.store.chats import ChatStore
 from chatd.store.transcript import TranscriptStore
 from chatd.turn_starts import queue_message
@@ -498,6 +499,26 @@ async def forced_tool_response(stack: Stack) -> Run:
     return await _run(stack, asked["conversation"]["id"])
 
 
+async def budget_turn(stack: Stack) -> Run:
+    """A turn paused on its budget before its second step (requires_action with
+    `pending_budget`), the budget raised by the `decide_budget` update, the step sent."""
+    usage = FakeUsage(input_tokens=1000, output_tokens=100)
+    write = FakeToolCall(name="write_file", arguments={"path": "a.txt", "content": "x"})
+    chat_id, _ = await _chat(
+        stack,
+        [
+            FakeResponse(parts=[write], usage=usage),
+            FakeResponse(parts=[FakeText(text="Done.")], usage=usage),
+        ],
+    )
+    await stack.send(chat_id, "write a file", max_cost_usd=0.004)
+    await stack.wait_status(chat_id, "requires_action", within_s=WITHIN_S)
+    raised = await stack.http.post(f"/chats/{chat_id}/budget", json={"add_usd": 0.01})
+    assert raised.status_code == 202, raised.text
+    await stack.wait_status(chat_id, "waiting", within_s=WITHIN_S)
+    return await _run(stack, chat_id)
+
+
 SCENARIOS: dict[str, Scenario] = {
     "text_turn": text_turn,
     "tool_turn": tool_turn,
@@ -522,9 +543,14 @@ SCENARIOS: dict[str, Scenario] = {
     "summarise_window": summarise_window,
     "format_corrected_turn": format_corrected_turn,
     "format_failed_turn": format_failed_turn,
+    "budget_turn": budget_turn,
 }
 TITLED = {"titled_turn"}
 """Scenarios recorded on a stack that names untitled chats."""
+
+
+PRICES = Prices({"anthropic/replay-": TokenPrice(input=2, output=10)})
+"""$0.003 for a step of 1,000 input and 100 output tokens (`budget_turn`)."""
 
 
 async def record(names: list[str], temporal: TemporalDevServer, database_url: str) -> None:
@@ -538,6 +564,7 @@ async def record(names: list[str], temporal: TemporalDevServer, database_url: st
                 fake=fake,
                 workspace=Path(workspace),
                 generate_titles=titles,
+                prices=PRICES,
             ) as stack:
                 for name in [n for n in names if (n in TITLED) == titles]:
                     history = await _history(stack, await SCENARIOS[name](stack))

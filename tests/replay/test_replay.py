@@ -55,6 +55,7 @@ SCENARIOS = {
     "forced_tool_response",
     "format_corrected_turn",
     "format_failed_turn",
+    "budget_turn",
 }
 MAX_HISTORY_BYTES = 32 * 1024
 """Rule 1: a turn's history holds ids and summaries, never the transcript."""
