@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from chatd.budgets import BudgetState, PendingBudget
 from chatd.parts import Usage
 
-__all__ = ["CHAT_COST", "STEP_COST_JOIN", "AttemptKey", "BudgetDecision", "SpendStore"]
+__all__ = ["CHAT_COST", "STEP_COST_JOIN", "TURN_COST", "AttemptKey", "BudgetDecision", "SpendStore"]
 
 
 class AttemptKey(BaseModel):
@@ -65,6 +65,23 @@ _TURN_ID_AS_UUID = (
     " THEN {t}::uuid END"
 )
 
+CHAT_COST = """(SELECT coalesce(sum(s.cost_usd), 0) FROM step_spend s
+    WHERE s.chat_id = {chat} OR s.ancestor_chats @> ARRAY[{chat}])"""
+"""SQL: what a chat and its subagents cost (`.format(chat=<its id>)`)."""
+
+STEP_COST_JOIN = """LEFT JOIN LATERAL (
+    SELECT sum(cost_usd) AS cost_usd, bool_or(estimated) AS cost_estimated FROM step_spend
+    WHERE step_spend.chat_id = m.chat_id AND step_spend.step_key = m.step_key
+    HAVING count(*) > 0
+) s ON m.role = 'assistant'"""
+"""SQL: the `cost_usd` and `cost_estimated` of `messages` row `m`, a model step (its
+attempts' spend summed; NULL for any other message)."""
+
+TURN_COST = """(SELECT sum(s.cost_usd) FROM step_spend s
+    WHERE s.turn_id = {turn} OR s.ancestor_turns @> ARRAY[{turn}])"""
+"""SQL: what a turn cost, its subagents' steps included; NULL when nothing was priced
+(`.format(turn=<its id, as text>)`)."""
+
 # Every budget over chat $1's step in turn $2: the turn's and the chat's, those of
 # the chats above it (a subagent's spend counts toward them), and the owner's day and month.
 _BUDGETS = f"""
@@ -85,15 +102,11 @@ WITH RECURSIVE chain (id, parent_chat_id, budget_usd, turn_id) AS (
     SELECT (now() AT TIME ZONE 'UTC')::date AS day
 )
 SELECT 'turn' AS budget, q.max_cost_usd AS limit_usd, chain.id::text AS holder,
-       chain.turn_id,
-       (SELECT coalesce(sum(s.cost_usd), 0) FROM step_spend s
-         WHERE s.turn_id = chain.turn_id OR s.ancestor_turns @> ARRAY[chain.turn_id]) AS spent_usd
+       chain.turn_id, coalesce({TURN_COST.format(turn="chain.turn_id")}, 0) AS spent_usd
 FROM chain JOIN queued_messages q ON q.id = {_TURN_ID_AS_UUID.format(t="chain.turn_id")}
 WHERE q.max_cost_usd IS NOT NULL
 UNION ALL
-SELECT 'chat', chain.budget_usd, chain.id::text, NULL,
-       (SELECT coalesce(sum(s.cost_usd), 0) FROM step_spend s
-         WHERE s.chat_id = chain.id OR s.ancestor_chats @> ARRAY[chain.id])
+SELECT 'chat', chain.budget_usd, chain.id::text, NULL, {CHAT_COST.format(chat="chain.id")}
 FROM chain WHERE chain.budget_usd IS NOT NULL
 UNION ALL
 SELECT 'owner_day', limits.per_day, me.owner, NULL,
@@ -105,22 +118,6 @@ SELECT 'owner_month', limits.per_month, me.owner, NULL,
        coalesce((SELECT sum(u.cost_usd) FROM owner_daily_usage u, today
                   WHERE u.owner = me.owner AND u.day >= date_trunc('month', today.day)::date), 0)
 FROM limits, me WHERE limits.per_month IS NOT NULL
-"""
-
-CHAT_COST = """(SELECT coalesce(sum(s.cost_usd), 0) FROM step_spend s
-    WHERE s.chat_id = {chat} OR s.ancestor_chats @> ARRAY[{chat}])"""
-"""SQL: what a chat and its subagents cost (`.format(chat=<its id>)`)."""
-
-STEP_COST_JOIN = """LEFT JOIN LATERAL (
-    SELECT sum(cost_usd) AS cost_usd, bool_or(estimated) AS cost_estimated FROM step_spend
-    WHERE step_spend.chat_id = m.chat_id AND step_spend.step_key = m.step_key
-    HAVING count(*) > 0
-) s ON m.role = 'assistant'"""
-"""SQL: the `cost_usd` and `cost_estimated` of `messages` row `m`, a model step (its
-attempts' spend summed; NULL for any other message)."""
-
-_TURN_COST = """
-SELECT sum(cost_usd) FROM step_spend WHERE turn_id = $1 OR ancestor_turns @> ARRAY[$1]
 """
 
 _DECIDED = """
@@ -166,11 +163,6 @@ class SpendStore:
     async def chat_cost(self, chat_id: uuid.UUID) -> float:
         """What the chat and its subagents cost."""
         return float(await self._pool.fetchval(f"SELECT {CHAT_COST.format(chat='$1')}", chat_id))
-
-    async def turn_cost(self, turn_id: str) -> float | None:
-        """What the turn cost, its subagents' steps included (None: nothing priced yet)."""
-        value = await self._pool.fetchval(_TURN_COST, turn_id)
-        return None if value is None else float(value)
 
     async def decide(
         self, chat_id: uuid.UUID, turn_id: str, pending: PendingBudget, decision: BudgetDecision

@@ -12,6 +12,7 @@ from chatd.budgets import PendingBudget
 from chatd.chat_status import ChatStatus, busy_sql
 from chatd.models import ModelError
 from chatd.parts import Usage
+from chatd.store.spend import TURN_COST
 from chatd.store.step_keys import stored_key, user_message_key
 from chatd.store.transcript import (
     INSERT_STEP,
@@ -41,6 +42,8 @@ def _usage_sum(*, plus_step: str | None = None) -> str:
     )
     return f"SELECT jsonb_build_object({fields}) FROM messages WHERE chat_id = $1"
 
+
+_TURN_COST = TURN_COST.format(turn="$7::text")
 
 _USAGE_SUM = _usage_sum()
 _USAGE_SUM_WITH_STEP = _usage_sum(plus_step="m")
@@ -145,7 +148,8 @@ SELECT m.*, coalesce(c.ended, false) AS ended,
            array_remove(
                ARRAY[{MESSAGE_EVENT_SQL},
                      CASE WHEN c.ended THEN jsonb_build_object(
-                         'status', 'waiting', 'turn_id', $7::text, 'usage', c.turn_usage) END],
+                         'status', 'waiting', 'turn_id', $7::text, 'usage', c.turn_usage,
+                         'cost_usd', {_TURN_COST}) END],
                NULL
            )
        ) AS last_event_seq
@@ -284,7 +288,8 @@ SELECT c.previous,
            array_remove(
                ARRAY[$3::jsonb,
                      jsonb_build_object('status', $2::text, 'turn_id', $7::text)
-                     || CASE WHEN $6 THEN jsonb_build_object('usage', c.turn_usage)
+                     || CASE WHEN $6 THEN jsonb_build_object('usage', c.turn_usage,
+                                                             'cost_usd', {turn_cost})
                              ELSE '{{}}' END
                      || CASE WHEN $8::jsonb IS NOT NULL
                              THEN jsonb_build_object('pending_budget', $8::jsonb)
@@ -294,8 +299,8 @@ SELECT c.previous,
        ) AS last_event_seq
 FROM c
 """
-_STATUS_IN_TURN = _WRITE_STATUS.format(usage_sum=_USAGE_SUM, guard=_IN_TURN)
-_STATUS_ANY_TIME = _WRITE_STATUS.format(usage_sum=_USAGE_SUM, guard="")
+_STATUS_IN_TURN = _WRITE_STATUS.format(usage_sum=_USAGE_SUM, guard=_IN_TURN, turn_cost=_TURN_COST)
+_STATUS_ANY_TIME = _WRITE_STATUS.format(usage_sum=_USAGE_SUM, guard="", turn_cost=_TURN_COST)
 
 
 async def _write_status(

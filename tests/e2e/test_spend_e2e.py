@@ -89,7 +89,8 @@ async def test_a_tool_loop_pauses_at_its_turn_budget_and_finishes_when_raised(
     assert early.status_code == 400, "a raise or a stop, one of them"
 
     await _decide(stack, chat["id"], {"add_usd": 0.02})
-    await stack.wait_status(chat["id"], "waiting", within_s=WITHIN_S)
+    events = await stack.wait_status(chat["id"], "waiting", within_s=WITHIN_S)
+    assert events[-1].data["cost_usd"] == pytest.approx(5 * STEP_USD), "the turn's cost"
     ended = await _chat(stack, chat["id"])
     assert ended["pending_budget"] is None and ended["last_error"] is None
     steps = await _steps(stack, chat["id"])
