@@ -1,7 +1,7 @@
 """The console at /console in a real browser (Debian's chromium under Playwright) against a
 real stack and the fake provider: sign in, streaming, approvals, client tools, interrupts,
-a gateway restart mid-answer, subagents, the timeline's Temporal links, the keyboard, and
-hostile model output."""
+a gateway restart mid-answer, subagents, the timeline's Temporal links, spend and a turn
+paused on its budget, the keyboard, and hostile model output."""
 
 from __future__ import annotations
 
@@ -30,13 +30,19 @@ from chatd.fake_provider.script import (
     FakeResponse,
     FakeText,
     FakeToolCall,
+    FakeUsage,
 )
+from chatd.prices import Prices, TokenPrice
 
 TEMPORAL_UI = "http://temporal-ui.test:8233"
 README_SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "images" / "console-chat.png"
 """Written when CHATD_README_SCREENSHOT=1 (a run doesn't change a tracked file otherwise)."""
 LONG_TEXT = " ".join(f"word{i}" for i in range(80))
 expect.set_options(timeout=30_000)  # turns on a busy machine take seconds, not milliseconds
+# As in test_spend_e2e: every test model (`m-…`) at $2 per million input tokens and $10 per
+# million output; a step reporting 1,000 in and 100 out costs $0.003.
+SPEND_PRICES = Prices({"anthropic/m-": TokenPrice(input=2, output=10)})
+STEP_USAGE = FakeUsage(input_tokens=1000, output_tokens=100)
 
 
 @pytest.fixture(scope="session")
@@ -47,13 +53,20 @@ async def browser() -> AsyncIterator[Browser]:
 
 
 @pytest.fixture
+def console_prices() -> Prices | None:
+    """The console stack's price table (None: `CHATD_PRICES`, as in production); a test that
+    needs its steps priced parametrizes it."""
+    return None
+
+
+@pytest.fixture
 async def console_stack(
-    make_stack: StackFactory, monkeypatch: pytest.MonkeyPatch
+    make_stack: StackFactory, monkeypatch: pytest.MonkeyPatch, console_prices: Prices | None
 ) -> AsyncIterator[Stack]:
     """A stack whose gateway serves the console, linking turns to `TEMPORAL_UI`."""
     monkeypatch.setenv("CHATD_CONSOLE", "1")
     monkeypatch.setenv("CHATD_TEMPORAL_UI_URL", TEMPORAL_UI)
-    async with make_stack() as stack:
+    async with make_stack(prices=console_prices) as stack:
         yield stack
 
 
@@ -395,6 +408,72 @@ async def test_each_turns_timeline_links_its_workflow_run_in_the_temporal_ui(
         f"{TEMPORAL_UI}/namespaces/default/workflows/chat-{chat_id}/{run.run_id}/history"
         for run in by_start
     ], "each turn links its own run"
+
+
+@pytest.mark.parametrize("console_prices", [SPEND_PRICES], ids=["priced"])
+async def test_a_turn_paused_on_its_budget_is_raised_from_the_page(
+    console: ConsolePage, console_stack: Stack
+) -> None:
+    """A tool loop with a $0.01 turn budget pauses: the page names the budget, what was spent
+    of its limit and what the next step needs, shows a refused raise inline, and a raise
+    typed there lets the turn finish; the timeline prices each step and the turn."""
+    stack = console_stack
+    steps = [
+        FakeResponse(
+            parts=[
+                FakeText(text=f"step {n}"),
+                FakeToolCall(name="write_file", arguments={"path": f"f{n}.txt", "content": "x"}),
+            ],
+            usage=STEP_USAGE,
+        )
+        for n in range(4)
+    ]
+    done = FakeResponse(parts=[FakeText(text="All written.")], usage=STEP_USAGE)
+    chat_id = await _chat_with(stack, *steps, done, title="Budgeted chat")
+    page = console.page
+    await console.open_chat(chat_id)
+    # The composer has no budget field: the message that sets the turn's comes by the API.
+    await stack.send(chat_id, "write the files", max_cost_usd=0.01)
+
+    panel = page.get_by_role("form", name="Turn paused on a budget")
+    await expect(panel).to_be_visible()
+    await expect(page.get_by_role("status", name="Chat status")).to_have_text("requires action")
+    paused = (await stack.http.get(f"/chats/{chat_id}")).json()
+    pending = paused["pending_budget"]
+    assert pending["budget"] == "turn" and pending["limit_usd"] == 0.01
+    assert pending["spent_usd"] == pytest.approx(paused["cost_usd"])
+    await expect(panel).to_contain_text("would go over this turn's budget")
+    await expect(panel.locator(".spent")).to_have_text(
+        f"${pending['spent_usd']:.4f} spent of $0.0100"
+    )
+    await expect(panel.locator(".next-step")).to_have_text(
+        f"the next step needs at least ${pending['next_step_usd']:.4f}"
+    )
+    await expect(page.locator(".chat-head .cost")).to_have_text(f"${paused['cost_usd']:.4f} spent")
+    priced = [m for m in await stack.messages(chat_id) if m["role"] == "assistant"]
+    assert len(priced) >= 2, "the loop ran until the budget stopped it"
+    await page.get_by_role("button", name="Timeline").click()
+    turn = page.locator("li.turn")
+    await expect(turn.locator("td .cost")).to_have_text(["$0.0030"] * len(priced))
+    await expect(turn.locator(".turn-cost")).to_have_text(f"cost ${len(priced) * 0.003:.4f}")
+
+    amount = panel.get_by_role("spinbutton", name="Raise the budget by (USD)")
+    await amount.fill("2000000")  # above what the API takes: refused, shown in place
+    await panel.get_by_role("button", name="Raise").click()
+    await expect(panel.get_by_role("alert")).to_contain_text("400")
+    assert (await stack.http.get(f"/chats/{chat_id}")).json()["status"] == "requires_action"
+
+    await amount.fill("0.02")
+    await amount.press("Enter")  # the keyboard raises it too
+    await expect(panel).to_have_count(0)
+    await expect(page.get_by_role("status", name="Chat status")).to_have_text("waiting")
+    await expect(turn.locator("td .cost")).to_have_text(["$0.0030"] * 5)
+    await expect(turn.locator(".turn-cost")).to_have_text("cost $0.0150")
+    await expect(page.locator(".chat-head .cost")).to_have_text("$0.0150 spent")
+    await page.get_by_role("button", name="Transcript").click()
+    await expect(_assistant(page).last).to_contain_text("All written.")
+    ended = (await stack.http.get(f"/chats/{chat_id}")).json()
+    assert ended["pending_budget"] is None and ended["cost_usd"] == pytest.approx(0.015)
 
 
 async def test_the_page_resumes_after_the_gateway_restarts_mid_answer(

@@ -1,14 +1,15 @@
-// One chat on the page: its transcript streaming live, what it waits for, its queue, retries
-// and errors, the composer (Enter sends, Escape interrupts), the turns' timeline and the
-// approval audit. The data is ChatData's (chat_data.js), the live events ChatFeed's
-// (chat_feed.js); this draws them and sends what the person does.
+// One chat on the page: its transcript streaming live, what it waits for (tool calls, or a
+// budget), its cost, its queue, retries and errors, the composer (Enter sends, Escape
+// interrupts), the turns' timeline and the approval audit. The data is ChatData's
+// (chat_data.js), the live events ChatFeed's (chat_feed.js); this draws them and sends what
+// the person does.
 
-import { ClientToolForm, ApprovalForm } from "./actions.js";
+import { ApprovalForm, BudgetForm, ClientToolForm } from "./actions.js";
 import { request } from "./api.js";
 import { ChatData } from "./chat_data.js";
 import { ChatFeed } from "./chat_feed.js";
 import { chatLabel, modelLabel } from "./chats.js";
-import { h, newId, replace } from "./dom.js";
+import { h, newId, replace, usd } from "./dom.js";
 import { auditNode, timelineNode } from "./timeline.js";
 import { draftNode, messageNode, resultsByCall } from "./transcript.js";
 
@@ -24,6 +25,22 @@ function reconcile(parent, nodes) {
     if (current !== node) parent.insertBefore(node, current || null);
   });
   while (parent.children.length > nodes.length) parent.lastElementChild.remove();
+}
+
+/** The chat's cost (its subagents' included) and its budget: "$0.0150 spent of a $0.0500
+ * budget"; nothing on a chat with no cost and no budget (a deployment with no prices). */
+function costLine(chat) {
+  const cost = chat.cost_usd || 0;
+  const budget = chat.budget_usd;
+  if (budget === null || budget === undefined) return cost ? `${usd(cost)} spent` : "";
+  return `${usd(cost)} spent of a ${usd(budget)} budget`;
+}
+
+/** A pause, told apart from the next one (a raise too small to pay for the step pauses
+ * again, with a higher limit). */
+function budgetKey(pending) {
+  const { budget, holder, turn_id: turn, step, limit_usd: limit, spent_usd: spent } = pending;
+  return [budget, holder, turn, step, limit, spent].join("|");
 }
 
 export class ChatView {
@@ -54,6 +71,7 @@ export class ChatView {
     this.title = h("h2", { class: "chat-title" }, "…");
     this.status = h("span", { class: "badge", role: "status", "aria-label": "Chat status" });
     this.meta = h("span", { class: "meta" });
+    this.cost = h("span", { class: "meta cost", title: "What this chat and its subagents cost so far" });
     this.family = h("div", { class: "family" });
     this.errorBox = h("div", { class: "error-box", role: "alert" });
     this.retryBox = h("div", { class: "retry-box", role: "status" });
@@ -106,7 +124,7 @@ export class ChatView {
     this.element = h(
       "article",
       { class: "chat", "aria-label": "Chat" },
-      h("header", { class: "chat-head" }, this.title, this.status, this.meta, this.family),
+      h("header", { class: "chat-head" }, this.title, this.status, this.meta, this.cost, this.family),
       this.errorBox,
       this.retryBox,
       this.notice,
@@ -160,6 +178,7 @@ export class ChatView {
     this.status.className = `badge status-${chat.status}`;
     const usage = chat.usage ? `${chat.usage.input_tokens} in / ${chat.usage.output_tokens} out tokens` : "";
     replace(this.meta, `${modelLabel(chat.model)} · ${usage}`);
+    replace(this.cost, costLine(chat));
     this.interruptButton.disabled = !this.data.busy();
     const parent = chat.parent_chat_id
       ? h("a", { href: `#/chats/${chat.parent_chat_id}` }, "Parent chat")
@@ -225,8 +244,11 @@ export class ChatView {
 
   renderActions() {
     const chat = this.data.chat;
-    const pending = chat && chat.status === "requires_action" ? chat.pending_tool_calls || [] : [];
-    const key = pending.map((c) => c.id).join(",");
+    const waiting = Boolean(chat && chat.status === "requires_action");
+    // Paused on a budget, a turn waits for no call (pending_tool_calls is null then).
+    const budget = waiting ? chat.pending_budget || null : null;
+    const pending = waiting && !budget ? chat.pending_tool_calls || [] : [];
+    const key = budget ? `budget:${budgetKey(budget)}` : pending.map((c) => c.id).join(",");
     if (key === this.actionKey) return;
     this.actionKey = key;
     const approvals = pending.filter((c) => c.action === "approval");
@@ -240,6 +262,7 @@ export class ChatView {
       pending.length ? expires : null,
       approvals.length ? new ApprovalForm(this.id, approvals, sent).element : null,
       client.length ? new ClientToolForm(this.id, client, sent).element : null,
+      budget ? new BudgetForm(this.id, budget, sent, expires).element : null,
     );
   }
 
@@ -284,7 +307,8 @@ export class ChatView {
 
   renderTimeline() {
     const { turnEvents, turnRuns } = this.data;
-    replace(this.panel, timelineNode(this.config, this.id, this.data.ordered(), turnEvents, turnRuns));
+    const cost = (message) => this.data.cost(message);
+    replace(this.panel, timelineNode(this.config, this.id, this.data.ordered(), turnEvents, turnRuns, cost));
   }
 
   showTab(name) {

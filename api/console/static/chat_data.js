@@ -1,6 +1,6 @@
 // A chat's data as the page holds it: the chat, its transcript, the step streaming now, the
-// tool decisions, its subagents and the turns' timeline events. Loaded from the API and
-// folded from the chat's events; it draws nothing: `changed()` asks the view to.
+// tool decisions, its subagents, the turns' timeline events and each step's cost. Loaded from
+// the API and folded from the chat's events; it draws nothing: `changed()` asks the view to.
 
 import { allPages, request } from "./api.js";
 
@@ -21,6 +21,8 @@ export class ChatData {
     this.children = [];
     this.turnEvents = new Map();
     this.turnRuns = new Map();
+    this.costs = new Map();
+    this.unpriced = new Set();
     this.turnId = null;
     this.retry = null;
     this.maxLoaded = 0;
@@ -56,7 +58,51 @@ export class ChatData {
       (page) => page.next_after_id,
     );
     this.messages = new Map(messages.map((message) => [message.id, message]));
+    this.costs = new Map();
+    for (const message of messages) this.keepCost(message);
     this.changed();
+  }
+
+  /** A transcript page's cost of a model step (a `message` event carries none). */
+  keepCost(message) {
+    if (message.role === "assistant" && message.cost_usd !== null && message.cost_usd !== undefined) {
+      this.costs.set(message.id, { usd: message.cost_usd, estimated: Boolean(message.cost_estimated) });
+    }
+  }
+
+  /** What the model step `message` cost: `{usd, estimated}`, or undefined (not priced, or
+   * not read yet). */
+  cost(message) {
+    return this.costs.get(message.id);
+  }
+
+  /** The costs of the steps that streamed in since the transcript was read: each step's own
+   * page (its cost is recorded before the step is saved), then the chat's total. */
+  async loadCosts() {
+    if (this.costing) {
+      this.costAgain = true;
+      return;
+    }
+    this.costing = true;
+    try {
+      do {
+        this.costAgain = false;
+        for (const id of [...this.unpriced].sort((a, b) => a - b)) {
+          const page = await request("GET", `/chats/${this.id}/messages?after_id=${id - 1}&limit=1`);
+          const message = (page.messages || []).find((m) => m.id === id);
+          if (message) this.keepCost(message);
+          if (this.costs.has(id)) this.costlier = true;
+          this.unpriced.delete(id);
+        }
+      } while (this.costAgain && !this.closed);
+    } finally {
+      this.costing = false;
+    }
+    this.changed();
+    if (this.costlier) {
+      await this.refreshChat();
+      this.costlier = false;
+    }
   }
 
   async refreshChat() {
@@ -120,6 +166,9 @@ export class ChatData {
     if (message.role === "assistant") this.draft.clear();
     if (message.role === "tool") this.streamedResults.clear();
     this.retry = null;
+    if (message.role !== "assistant" || message.id <= this.maxLoaded || this.costs.has(message.id)) return [];
+    this.unpriced.add(message.id);
+    return ["loadCosts"];
   }
 
   onPart({ role, part }) {
@@ -144,7 +193,11 @@ export class ChatData {
   onStatus(data) {
     if (data.turn_id) this.turnId = data.turn_id;
     if (data.turn_id && data.run_id) this.turnRuns.set(data.turn_id, data.run_id);
-    if (this.chat) this.chat.status = data.status;
+    if (this.chat) {
+      this.chat.status = data.status;
+      // A pause on a budget says so in its event; any other status ends such a pause.
+      this.chat.pending_budget = data.pending_budget ?? null;
+    }
     if (data.status !== "running") {
       this.draft.clear();
       this.retry = null;

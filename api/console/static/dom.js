@@ -70,6 +70,17 @@ export function duration(ms) {
   return ms >= 1000 ? `${(ms / 1000).toFixed(1)} s` : `${Math.max(0, Math.round(ms))} ms`;
 }
 
+/** Dollars to the hundredth of a cent: "$0.0030" (a step costs fractions of a cent). */
+export function usd(value) {
+  return Number.isFinite(value) ? `$${value.toFixed(4)}` : "";
+}
+
+/** A cost `{usd, estimated}`: "$0.0030", or "≈$0.0030" when part of it is an estimate. */
+export function costText(cost) {
+  if (!cost) return "";
+  return `${cost.estimated ? "≈" : ""}${usd(cost.usd)}`;
+}
+
 /** JSON for people: strings as they are, the rest indented. */
 export function pretty(value) {
   if (typeof value === "string") {

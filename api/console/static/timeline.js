@@ -1,8 +1,8 @@
 // A turn's timeline (its steps, tool runs, retries, resets and model fallbacks, with
-// durations and token usage, and a link to its workflow run in the Temporal UI) and the
-// approval audit.
+// durations, token usage and each step's cost, the turn's total, and a link to its workflow
+// run in the Temporal UI) and the approval audit.
 
-import { clock, duration, h } from "./dom.js";
+import { clock, costText, duration, h } from "./dom.js";
 import { decisionText } from "./transcript.js";
 
 /**
@@ -37,7 +37,21 @@ function turns(messages) {
   return [...byTurn.entries()];
 }
 
-function stepRows(list) {
+const ESTIMATED = "≈: part of it is an estimate (an attempt cut short, or lost)";
+const TURN_COST = "What this chat's steps in the turn cost";
+
+/** What the turn's steps cost, together (undefined when none is priced). */
+function turnCost(list, cost) {
+  const costs = list.filter((m) => m.role === "assistant").map(cost).filter(Boolean);
+  if (!costs.length) return undefined;
+  return { usd: costs.reduce((sum, c) => sum + c.usd, 0), estimated: costs.some((c) => c.estimated) };
+}
+
+function costCell(value) {
+  return value ? h("span", { class: "cost", title: value.estimated ? ESTIMATED : null }, costText(value)) : "";
+}
+
+function stepRows(list, cost) {
   const rows = [];
   const calls = new Map();
   let step = 0;
@@ -49,15 +63,15 @@ function stepRows(list) {
       const names = message.parts.filter((p) => p.type === "tool_call").map((p) => p.name);
       for (const part of message.parts) if (part.type === "tool_call") calls.set(part.id, message);
       const what = names.length ? `calls ${names.join(", ")}` : "answers";
-      rows.push([`step ${step}`, `${what}`, took, tokens(message.usage)]);
+      rows.push([`step ${step}`, `${what}`, took, tokens(message.usage), costCell(cost(message))]);
     } else if (message.role === "tool") {
       for (const part of message.parts) {
         const call = calls.get(part.tool_call_id);
         const took2 = call ? duration(ms(call.created_at, message.created_at)) : took;
-        rows.push([`tool ${part.name || ""}`, part.is_error ? "error" : "result", took2, ""]);
+        rows.push([`tool ${part.name || ""}`, part.is_error ? "error" : "result", took2, "", ""]);
       }
     } else if (message.role === "user" && message !== list[0]) {
-      rows.push(["message", message.compressed ? "compacted" : "user message", took, ""]);
+      rows.push(["message", message.compressed ? "compacted" : "user message", took, "", ""]);
     }
     previous = message;
   }
@@ -69,16 +83,17 @@ function eventRows(events) {
     if (e.kind === "retry") {
       const what = e.model ? `fallback to ${e.model.provider}/${e.model.name}` : `attempt ${e.attempt}`;
       const why = e.error ? `${e.error.kind || ""} ${e.error.message || ""}`.trim() : "";
-      return ["retry", `${what}: ${why}`, duration(e.delay_ms), ""];
+      return ["retry", `${what}: ${why}`, duration(e.delay_ms), "", ""];
     }
-    return [e.kind, e.note || "", "", ""];
+    return [e.kind, e.note || "", "", "", ""];
   });
 }
 
 /** The timeline of every turn (newest last). `events` maps a turn id to what its stream
  * told (retries, resets); `runs`, to the Temporal run that began it (from its `running`
- * status, for turns newer than the transcript page that named it). */
-export function timelineNode(config, chatId, messages, events, runs) {
+ * status, for turns newer than the transcript page that named it); `cost(message)` is a
+ * step's `{usd, estimated}` (undefined: not priced, or not known yet). */
+export function timelineNode(config, chatId, messages, events, runs, cost = () => undefined) {
   const groups = turns(messages);
   if (!groups.length) return h("p", { class: "hint" }, "No turns yet.");
   return h(
@@ -88,7 +103,8 @@ export function timelineNode(config, chatId, messages, events, runs) {
       const first = list[0];
       const last = list[list.length - 1];
       const link = workflowLink(config, chatId, first.turn_run_id || runs.get(turnId));
-      const rows = [...stepRows(list), ...eventRows(events.get(turnId) || [])];
+      const rows = [...stepRows(list, cost), ...eventRows(events.get(turnId) || [])];
+      const total = turnCost(list, cost);
       return h(
         "li",
         { class: "turn", "data-turn-id": turnId },
@@ -97,6 +113,13 @@ export function timelineNode(config, chatId, messages, events, runs) {
           { class: "turn-head" },
           h("strong", {}, `Turn ${i + 1}`),
           ` ${clock(first.created_at)}, ${duration(ms(first.created_at, last.created_at))} `,
+          total
+            ? h(
+                "span",
+                { class: "turn-cost", title: total.estimated ? `${TURN_COST}; ${ESTIMATED}` : TURN_COST },
+                `cost ${costText(total)} `,
+              )
+            : null,
           link
             ? h(
                 "a",
@@ -108,7 +131,7 @@ export function timelineNode(config, chatId, messages, events, runs) {
         h(
           "table",
           {},
-          h("thead", {}, h("tr", {}, ["what", "detail", "took", "usage"].map((c) => h("th", {}, c)))),
+          h("thead", {}, h("tr", {}, ["what", "detail", "took", "usage", "cost"].map((c) => h("th", {}, c)))),
           h("tbody", {}, rows.map((row) => h("tr", {}, row.map((c) => h("td", {}, c))))),
         ),
       );
