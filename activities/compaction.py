@@ -21,12 +21,14 @@ from chatd.context import (
 )
 from chatd.models import ModelConfig, ModelError
 from chatd.parts import Message, Part, PartDelta, TextPart, Usage
+from chatd.prices import Prices
 from chatd.providers import make_provider
 from chatd.providers.base import ModelRequest, ProviderError, StepFinish
 from chatd.settings import ProviderSettings
 from chatd.store.chats import ChatStore
 from chatd.store.events import EventLog
-from chatd.store.step_keys import StepKey
+from chatd.store.spend import AttemptKey, SpendStore
+from chatd.store.step_keys import StepKey, stored_key
 from chatd.store.transcript import TranscriptStore
 from chatd.telemetry import METRICS
 from workflows.payloads import (
@@ -71,9 +73,16 @@ class CompactionActivities:
     """Summarises long chats and names new ones with the chat's model."""
 
     def __init__(
-        self, pool: asyncpg.Pool, settings: ProviderSettings, *, generate_titles: bool = True
+        self,
+        pool: asyncpg.Pool,
+        settings: ProviderSettings,
+        *,
+        generate_titles: bool = True,
+        prices: Prices | None = None,
     ) -> None:
         self._titles = generate_titles
+        self._spend = SpendStore(pool)
+        self._prices = prices or Prices()
         self._chats = ChatStore(pool)
         self._transcript = TranscriptStore(pool)
         self._events = EventLog(pool)
@@ -102,13 +111,15 @@ class CompactionActivities:
         model = chat.model_in_use(input.model_index) or chat.model
         limit = context_limit(model, await reported_context_limit(model, self._settings))
         try:
-            summary = (await summarise_transcript(model, messages, limit, self._settings)).text
+            summarised = await summarise_transcript(model, messages, limit, self._settings)
         except ProviderError as err:
             # The transcript stays as it was: nothing is compressed without its summary.
             await self._events.publish(
                 chat_id, [_summary_part(call_id, "error", err.error.message)]
             )
             raise model_failure(err.error, non_retryable=not err.error.retryable) from None
+        summary = summarised.text
+        await self._spent(chat_id, input.turn_id, str(step_key), model, summarised.usage)
         saved = await self._transcript.replace_with_summary(
             chat_id,
             turn_id=input.turn_id,
@@ -159,12 +170,31 @@ class CompactionActivities:
             model=_title_model(chat.model), system=TITLE_INSTRUCTIONS, messages=[_user(first)]
         )
         try:
-            answer = (await _complete(request, self._settings)).text
+            done = await _complete(request, self._settings)
         except ProviderError as err:
             raise model_failure(err.error, non_retryable=not err.error.retryable) from None
-        title = _clean_title(answer) or _clean_title(first)
+        await self._spent(chat_id, input.turn_id or "", "title", request.model, done.usage)
+        title = _clean_title(done.text) or _clean_title(first)
         if title:
             await self._chats.set_generated_title(chat_id, title)
+
+    async def _spent(
+        self, chat_id: uuid.UUID, turn_id: str, key: str, model: ModelConfig, usage: Usage
+    ) -> None:
+        """Record what a summary or a title cost: it counts toward the turn's budgets too
+        (one row per activity attempt that got an answer)."""
+        await self._spend.record(
+            AttemptKey(
+                chat_id=chat_id,
+                turn_id=turn_id,
+                step_key=stored_key(turn_id, key),
+                attempt=str(activity.info().attempt),
+            ),
+            model=model.label,
+            usage=usage,
+            cost_usd=self._prices.cost_usd(model, usage),
+            estimated=False,
+        )
 
     async def _first_message(self, chat_id: uuid.UUID, turn_id: str | None) -> Sequence[Part]:
         """The turn's message (which its first step may not have promoted yet), or else

@@ -154,7 +154,7 @@ def build_worker(
     agents = AgentActivities(pool, client)
     turn = TurnActivities(pool, edges)
     compaction = CompactionActivities(
-        pool, config.providers, generate_titles=config.generate_titles
+        pool, config.providers, generate_titles=config.generate_titles, prices=config.prices
     )
     webhooks = WebhookActivities(pool, config.webhooks)
     return tuned_worker(

@@ -279,3 +279,24 @@ async def test_a_step_whose_worker_is_killed_mid_stream_is_counted_once_per_atte
     assert step["cost_estimated"] is True, "and it says part of it is an estimate"
     day = await stack.pool.fetchval("SELECT cost_usd FROM owner_daily_usage WHERE owner = 'alice'")
     assert day == pytest.approx(step["cost_usd"]), "the owner's day counts both, once each"
+
+
+async def test_a_compactions_summary_costs_the_turn_too(stack: Stack) -> None:
+    over = FakeUsage(input_tokens=700, output_tokens=100)  # 0.7 of the window: compact
+    model = stack.scripted_model(
+        FakeResponse(parts=[FakeToolCall(name="current_time")], usage=over),
+        FakeResponse(parts=[FakeText(text="the summary")], usage=STEP_USAGE),
+        FakeResponse(
+            parts=[FakeText(text="Done.")], usage=FakeUsage(input_tokens=100, output_tokens=100)
+        ),
+    )
+    chat = await stack.create_chat(model={**model, "context_limit": 1000})
+    await stack.send(chat["id"], "hello")
+    events = await stack.wait_status(chat["id"], "waiting", within_s=WITHIN_S)
+    rows = await stack.pool.fetch(
+        "SELECT step_key, cost_usd FROM step_spend WHERE chat_id = $1", uuid.UUID(chat["id"])
+    )
+    summaries = [r for r in rows if ":summary:" in r["step_key"]]
+    assert [r["cost_usd"] for r in summaries] == pytest.approx([STEP_USD])
+    steps = (700 * 2 + 100 * 10 + 100 * 2 + 100 * 10) / 1e6
+    assert events[-1].data["cost_usd"] == pytest.approx(steps + STEP_USD)
