@@ -300,3 +300,23 @@ async def test_a_compactions_summary_costs_the_turn_too(stack: Stack) -> None:
     assert [r["cost_usd"] for r in summaries] == pytest.approx([STEP_USD])
     steps = (700 * 2 + 100 * 10 + 100 * 2 + 100 * 10) / 1e6
     assert events[-1].data["cost_usd"] == pytest.approx(steps + STEP_USD)
+
+
+async def test_an_interrupt_ends_a_paused_turn_and_a_removed_budget_pauses_no_more(
+    stack: Stack,
+) -> None:
+    chat = await stack.create_chat(model=_looping(stack, 3), budget_usd=0.001)
+    await stack.send(chat["id"], "write files")
+    paused, _ = await _paused(stack, chat["id"])
+    assert paused["pending_budget"]["spent_usd"] == 0, "paused before the first step"
+    stopped = await stack.http.post(f"/chats/{chat['id']}/interrupt")
+    assert stopped.status_code == 202
+    events = await stack.wait_status(chat["id"], "waiting", within_s=WITHIN_S)
+    assert events[-1].data["cost_usd"] is None, "nothing was sent, nothing spent"
+    assert await _steps(stack, chat["id"]) == []
+
+    patched = await stack.http.patch(f"/chats/{chat['id']}", json={"budget_usd": None})
+    assert patched.status_code == 200 and patched.json()["budget_usd"] is None
+    await stack.send(chat["id"], "again")
+    await stack.wait_status(chat["id"], "waiting", after=events[-1].id or 0, within_s=WITHIN_S)
+    assert (await _chat(stack, chat["id"]))["cost_usd"] == pytest.approx(4 * STEP_USD)
