@@ -1,8 +1,10 @@
-"""A turn paused on a budget: raise the budget, or end the turn."""
+"""A turn paused on a budget: raise the budget, or end the turn; and the audit of those
+decisions."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
+from pydantic import BaseModel
 
 from api.access import OwnedChat, add_current_status
 from api.auth import BearerKey
@@ -10,6 +12,7 @@ from api.budgets import decide_budget
 from api.errors import ApiError
 from api.schemas import Accepted, BudgetDecision
 from api.state import state_of
+from chatd.store.spend import DecidedBudget
 from workflows.payloads import BudgetDecisionInput
 
 __all__ = ["router"]
@@ -49,3 +52,15 @@ async def post_budget_decision(
         await add_current_status(request, chat, err)
         raise
     return Accepted()
+
+
+class BudgetDecisionList(BaseModel):
+    """A chat's budget decisions, oldest first."""
+
+    data: list[DecidedBudget]
+
+
+@router.get("/budget-decisions", response_model=BudgetDecisionList)
+async def get_budget_decisions(chat: OwnedChat, request: Request) -> BudgetDecisionList:
+    """Who raised which budget by how much, or ended a paused turn, and when."""
+    return BudgetDecisionList(data=await state_of(request).spend.decisions(chat.id))

@@ -9,6 +9,7 @@ own. So a crash neither loses what the provider billed nor counts it twice.
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from typing import Any
 
 import asyncpg
@@ -17,7 +18,15 @@ from pydantic import BaseModel
 from chatd.budgets import BudgetState, PendingBudget
 from chatd.parts import Usage
 
-__all__ = ["CHAT_COST", "STEP_COST_JOIN", "TURN_COST", "AttemptKey", "BudgetDecision", "SpendStore"]
+__all__ = [
+    "CHAT_COST",
+    "STEP_COST_JOIN",
+    "TURN_COST",
+    "AttemptKey",
+    "BudgetDecision",
+    "DecidedBudget",
+    "SpendStore",
+]
 
 
 class AttemptKey(BaseModel):
@@ -29,6 +38,18 @@ class AttemptKey(BaseModel):
     """The step's assistant message's stored key (`messages.step_key`)."""
     attempt: str
     """`<the workflow's attempt>.<Temporal's attempt>`: unique per try that was sent."""
+
+
+class DecidedBudget(BaseModel):
+    """A decision as the budget audit lists it."""
+
+    turn_id: str
+    budget: str
+    decision: str
+    add_usd: float | None
+    key_id: uuid.UUID | None
+    """The API key that decided (None: an operator through Temporal)."""
+    created_at: datetime
 
 
 class BudgetDecision(BaseModel):
@@ -163,6 +184,15 @@ class SpendStore:
     async def chat_cost(self, chat_id: uuid.UUID) -> float:
         """What the chat and its subagents cost."""
         return float(await self._pool.fetchval(f"SELECT {CHAT_COST.format(chat='$1')}", chat_id))
+
+    async def decisions(self, chat_id: uuid.UUID) -> list[DecidedBudget]:
+        """The chat's budget decisions, oldest first: who raised what, or ended a turn."""
+        rows = await self._pool.fetch(
+            "SELECT turn_id, budget, decision, add_usd, key_id, created_at"
+            " FROM budget_decisions WHERE chat_id = $1 ORDER BY id",
+            chat_id,
+        )
+        return [DecidedBudget.model_validate(dict(r)) for r in rows]
 
     async def decide(
         self, chat_id: uuid.UUID, turn_id: str, pending: PendingBudget, decision: BudgetDecision

@@ -99,14 +99,15 @@ async def test_a_tool_loop_pauses_at_its_turn_budget_and_finishes_when_raised(
 
     late = await stack.http.post(f"/chats/{chat['id']}/budget", json={"add_usd": 1})
     assert late.status_code == 409 and late.json()["error"]["code"] == "not_paused_on_budget"
-    decisions = await stack.pool.fetch(
-        "SELECT budget, add_usd, decision, key_id FROM budget_decisions WHERE chat_id = $1",
-        uuid.UUID(chat["id"]),
-    )
+    audit = await stack.http.get(f"/chats/{chat['id']}/budget-decisions")
+    assert audit.status_code == 200, audit.text
+    decisions = audit.json()["data"]
     assert [(d["budget"], d["add_usd"], d["decision"]) for d in decisions] == [
         ("turn", 0.02, "raise")
     ]
     assert decisions[0]["key_id"] is not None, "who raised it is recorded"
+    hidden = await stack.other_owner.get(f"/chats/{chat['id']}/budget-decisions")
+    assert hidden.status_code == 404, "another owner's chat"
 
 
 async def test_a_paused_turn_ended_keeps_its_work(stack: Stack) -> None:
