@@ -34,6 +34,7 @@ from api.routes import (
     messages,
     stream,
     turn_control,
+    usage,
     watch,
     webhooks,
 )
@@ -130,6 +131,7 @@ def create_app(config: GatewayConfig) -> FastAPI:
         messages,
         stream,
         turn_control,
+        usage,
         watch,
         webhooks,
     )

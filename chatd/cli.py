@@ -1,5 +1,5 @@
-"""The `chatd` command: dev stack, worker, gateway, migrations, API keys, quotas and
-retention."""
+"""The `chatd` command: dev stack, worker, gateway, migrations, API keys, quotas, usage
+reports and retention."""
 
 from __future__ import annotations
 
@@ -10,10 +10,13 @@ import os
 import sys
 import uuid
 from collections.abc import Callable
+from datetime import date
 from pathlib import Path
+from typing import get_args
 
 from chatd.client.options import add_client_commands
 from chatd.store.quotas import LimitOverrides
+from chatd.store.usage_reports import DEFAULT_DAYS, Grouping, PeriodError, parse_day
 
 __all__ = ["main"]
 
@@ -114,6 +117,7 @@ def _parser() -> argparse.ArgumentParser:
     where = _data_dir_option()
     _add_keys(sub, where)
     _add_limits(sub, where)
+    _add_usage(sub, where)
     return parser
 
 
@@ -187,6 +191,46 @@ def _add_limits(
         )
 
 
+def _day(param: str) -> Callable[[str], date]:
+    """An argparse type: a `YYYY-MM-DD` day, its errors naming the option."""
+
+    def parse(text: str) -> date:
+        try:
+            return parse_day(text, param)
+        except PeriodError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+
+    return parse
+
+
+def _add_usage(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], where: argparse.ArgumentParser
+) -> None:
+    usage = sub.add_parser(
+        "usage",
+        parents=[where],
+        help="report model steps' tokens and cost (DATABASE_URL, or a `chatd dev`)",
+        description="Every attempt of a model step over UTC days, summed per group.",
+    )
+    usage.add_argument("--owner", help="one owner's spend (default: every owner's)")
+    usage.add_argument(
+        "--from",
+        dest="first",
+        type=_day("from"),
+        metavar="YYYY-MM-DD",
+        help=f"the first day (default: {DEFAULT_DAYS} days through --to)",
+    )
+    usage.add_argument(
+        "--to",
+        dest="last",
+        type=_day("to"),
+        metavar="YYYY-MM-DD",
+        help="the last day, included (default: today)",
+    )
+    usage.add_argument("--group-by", choices=get_args(Grouping), default="day")
+    usage.add_argument("--csv", action="store_true", help="CSV (no total row) instead of a table")
+
+
 def _database_url() -> str:
     url = os.environ.get("DATABASE_URL")
     if not url:
@@ -245,6 +289,8 @@ async def _run(args: argparse.Namespace) -> None:
         await commands.run_keys(_admin_database_url(args.data_dir), args)
     elif args.command == "limits":
         await commands.run_limits(_admin_database_url(args.data_dir), args)
+    elif args.command == "usage":
+        await commands.run_usage(_admin_database_url(args.data_dir), args)
     elif args.command == "gc":
         await commands.run_gc(_database_url(), args.dry_run, args.workspace_root)
 

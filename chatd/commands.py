@@ -1,12 +1,14 @@
-"""The production processes behind `chatd worker`, `chatd api`, `chatd migrate`, `chatd keys`
-and `chatd gc`."""
+"""The production processes behind `chatd worker`, `chatd api`, `chatd migrate`, `chatd keys`,
+`chatd limits`, `chatd usage` and `chatd gc`."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import csv
 import logging
 import os
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from chatd.settings import ProviderSettings, TemporalSettings, titles_enabled
 from chatd.store.db import connect_pool, migrate
 from chatd.store.keys import KeyStore
 from chatd.store.quotas import DEFAULTS_OWNER, LimitOverrides, QuotaStore
+from chatd.store.usage_reports import Period, PeriodError, UsageReports, UsageTotal
 from chatd.telemetry import setup_telemetry
 from chatd.tools.defaults import default_registry
 from chatd.tools.loading import with_extra_tools
@@ -30,6 +33,7 @@ __all__ = [
     "run_keys",
     "run_limits",
     "run_migrate",
+    "run_usage",
     "run_worker",
 ]
 
@@ -171,3 +175,34 @@ async def run_limits(database_url: str, args: argparse.Namespace) -> None:
                 f"today: {usage.input_tokens} input and {usage.output_tokens} output tokens,"
                 f" ${usage.cost_usd:.4f}"
             )
+
+
+async def run_usage(database_url: str, args: argparse.Namespace) -> None:
+    """`chatd usage`: tokens and cost per day, model, chat or owner, as a table or CSV."""
+    try:
+        period = Period.of(args.first, args.last)
+    except PeriodError as err:
+        raise SystemExit(f"chatd: {err}") from None
+    async with _database(database_url) as pool:
+        report = await UsageReports(pool).report(period, args.group_by, owner=args.owner)
+    fields = list(UsageTotal.model_fields)
+    if args.csv:
+        # Rows only: a spreadsheet sums them itself, and a total row would be summed too.
+        out = csv.writer(sys.stdout, lineterminator="\n")
+        out.writerow([args.group_by, *fields])
+        for group in report.groups:
+            out.writerow([group.key, *(getattr(group, name) for name in fields)])
+        return
+    header = [args.group_by, *(name.removesuffix("_tokens") for name in fields)]
+    rows = [[group.key, *_cells(group, fields)] for group in report.groups]
+    rows.append(["total", *_cells(report.total, fields)])
+    widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
+    for row in [header, *rows]:
+        key, *figures = row
+        aligned = (cell.rjust(width) for cell, width in zip(figures, widths[1:], strict=True))
+        print(key.ljust(widths[0]), *aligned, sep="  ")
+
+
+def _cells(figures: UsageTotal, fields: list[str]) -> list[str]:
+    values = (getattr(figures, name) for name in fields)
+    return [f"{value:.6f}" if isinstance(value, float) else str(value) for value in values]
