@@ -249,6 +249,8 @@ class ScriptBook:
         self._queues: dict[str, deque[FakeResponse]] = {}
         self._responders: dict[str, Responder] = {}
         self._requests: dict[str, list[FakeRequest]] = {}
+        self._count_requests: dict[str, list[FakeRequest]] = {}
+        self._token_counts: dict[str, int | FakeError] = {}
         self._deltas: dict[str, list[DeltaRecord]] = {}
         self._stored: set[str] = set()
         self.model_info: dict[str, dict[str, Any]] = {}
@@ -320,6 +322,30 @@ class ScriptBook:
         with self._lock:
             return list(self._requests.get(model, ()))
 
+    def set_token_count(self, model: str, answer: int | FakeError | None) -> None:
+        """What the token counting endpoints answer for `model`: a count, an error, or
+        (None) the default, about four characters of the prompt's JSON per token."""
+        with self._lock:
+            if answer is None:
+                self._token_counts.pop(model, None)
+            else:
+                self._token_counts[model] = answer
+
+    def token_count(self, model: str) -> int | FakeError | None:
+        """The scripted answer to a token count of `model` (None: the default)."""
+        with self._lock:
+            return self._token_counts.get(model)
+
+    def record_count_request(self, request: FakeRequest) -> None:
+        """Log a received token count request (apart from the model's other requests)."""
+        with self._lock:
+            self._count_requests.setdefault(request.model, []).append(request)
+
+    def count_requests(self, model: str) -> list[FakeRequest]:
+        """The token count requests received for `model`, oldest first."""
+        with self._lock:
+            return list(self._count_requests.get(model, ()))
+
     def record_delta(self, model: str, text: str) -> None:
         """Log a text delta about to be written, with the wall-clock time."""
         record = DeltaRecord(text=text, emitted_ns=time.time_ns())
@@ -338,6 +364,8 @@ class ScriptBook:
                 self._queues,
                 self._responders,
                 self._requests,
+                self._count_requests,
+                self._token_counts,
                 self._deltas,
             ]
             for store in stores:

@@ -46,6 +46,14 @@ from chatd.fake_provider.script import (
     ScriptBook,
 )
 from chatd.fake_provider.sse import SseEvent, WireEncoder, new_id
+from chatd.fake_provider.token_counts import (
+    check_count,
+    count_model,
+    count_refusal,
+    count_response,
+    counted_tokens,
+    is_count_path,
+)
 from chatd.fake_provider.validation import InvalidRequest, validate
 from chatd.settings import ProviderSettings
 
@@ -66,6 +74,8 @@ _ROUTES: dict[str, ApiName] = {
     "/v1/messages": "anthropic",
     "/v1/chat/completions": "openai_chat",
     "/v1/responses": "openai_responses",
+    "/v1/messages/count_tokens": "anthropic",
+    "/v1/responses/input_tokens": "openai_responses",
 }
 _Outcome = Literal["done", "hang", "disconnect"]
 
@@ -128,6 +138,8 @@ class ProviderEndpoint:
         body = await _json_body(request)
         if body is None:
             return self._invalid(InvalidRequest("The request body is not a JSON object."))
+        if is_count_path(self._api, request.url.path):
+            return self._count(request, body)
         fake = FakeRequest(
             api=self._api,
             path=request.url.path,
@@ -158,6 +170,30 @@ class ProviderEndpoint:
         if isinstance(encoder, ResponsesEncoder) and body.get("store", True) is not False:
             self._book.store_response(encoder.response_id)
         return _Stream(self._book, fake, response, encoder, self._closing, self._platform)
+
+    def _count(self, request: Request, body: dict[str, Any]) -> Response:
+        """A token count (`token_counts`): checked and logged as the model's requests are,
+        answered with its scripted count, consuming none of its scripted responses."""
+        path = request.url.path
+        fake = FakeRequest(
+            api=self._api,
+            path=path,
+            model=count_model(self._api, path, body),
+            headers=dict(request.headers),
+            body=body,
+        )
+        self._book.record_count_request(fake)
+        try:
+            check_count(self._api, path, body)
+        except InvalidRequest as exc:
+            return self._invalid(exc)
+        refused = count_refusal(self._book, self._api, fake.model, body)
+        if refused is not None:
+            return self._error(refused)
+        tokens = counted_tokens(self._book, self._api, fake.model, body)
+        return JSONResponse(
+            count_response(self._api, tokens), headers=_request_id_header(self._api)
+        )
 
     def _model_of(self, path: str, body: dict[str, Any]) -> str:
         """The model asked for: Gemini, Vertex and Bedrock name it in the path, the others
@@ -308,8 +344,9 @@ class _Stream:
 
 
 def create_app(book: ScriptBook, closing: threading.Event | None = None) -> Starlette:
-    """The ASGI app serving the four provider APIs, Claude as Vertex AI and Bedrock carry it
-    and OpenAI's on Azure's URLs (plus `GET /health`), from `book`.
+    """The ASGI app serving the four provider APIs (and their token counting), Claude as
+    Vertex AI and Bedrock carry it and OpenAI's on Azure's URLs (plus `GET /health`), from
+    `book`.
 
     Setting `closing` makes hanging streams drop their connections (for a quick shutdown).
     """
@@ -344,6 +381,7 @@ def create_app(book: ScriptBook, closing: threading.Event | None = None) -> Star
     )
     azure_responses = ProviderEndpoint(book, "openai_responses", closing)
     routes.append(Route("/openai/responses", azure_responses, methods=["POST"]))
+    routes.append(Route("/openai/responses/input_tokens", azure_responses, methods=["POST"]))
     gemini = ProviderEndpoint(book, "gemini", closing)
     routes.append(Route("/v1beta/models/{model}", gemini_model, methods=["GET"]))
     # `/v1beta/models/{model}:streamGenerateContent`: the endpoint reads the model itself.
@@ -459,6 +497,16 @@ class FakeProviderServer:
     def requests(self, model: str) -> list[FakeRequest]:
         """Every request received for `model`, oldest first (including rejected ones)."""
         return self.book.requests(model)
+
+    def script_token_count(self, model: str, answer: int | FakeError | None) -> None:
+        """What counting `model`'s input answers: a count, an error, or (None) about four
+        characters of the prompt's JSON per token."""
+        self.book.set_token_count(model, answer)
+
+    def count_requests(self, model: str) -> list[FakeRequest]:
+        """Every token count request received for `model`, oldest first (not in
+        `requests`)."""
+        return self.book.count_requests(model)
 
     def deltas(self, model: str) -> list[DeltaRecord]:
         """The text deltas streamed for `model`, with `time.time_ns()` emission stamps."""

@@ -18,6 +18,8 @@ from chatd.fake_provider.shapes import (
 
 __all__ = [
     "InvalidRequest",
+    "check_anthropic_messages",
+    "check_tool_choice",
     "validate",
     "validate_anthropic",
     "validate_openai_chat",
@@ -32,7 +34,7 @@ def validate(api: ApiName, body: dict[str, Any]) -> None:
         return
     if not isinstance(body.get("model"), str) or not body["model"]:
         raise InvalidRequest("model: Field required", "model")
-    _check_tool_choice(api, body)
+    check_tool_choice(api, body)
     check_answer_format(api, body)
     if api == "anthropic":
         validate_anthropic(body)
@@ -42,7 +44,7 @@ def validate(api: ApiName, body: dict[str, Any]) -> None:
         validate_openai_responses(body)
 
 
-def _check_tool_choice(api: ApiName, body: dict[str, Any]) -> None:
+def check_tool_choice(api: ApiName, body: dict[str, Any]) -> None:
     """`tool_choice` (and OpenAI's `parallel_tool_calls`) only beside tools; Anthropic also
     refuses a forced tool choice while thinking."""
     if body.get("tools"):
@@ -73,6 +75,11 @@ def validate_anthropic(body: dict[str, Any]) -> None:
     """Anthropic Messages rules: max_tokens, alternating roles, tool_use/tool_result pairing."""
     if not isinstance(body.get("max_tokens"), int):
         raise InvalidRequest("max_tokens: Field required")
+    check_anthropic_messages(body)
+
+
+def check_anthropic_messages(body: dict[str, Any]) -> None:
+    """The messages and tools of an Anthropic request (Messages, or its token count)."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise InvalidRequest("messages: at least one message is required")

@@ -27,10 +27,12 @@ from chatd.parts import (
 )
 from chatd.providers.base import (
     LEADING_USER_TEXT,
+    ModelProvider,
     ModelRequest,
     ProviderError,
     StepFinish,
     StreamEvent,
+    guarded_count,
 )
 from chatd.providers.errors import (
     described,
@@ -56,7 +58,12 @@ _UNCACHEABLE = {"thinking", "redacted_thinking"}
 _FOREIGN_ID_CHARS = re.compile(r"[^a-zA-Z0-9_-]")
 
 
-class AnthropicProvider:
+_NOT_COUNTED = frozenset({"max_tokens", "extra_body"})
+"""The `messages.create` kwargs `messages.count_tokens` doesn't take: the output's length and
+the sampling, which don't change the input."""
+
+
+class AnthropicProvider(ModelProvider):
     """Streams one step from the Anthropic Messages API (also serves the `demo` model)."""
 
     def __init__(
@@ -82,6 +89,21 @@ class AnthropicProvider:
         except (anthropic.AnthropicError, httpx2.TransportError) as exc:
             raise ProviderError(classify_anthropic_error(exc, self._provider_name)) from exc
         yield mapper.finish()
+
+    async def count_input_tokens(self, request: ModelRequest) -> int | None:
+        """`messages.count_tokens` of the step's own request (model, system, messages, tools,
+        tool choice, thinking, output format); None on Bedrock, whose SDK client refuses to
+        count ("not supported in Bedrock yet"). Vertex AI counts (`count-tokens:rawPredict`)."""
+        if isinstance(self._client, anthropic.AsyncAnthropicBedrock):
+            return None
+        return await guarded_count(self._provider_name, self._count(request))
+
+    async def _count(self, request: ModelRequest) -> int:
+        kwargs = build_anthropic_request(request)
+        counted = await self._client.messages.count_tokens(
+            **{name: value for name, value in kwargs.items() if name not in _NOT_COUNTED}
+        )
+        return counted.input_tokens
 
 
 # --- request mapping -------------------------------------------------------------------------

@@ -6,8 +6,10 @@ and `StepFinish`, its SDK errors -> `ProviderError` (classified once, in its mod
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import AsyncIterator
+import logging
+from collections.abc import AsyncIterator, Awaitable
 from typing import Any, Protocol
 
 from pydantic import BaseModel
@@ -27,6 +29,7 @@ from chatd.parts import (
 from chatd.tool_use import ToolUse
 
 __all__ = [
+    "COUNT_TIMEOUT_S",
     "LEADING_USER_TEXT",
     "ModelProvider",
     "ModelRequest",
@@ -35,7 +38,10 @@ __all__ = [
     "StepFinish",
     "StreamEvent",
     "ToolSpec",
+    "guarded_count",
 ]
+
+log = logging.getLogger(__name__)
 
 
 LEADING_USER_TEXT = "(The conversation so far:)"
@@ -85,11 +91,43 @@ class ProviderError(Exception):
 
 
 class ModelProvider(Protocol):
-    """Streams one model step."""
+    """Streams one model step, and counts its input where the provider can."""
 
     def stream_step(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
         """Yield deltas in stream order, then exactly one `StepFinish`; raise `ProviderError`."""
         ...
+
+    async def count_input_tokens(self, request: ModelRequest) -> int | None:
+        """The input tokens of `request` as `stream_step` would send it (messages, system
+        prompt, tools and what else shapes the input), by the provider's own token counting.
+
+        None where the provider has no counting API (this default), and when counting fails
+        or takes longer than `COUNT_TIMEOUT_S`: it never raises, the caller estimates instead.
+        """
+        return None
+
+
+COUNT_TIMEOUT_S = 10.0
+"""How long a provider's token counting may take before the step goes on without it."""
+
+_NOT_OFFERED = {404, 405, 501}
+"""Statuses of a server without the counting endpoint (an OpenAI-compatible one, say): a
+count that fails on every step, logged quietly."""
+
+
+async def guarded_count(provider: str, count: Awaitable[int | None]) -> int | None:
+    """`count`'s tokens; None, logged, if it fails or takes over `COUNT_TIMEOUT_S` (a count
+    never fails a step). Cancellation still propagates."""
+    try:
+        async with asyncio.timeout(COUNT_TIMEOUT_S):
+            return await count
+    except Exception as exc:
+        status = getattr(exc, "status_code", None) or getattr(exc, "code", None)
+        level = logging.DEBUG if status in _NOT_OFFERED else logging.WARNING
+        reason = str(exc) or type(exc).__name__
+        log.log(level, "%s: input token count failed, estimating: %s", provider, reason[:300])
+        log.debug("%s: input token count failure", provider, exc_info=True)
+        return None
 
 
 class StepAccumulator:

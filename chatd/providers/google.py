@@ -36,10 +36,12 @@ from chatd.parts import (
 )
 from chatd.providers.base import (
     LEADING_USER_TEXT,
+    ModelProvider,
     ModelRequest,
     ProviderError,
     StepFinish,
     StreamEvent,
+    guarded_count,
 )
 from chatd.providers.errors import incomplete_stream_error, kind_for_status, transport_error
 from chatd.providers.openai_chat import tool_output_text
@@ -87,7 +89,7 @@ _CONTEXT_MARKERS = ("input token count", "exceeds the maximum number of tokens",
 _SECONDS = re.compile(r"^(\d+(?:\.\d+)?)s$")
 
 
-class GoogleProvider:
+class GoogleProvider(ModelProvider):
     """Streams one step from Gemini (`generate_content_stream`)."""
 
     def __init__(self, client: Client, provider_name: str = "google") -> None:
@@ -118,6 +120,54 @@ class GoogleProvider:
                 )
             ) from exc
         yield mapper.finish()
+
+    async def count_input_tokens(self, request: ModelRequest) -> int | None:
+        """`models.count_tokens` of the step's contents, system instruction and tools.
+
+        The SDK's count config takes a system instruction and tools on Vertex AI only (on the
+        Developer API it refuses them, and `generation_config` too): there the count asks
+        for the step's whole `generateContentRequest` instead, built by the SDK as
+        `generate_content_stream` builds it.
+        """
+        return await guarded_count(self._provider_name, self._count(request))
+
+    async def _count(self, request: ModelRequest) -> int | None:
+        name = request.model.name
+        contents = build_contents(request.messages)
+        config = build_generate_config(request)
+        if self._client.vertexai:
+            counted_parts = {k: config[k] for k in ("system_instruction", "tools") if k in config}
+            counted = await self._client.aio.models.count_tokens(
+                model=name,
+                contents=contents,
+                config=counted_parts,  # type: ignore[arg-type]
+            )
+        else:
+            whole = _generate_content_request(self._client, name, contents, config)
+            options = {"extra_body": {"generateContentRequest": whole}}
+            counted = await self._client.aio.models.count_tokens(
+                model=name,
+                contents=None,  # never both: the request holds them
+                config={"http_options": options},  # type: ignore[arg-type]
+            )
+        return counted.total_tokens
+
+
+def _generate_content_request(
+    client: Client, model: str, contents: list[dict[str, Any]], config: dict[str, Any]
+) -> dict[str, Any]:
+    """The Developer API's `GenerateContentRequest` for a step, as the SDK's
+    `generate_content_stream` writes it (its own request conversion, which is private)."""
+    from google.genai import _common, types
+    from google.genai import models as sdk_models
+
+    params = types._GenerateContentParameters(model=model, contents=contents, config=config)
+    wire = sdk_models._GenerateContentParameters_to_mldev(client._api_client, params)
+    path = wire.pop("_url")
+    for local in ("_query", "config"):
+        wire.pop(local, None)
+    wire = _common.encode_unserializable_types(_common.convert_to_dict(wire))
+    return {"model": path["model"], **wire}
 
 
 # --- request mapping -------------------------------------------------------------------------

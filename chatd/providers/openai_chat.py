@@ -13,7 +13,13 @@ from openai.types.chat import ChatCompletionChunk
 
 from chatd.models import ErrorKind, ModelConfig, ModelError
 from chatd.parts import FilePart, Message, PartDelta, TextPart, ToolCallPart, ToolResultPart, Usage
-from chatd.providers.base import ModelRequest, ProviderError, StepFinish, StreamEvent
+from chatd.providers.base import (
+    ModelProvider,
+    ModelRequest,
+    ProviderError,
+    StepFinish,
+    StreamEvent,
+)
 from chatd.providers.errors import (
     described,
     error_fields,
@@ -43,8 +49,11 @@ _FINISH_REASONS = {
 }
 
 
-class OpenAIChatProvider:
-    """Streams one step from the OpenAI Chat Completions API."""
+class OpenAIChatProvider(ModelProvider):
+    """Streams one step from the OpenAI Chat Completions API.
+
+    Chat Completions has no token counting: `count_input_tokens` is the default, None.
+    """
 
     def __init__(self, client: openai.AsyncOpenAI, provider_name: str = "openai") -> None:
         self._client = client

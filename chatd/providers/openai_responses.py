@@ -24,7 +24,14 @@ from chatd.parts import (
     ToolResultPart,
     Usage,
 )
-from chatd.providers.base import ModelRequest, ProviderError, StepFinish, StreamEvent
+from chatd.providers.base import (
+    ModelProvider,
+    ModelRequest,
+    ProviderError,
+    StepFinish,
+    StreamEvent,
+    guarded_count,
+)
 from chatd.providers.errors import error_fields, incomplete_stream_error
 from chatd.providers.openai_chat import (
     classify_openai_error,
@@ -42,9 +49,12 @@ __all__ = [
 ]
 
 _INCOMPLETE_REASONS = {"max_output_tokens": "max_tokens"}
+_NOT_COUNTED = frozenset({"max_output_tokens", "temperature", "top_p", "store", "include"})
+"""The `responses.create` kwargs `responses.input_tokens.count` doesn't take: the output's
+length, the sampling and what is kept of the response, which don't change the input."""
 
 
-class OpenAIResponsesProvider:
+class OpenAIResponsesProvider(ModelProvider):
     """Streams one step from the OpenAI Responses API (stateless unless `openai_chain`)."""
 
     def __init__(self, client: openai.AsyncOpenAI, provider_name: str = "openai") -> None:
@@ -77,6 +87,28 @@ class OpenAIResponsesProvider:
             kwargs = build_responses_request(request, chain=False)
             stream = await self._client.responses.create(**kwargs, stream=True)
         return stream
+
+    async def count_input_tokens(self, request: ModelRequest) -> int | None:
+        """`responses.input_tokens.count` of the step's own request (model, input,
+        instructions, tools and tool choice, reasoning, text format; a chained step's
+        `previous_response_id`, or its whole transcript when that response is gone, as
+        `stream_step` would send it)."""
+        return await guarded_count(self._provider_name, self._count(request))
+
+    async def _count(self, request: ModelRequest) -> int:
+        kwargs = _counted(build_responses_request(request))
+        try:
+            counted = await self._client.responses.input_tokens.count(**kwargs)
+        except openai.APIStatusError as exc:
+            if "previous_response_id" not in kwargs or not previous_response_missing(exc):
+                raise
+            kwargs = _counted(build_responses_request(request, chain=False))
+            counted = await self._client.responses.input_tokens.count(**kwargs)
+        return counted.input_tokens
+
+
+def _counted(kwargs: dict[str, Any]) -> dict[str, Any]:
+    return {name: value for name, value in kwargs.items() if name not in _NOT_COUNTED}
 
 
 def previous_response_missing(exc: openai.APIStatusError) -> bool:
