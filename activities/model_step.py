@@ -158,7 +158,7 @@ class ModelStepActivities:
                     )
                     return await _completed_despite_cancel(self._close(chat, input, began, summary))
                 config = _model_in_use(chat, input.model_index)
-                allowed = self._allowance(tools, input, config, context, budgets)
+                allowed = await self._allowance(tools, input, config, context, budgets)
                 if allowed.pending is not None:
                     log.info("step paused on a budget: %s", allowed.pending.model_dump_json())
                     return StreamStepResult(
@@ -370,14 +370,21 @@ class ModelStepActivities:
             self._shared_batcher = EventBatcher(self._events)
         return self._shared_batcher
 
+    @staticmethod
+    def _request(
+        tools: TurnTools, model: ModelConfig, context: list[Message], opens_response: bool
+    ) -> ModelRequest:
+        """The step's request: its context, the tools it is offered and the system prompt."""
+        specs, system = advisor_gate(tools.chat, tools.specs())
+        use = tools.chat.tool_use.for_step(opens_response)
+        return ModelRequest(
+            model=model, system=system, messages=context, tools=use.offered(specs), tool_use=use
+        )
+
     def _provider_stream(
         self, tools: TurnTools, model: ModelConfig, context: list[Message], opens_response: bool
     ) -> AsyncIterator[StreamEvent]:
-        specs, system = advisor_gate(tools.chat, tools.specs())
-        use = tools.chat.tool_use.for_step(opens_response)
-        request = ModelRequest(
-            model=model, system=system, messages=context, tools=use.offered(specs), tool_use=use
-        )
+        request = self._request(tools, model, context, opens_response)
         return make_provider(request.model, self._settings).stream_step(request)
 
     async def _stream(
@@ -417,7 +424,7 @@ class ModelStepActivities:
             _record_usage(model, finish)
             return finish
 
-    def _allowance(
+    async def _allowance(
         self,
         tools: TurnTools,
         input: StreamStepInput,
@@ -425,17 +432,18 @@ class ModelStepActivities:
         context: list[Message],
         budgets: list[BudgetState],
     ) -> StepAllowance:
-        """What the budgets allow this step, its input estimated from the request's size
-        (the system prompt, the tools offered and the messages)."""
-        specs = tools.specs()
-        input_tokens = (
-            sum(estimate_message_tokens(m) for m in context)
-            + estimate_tokens(len(tools.chat.system_prompt or ""))
-            + sum(estimate_tokens(len(s.model_dump_json())) for s in specs)
-        )
+        """What the budgets allow this step. Under a budget, its input is counted by the
+        provider's token counting where it has one; otherwise (and when that fails) it is
+        estimated from the request's size."""
+        price = self._prices.of(config)
+        request = self._request(tools, config, context, input.opens_response)
+        counted = None
+        if budgets and price is not None:  # the count is a round trip: only when it matters
+            counted = await make_provider(config, self._settings).count_input_tokens(request)
+        input_tokens = counted if counted is not None else _estimated_input(request)
         return allowance(
             budgets,
-            self._prices.of(config),
+            price,
             input_tokens=input_tokens,
             max_output_tokens=config.max_output_tokens,
             thinking_tokens=config.thinking_budget_tokens or 0,
@@ -502,6 +510,15 @@ class ModelStepActivities:
             output_tokens=usage.output_tokens if usage else 0,
             interrupted=interrupted,
         )
+
+
+def _estimated_input(request: ModelRequest) -> int:
+    """The request's input tokens, estimated from its size (messages, system, tools)."""
+    return (
+        sum(estimate_message_tokens(m) for m in request.messages)
+        + estimate_tokens(len(request.system or ""))
+        + sum(estimate_tokens(len(t.model_dump_json())) for t in request.tools)
+    )
 
 
 def _model_in_use(chat: ChatRecord, index: int) -> ModelConfig:

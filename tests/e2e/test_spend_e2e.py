@@ -72,16 +72,23 @@ async def _decide(stack: Stack, chat_id: str, body: dict[str, Any]) -> None:
 async def test_a_tool_loop_pauses_at_its_turn_budget_and_finishes_when_raised(
     stack: Stack,
 ) -> None:
-    chat = await stack.create_chat(model=_looping(stack, 4))
+    model = _looping(stack, 4)
+    # The provider counts each step's input at 1,000 tokens: a step needs $0.002 for it and
+    # $0.00256 for the least output, so after two steps ($0.006) the third can't be paid.
+    stack.fake.script_token_count(model["name"], 1000)
+    chat = await stack.create_chat(model=model)
     await stack.send(chat["id"], "write files", max_cost_usd=0.01)
     paused, _ = await _paused(stack, chat["id"])
 
     pending = paused["pending_budget"]
     assert pending["budget"] == "turn" and pending["limit_usd"] == 0.01
-    assert pending["spent_usd"] <= 0.01 < pending["spent_usd"] + pending["next_step_usd"]
+    assert pending["next_step_usd"] == pytest.approx(0.002 + 256 * 10 / 1e6)
+    assert pending["spent_usd"] == pytest.approx(2 * STEP_USD)
     assert paused["pending_tool_calls"] is None
+    counts = stack.fake.count_requests(model["name"])
+    assert len(counts) == 3, "each step's input counted before it was sent, the paused one too"
     steps = await _steps(stack, chat["id"])
-    assert len(steps) >= 2, "stopped within a step of the limit"
+    assert len(steps) == 2, "stopped within a step of the limit"
     assert [s["cost_usd"] for s in steps] == pytest.approx([STEP_USD] * len(steps))
     assert not any(s["cost_estimated"] for s in steps)
     assert paused["cost_usd"] == pytest.approx(len(steps) * STEP_USD) == pending["spent_usd"]
