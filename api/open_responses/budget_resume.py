@@ -7,6 +7,7 @@ from starlette.requests import HTTPConnection
 
 from api.budgets import decide_budget
 from api.errors import ApiError
+from api.open_responses.call_answers import response_in_turn
 from api.open_responses.inputs import ParsedInput
 from api.state import state_of
 from chatd.store.chats import ChatRecord
@@ -53,15 +54,7 @@ async def resume_on_budget(
             " and no new input",
             {"param": "chatd:max_cost_usd", "pending_budget": pending.model_dump()},
         )
-    record, created = await state.responses.create(
-        base.model_copy(
-            update={
-                "chat_id": chat.id,
-                "turn_id": chat.turn_id,
-                "after_message_id": await state.responses.last_message_id(chat.id),
-            }
-        )
-    )
+    record, created = await response_in_turn(state, chat, base, [])
     if not created:
         return record
     key_id = await state.keys.id_of(key)

@@ -16,7 +16,7 @@ from chatd.store.client_results import ClientResultStaging
 from chatd.store.responses import NewResponse, ResponseRecord
 from workflows.payloads import SubmittedToolResult, SubmitToolApprovalsInput, ToolApproval
 
-__all__ = ["answer_calls"]
+__all__ = ["answer_calls", "response_in_turn"]
 
 
 async def answer_calls(
@@ -50,17 +50,7 @@ async def answer_calls(
                 f" expected {expected}, received {given}",
                 {"param": "input", "expected": expected, "received": given},
             )
-    assert chat.turn_id is not None
-    record, created = await state.responses.create(
-        base.model_copy(
-            update={
-                "chat_id": chat.id,
-                "turn_id": chat.turn_id,
-                "after_message_id": await state.responses.last_message_id(chat.id),
-                "answered_call_ids": answered,
-            }
-        )
-    )
+    record, created = await response_in_turn(state, chat, base, answered)
     if not created:
         return record
     try:
@@ -75,6 +65,24 @@ async def answer_calls(
         await state.responses.discard(record.id)
         raise
     return record
+
+
+async def response_in_turn(
+    state: GatewayState, chat: ChatRecord, base: NewResponse, answered: list[str]
+) -> tuple[ResponseRecord, bool]:
+    """The row of a response that carries on the chat's waiting turn from its newest
+    message (and whether this call wrote it: a retry finds the first one's)."""
+    assert chat.turn_id is not None
+    return await state.responses.create(
+        base.model_copy(
+            update={
+                "chat_id": chat.id,
+                "turn_id": chat.turn_id,
+                "after_message_id": await state.responses.last_message_id(chat.id),
+                "answered_call_ids": answered,
+            }
+        )
+    )
 
 
 def _submitted(index: int, output: FunctionCallOutputItem) -> SubmittedToolResult:
