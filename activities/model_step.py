@@ -39,6 +39,7 @@ from chatd.providers.base import (
     StepAccumulator,
     StepFinish,
     StreamEvent,
+    default_output_tokens,
 )
 from chatd.settings import ProviderSettings
 from chatd.store.chats import ChatRecord, ChatStore
@@ -164,7 +165,10 @@ class ModelStepActivities:
                     return StreamStepResult(
                         message_id=None, pending_budget=allowed.pending, began=began
                     )
-                config = config.model_copy(update={"max_output_tokens": allowed.max_output_tokens})
+                if allowed.max_output_tokens is not None:
+                    config = config.model_copy(
+                        update={"max_output_tokens": allowed.max_output_tokens}
+                    )
                 spend = AttemptSpend(
                     self._spend,
                     self._prices,
@@ -445,7 +449,7 @@ class ModelStepActivities:
             budgets,
             price,
             input_tokens=input_tokens,
-            max_output_tokens=config.max_output_tokens,
+            output_tokens=default_output_tokens(config),
             thinking_tokens=config.thinking_budget_tokens or 0,
             step=input.step,
         )

@@ -17,7 +17,6 @@ from chatd.prices import TokenPrice
 
 __all__ = [
     "MIN_STEP_OUTPUT_TOKENS",
-    "UNCAPPED_ABOVE_TOKENS",
     "BudgetName",
     "BudgetState",
     "PendingBudget",
@@ -30,10 +29,6 @@ BudgetName = Literal["turn", "chat", "owner_day", "owner_month"]
 MIN_STEP_OUTPUT_TOKENS = 256
 """The least output a step is worth running for: a budget that can't also pay for this much
 after the input pauses the turn instead."""
-UNCAPPED_ABOVE_TOKENS = 16_384
-"""A model with no `max_output_tokens` of its own keeps the provider's default while what
-remains buys at least this many output tokens (below every current model's maximum, which a
-larger cap could exceed and the provider refuse)."""
 
 
 class BudgetState(BaseModel):
@@ -70,7 +65,7 @@ class StepAllowance(BaseModel):
     """What the budgets allow the next step."""
 
     max_output_tokens: int | None = None
-    """The step's output cap (None: the model's own)."""
+    """The step's output cap under its budgets (None: as the chat configured it)."""
     pending: PendingBudget | None = None
     """Set when a budget can't pay for the step: the turn pauses."""
     estimated_input_tokens: int = 0
@@ -81,25 +76,23 @@ def allowance(
     price: TokenPrice | None,
     *,
     input_tokens: int,
-    max_output_tokens: int | None,
+    output_tokens: int,
     thinking_tokens: int = 0,
     step: int = 0,
 ) -> StepAllowance:
-    """Run the step (capping its output to what the tightest budget still buys), or pause.
+    """Run the step (its output capped to what the tightest budget still buys), or pause.
 
-    `input_tokens` is the step's input as estimated or counted; `thinking_tokens` a thinking
-    budget the output must leave room for. Without budgets, or a price (a budget on such a
-    model is refused when it is set), the step runs as configured.
+    `input_tokens` is the step's input as counted or estimated; `output_tokens` the cap it
+    would be sent with (`chatd.providers.base.default_output_tokens`); `thinking_tokens` a
+    thinking budget the output must leave room for. Without budgets, or a price (a budget
+    on such a model is refused when it is set), the step runs as configured.
     """
+    unchanged = StepAllowance(estimated_input_tokens=input_tokens)
     if not budgets or price is None:
-        return StepAllowance(
-            max_output_tokens=max_output_tokens, estimated_input_tokens=input_tokens
-        )
+        return unchanged
     tightest = min(budgets, key=lambda b: b.remaining_usd)
     input_usd = input_tokens * price.input / 1_000_000
-    least_output = thinking_tokens + min(
-        max_output_tokens or MIN_STEP_OUTPUT_TOKENS, MIN_STEP_OUTPUT_TOKENS
-    )
+    least_output = thinking_tokens + min(output_tokens, MIN_STEP_OUTPUT_TOKENS)
     least_usd = input_usd + least_output * price.output / 1_000_000
     if tightest.remaining_usd < least_usd:
         pending = PendingBudget(
@@ -111,19 +104,9 @@ def allowance(
             turn_id=tightest.turn_id,
             step=step,
         )
-        return StepAllowance(
-            max_output_tokens=max_output_tokens,
-            pending=pending,
-            estimated_input_tokens=input_tokens,
-        )
+        return unchanged.model_copy(update={"pending": pending})
     if price.output == 0:
-        return StepAllowance(
-            max_output_tokens=max_output_tokens, estimated_input_tokens=input_tokens
-        )
+        return unchanged.model_copy(update={"max_output_tokens": output_tokens})
     # Rounded first: binary floats make $0.05 at $10 per million 4,999.999... tokens.
     affordable = math.floor(round((tightest.remaining_usd - input_usd) * 1e6 / price.output, 6))
-    if max_output_tokens is not None:
-        cap: int | None = min(max_output_tokens, affordable)
-    else:
-        cap = affordable if affordable < UNCAPPED_ABOVE_TOKENS else None
-    return StepAllowance(max_output_tokens=cap, estimated_input_tokens=input_tokens)
+    return unchanged.model_copy(update={"max_output_tokens": min(output_tokens, affordable)})

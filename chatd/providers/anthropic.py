@@ -26,6 +26,7 @@ from chatd.parts import (
     Usage,
 )
 from chatd.providers.base import (
+    ANTHROPIC_DEFAULT_OUTPUT_TOKENS,
     LEADING_USER_TEXT,
     ModelProvider,
     ModelRequest,
@@ -45,14 +46,12 @@ from chatd.providers.errors import transport_error as _transport_error
 from chatd.tool_use import ToolUse
 
 __all__ = [
-    "DEFAULT_MAX_TOKENS",
     "AnthropicProvider",
     "build_anthropic_messages",
     "build_anthropic_request",
     "classify_anthropic_error",
 ]
 
-DEFAULT_MAX_TOKENS = 4096
 _EPHEMERAL = {"type": "ephemeral"}
 _UNCACHEABLE = {"thinking", "redacted_thinking"}
 _FOREIGN_ID_CHARS = re.compile(r"[^a-zA-Z0-9_-]")
@@ -185,12 +184,14 @@ def _tool_choice(use: ToolUse) -> dict[str, Any] | None:
 
 
 def _call_options(config: ModelConfig, *, thinking: bool) -> dict[str, Any]:
-    max_tokens = config.max_output_tokens or DEFAULT_MAX_TOKENS
+    max_tokens = config.max_output_tokens or ANTHROPIC_DEFAULT_OUTPUT_TOKENS
     budget = config.thinking_budget_tokens if thinking else None
     if budget:
         # The API requires max_tokens > budget_tokens and rejects sampling overrides with thinking.
         return {
-            "max_tokens": max_tokens if max_tokens > budget else budget + DEFAULT_MAX_TOKENS,
+            "max_tokens": max_tokens
+            if max_tokens > budget
+            else budget + ANTHROPIC_DEFAULT_OUTPUT_TOKENS,
             "thinking": {"type": "enabled", "budget_tokens": budget},
         }
     # The API takes temperature and top_p; the SDK's typed arguments (2.x) no longer name them.

@@ -29,6 +29,8 @@ from chatd.parts import (
 from chatd.tool_use import ToolUse
 
 __all__ = [
+    "ANTHROPIC_DEFAULT_OUTPUT_TOKENS",
+    "BUDGETED_OUTPUT_TOKENS",
     "COUNT_TIMEOUT_S",
     "LEADING_USER_TEXT",
     "ModelProvider",
@@ -38,8 +40,29 @@ __all__ = [
     "StepFinish",
     "StreamEvent",
     "ToolSpec",
+    "default_output_tokens",
     "guarded_count",
 ]
+
+ANTHROPIC_DEFAULT_OUTPUT_TOKENS = 4096
+"""What an Anthropic step may write when the chat sets no `max_output_tokens` (the API
+requires a figure)."""
+BUDGETED_OUTPUT_TOKENS = 16_384
+"""What a step of another provider's model with no `max_output_tokens` may write under a
+budget: below every current model's maximum (a larger cap could be refused), and a figure
+that keeps the step within what the budget can pay."""
+
+
+def default_output_tokens(model: ModelConfig) -> int:
+    """The output cap a budgeted step of `model` starts from when the chat sets none: the
+    Anthropic API's own default here, else `BUDGETED_OUTPUT_TOKENS` (the providers' own
+    defaults are the model's maximum, which a budget can't bound)."""
+    if model.max_output_tokens is not None:
+        return model.max_output_tokens
+    if model.provider in ("anthropic", "anthropic-bedrock", "anthropic-vertex", "demo"):
+        return ANTHROPIC_DEFAULT_OUTPUT_TOKENS
+    return BUDGETED_OUTPUT_TOKENS
+
 
 log = logging.getLogger(__name__)
 
