@@ -252,8 +252,19 @@ class BudgetDecision(_Strict):
     """Body of `POST /chats/{id}/budget`: raise the budget the turn is paused on by
     `add_usd`, or end the turn (`decision: stop`), its work so far kept."""
 
-    add_usd: float | None = Field(default=None, gt=0, le=MAX_BUDGET_USD)
-    decision: Literal["stop"] | None = None
+    model_config = ConfigDict(json_schema_extra={"minProperties": 1, "maxProperties": 1})
+
+    add_usd: Annotated[float, Field(gt=0, le=MAX_BUDGET_USD)] | SkipJsonSchema[None] = None
+    decision: Literal["stop"] | SkipJsonSchema[None] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_nulls(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            nulls = [name for name, value in data.items() if value is None]
+            if nulls:
+                raise ValueError(f"{nulls[0]} can't be null: give the one you mean")
+        return data
 
     @model_validator(mode="after")
     def _one_of(self) -> BudgetDecision:

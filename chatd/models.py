@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
 
 from chatd.output_format import OutputFormat
 
@@ -61,6 +61,19 @@ class WebSearchConfig(BaseModel):
 
 class ModelConfig(BaseModel):
     """Which model a chat uses and how it is called."""
+
+    # The document says what `_platform_has_it` refuses: a schema-valid model is served.
+    model_config = ConfigDict(
+        json_schema_extra={
+            "not": {
+                "required": ["provider", "web_search"],
+                "properties": {
+                    "provider": {"enum": list[JsonValue](sorted(_NO_WEB_SEARCH))},
+                    "web_search": {"type": "object"},
+                },
+            }
+        }
+    )
 
     provider: ProviderName = "demo"
     name: str = Field(

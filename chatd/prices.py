@@ -90,7 +90,7 @@ SHIPPED: dict[str, dict[str, TokenPrice]] = {
     "openai": _OPENAI,
     "azure-openai": {},  # a deployment's name says nothing of its model: set it in the file
     "google": _GOOGLE,
-    "demo": {"demo": _price(0, 0, 0, 0)},
+    "demo": {"": _price(0, 0, 0, 0)},  # whatever its name, the demo model costs nothing
 }
 """The shipped table: Bedrock and Vertex at Anthropic's list prices (their on-demand prices
 are the same in their standard regions)."""

@@ -12,17 +12,20 @@ methods, then random data), then statefully: sequences that follow the document'
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import AsyncIterator
+from typing import Any, get_args
 
 import pytest
 import schemathesis
-from harness import Stack
+from harness import Stack, StackFactory
 from hypothesis import HealthCheck, Phase, given, settings
 from schemathesis import GenerationMode
 from schemathesis.config._auth import OpenAPIAuthConfig
 from schemathesis.engine import events
 from schemathesis.specs.openapi.schemas import OpenApiSchema
 
+from chatd.models import ProviderName
+from chatd.prices import Prices, TokenPrice
 from chatd.store.quotas import LimitOverrides, QuotaStore
 
 MAX_EXAMPLES = 6
@@ -31,6 +34,7 @@ SCENARIOS = 24
 STEPS_PER_SCENARIO = 8
 STREAM = "/api/v1/chats/{chat_id}/stream"
 WATCH = "/api/v1/stream"
+USAGE = "/api/v1/usage"
 RESPONSES = "/v1/responses"
 COMPACT = "/v1/responses/compact"
 _SETTINGS: dict[str, Any] = {
@@ -78,7 +82,7 @@ def _each_operation(root: str, key: str) -> tuple[set[str], list[str]]:
     failure found."""
     # Phases after the first reuse the ids earlier answers held, and a request for an
     # existing chat's event stream would wait for the request timeout: the stream runs alone.
-    schema = _schema(root, key).exclude(path=[STREAM, WATCH])
+    schema = _schema(root, key).exclude(path=[STREAM, WATCH, USAGE])
     schema = schema.exclude(path=[RESPONSES, COMPACT], method="POST")  # `_responses` runs them
     schema.config.phases.stateful.enabled = False  # the state machine below runs it
     # No crash cache on disk: a run replays only its own derandomized cases.
@@ -129,6 +133,12 @@ def _watch(root: str, key: str) -> list[str]:
     return _generated(_accepting_400(root, key)[WATCH]["GET"], MAX_EXAMPLES)
 
 
+def _usage(root: str, key: str) -> list[str]:
+    """Usage reports: a schema-valid period can still be a 400 (`from` after `to`, or over
+    366 days)."""
+    return _generated(_accepting_400(root, key)[USAGE]["GET"], MAX_EXAMPLES)
+
+
 def _accepting_400(root: str, key: str) -> OpenApiSchema:
     """The document, its checks taking a 400 for a schema-valid request."""
     schema = _schema(root, key)
@@ -164,6 +174,12 @@ async def test_the_watch_stream_keeps_its_documented_contract(stack: Stack) -> N
     assert not failures, "\n\n".join(failures)
 
 
+async def test_usage_reports_keep_their_documented_contract(stack: Stack) -> None:
+    root = stack.base_url.removesuffix("/api/v1")
+    failures = await asyncio.to_thread(_usage, root, stack.key)
+    assert not failures, "\n\n".join(failures)
+
+
 def _linked_sequences(root: str, key: str) -> None:
     # An event stream never ends, so a linked call to it would hang the scenario.
     machine = _schema(root, key).exclude(path=[STREAM, WATCH]).as_state_machine()
@@ -175,6 +191,19 @@ def _linked_sequences(root: str, key: str) -> None:
             **_SETTINGS,
         )
     )
+
+
+EVERY_MODEL_PRICED = Prices(
+    {f"{provider}/": TokenPrice(input=1, output=1) for provider in get_args(ProviderName)}
+)
+"""A budget on a model with no price is refused (a 400 no schema can tell apart): with
+every model priced, a generated budget is served."""
+
+
+@pytest.fixture
+async def stack(make_stack: StackFactory) -> AsyncIterator[Stack]:
+    async with make_stack(prices=EVERY_MODEL_PRICED) as running:
+        yield running
 
 
 @pytest.fixture(autouse=True)
