@@ -25,10 +25,10 @@ from pathlib import Path
 
 import httpx
 from _chatd_dev import FAKE_MODEL, ChatdDev, chatd_dev
+from _noop_floor import NoopFloor, noop_activity
 from _stack import SseEvent, SseListener, say, summary
 from _timed_fake import take_provider_times
 from _timeline import timeline, wft_waits
-from noop_floor import NoopFloor, noop_activity
 from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import Worker
 

@@ -4,7 +4,7 @@ Every chat gets a `Plan` (drawn from a seeded RNG): no fault, a few retryable pr
 that then clear, a retryable error that never clears, one non-retryable error, a poison
 model or message the provider always refuses, a compaction whose summary fails (or works),
 a prompt over the fake's context window, or a turn (retrying a 529) whose workflow run an
-operator terminates (`chaos_faults.py` does that; the reconciler must end it). `FaultScript`
+operator terminates (`_chaos_faults.py` does that; the reconciler must end it). `FaultScript`
 is the responder of the chats' models: it finds the chat's plan from the turn number in the
 request's messages and answers as the plan says, until `stop()` turns the faults off (then
 every request gets its normal answer). Each plan knows how its turn must end and what its

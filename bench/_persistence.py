@@ -49,11 +49,14 @@ async def _scrape(metrics_url: str) -> Counter[str]:
 
 
 async def _during(
-    metrics_url: str, next_xid: Callable[[], Awaitable[int]], work: Callable[[], Awaitable[None]]
+    metrics_url: str,
+    next_xid: Callable[[], Awaitable[int]],
+    work: Callable[[], Awaitable[None]],
+    settle_s: float,
 ) -> Counter[str]:
     before, xid = await _scrape(metrics_url), await next_xid()
     await work()
-    await asyncio.sleep(SETTLE_S)
+    await asyncio.sleep(settle_s)
     counts = await _scrape(metrics_url) - before
     counts["postgres writes"] = await next_xid() - xid
     return counts
@@ -64,10 +67,14 @@ async def count_persistence(
     next_xid: Callable[[], Awaitable[int]],
     runs: dict[str, Callable[[], Awaitable[None]]],
     n: int,
+    settle_s: float = SETTLE_S,
 ) -> dict[str, PersistenceCounts]:
-    """For each named run: `n` of them alone, then per-run counts (idle background taken off)."""
-    await asyncio.sleep(SETTLE_S)  # what ran before settles (and its metrics are exported)
-    idle = await _during(metrics_url, next_xid, lambda: asyncio.sleep(0))
+    """For each named run: `n` of them alone, then per-run counts (idle background taken off).
+
+    Each batch is read `settle_s` after it ran (shorter than `SETTLE_S`: counts that miss
+    the batch's asynchronous work, for a smoke run)."""
+    await asyncio.sleep(settle_s)  # what ran before settles (and its metrics are exported)
+    idle = await _during(metrics_url, next_xid, lambda: asyncio.sleep(0), settle_s)
     found: dict[str, PersistenceCounts] = {}
     for name, run in runs.items():
 
@@ -75,7 +82,7 @@ async def count_persistence(
             for _ in range(n):
                 await run()
 
-        counts = await _during(metrics_url, next_xid, repeat)
+        counts = await _during(metrics_url, next_xid, repeat, settle_s)
         counts.subtract(idle)
         found[name] = {
             op: c / n / (1000 if op.endswith(_MS) else 1) for op, c in counts.items() if c > 0

@@ -22,7 +22,8 @@ In one run, on the same servers, `--rounds` times in turn:
 
 Target: the p99 delta latency (fake provider's write -> SSE client) with the abuser, over
 all rounds, is at most 2x that without; every turn finishes; the abuser got 429s (on
-requests and on streams). Exit status 1 otherwise.
+requests and on streams). Exit status 1 otherwise (`--ignore-speed-targets`, for a smoke run
+on a busy machine: the ratio is reported, not held to its target).
 """
 
 from __future__ import annotations
@@ -388,7 +389,7 @@ def report(
         w.startswith("stream 429") for w in tally
     )
     finished = all(level.finished == level.k for level in levels.values())
-    passed = ratio <= TARGET_RATIO and got_429s and finished
+    passed = (ratio <= TARGET_RATIO or args.ignore_speed_targets) and got_429s and finished
     print(f"\n{'PASS' if passed else 'FAIL'}")
     return 0 if passed else 1
 
@@ -409,6 +410,12 @@ def main() -> None:
     )
     parser.add_argument("--rounds", type=int, default=3, help="rounds of both conditions")
     parser.add_argument("--turn-timeout", type=float, default=300.0, help="per phase, seconds")
+    parser.add_argument(
+        "--ignore-speed-targets",
+        action="store_true",
+        help="report the p99 ratio without failing on it (a smoke run on a busy machine); "
+        "unfinished turns and missing 429s still fail",
+    )
     parser.add_argument("--abuser", nargs=5, help=argparse.SUPPRESS)
     parser.add_argument("--burn", type=float, help=argparse.SUPPRESS)
     args = parser.parse_args()

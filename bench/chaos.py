@@ -1,7 +1,7 @@
 """Do turns survive workers being SIGKILLed at random? Run from the repo root:
 
     python bench/chaos.py [--turns 200] [--concurrency 10] [--seed 1] [--kill-every 3-8]
-    python bench/chaos.py --faults [--deadline 20] ...   # and provider faults: chaos_faults.py
+    python bench/chaos.py --faults [--deadline 20] ...   # and provider faults: _chaos_faults.py
 
 N turns run through the in-process gateway, `--concurrency` at a time, on TWO `chatd worker`
 processes, while a chaos loop SIGKILLs one of them every 3-8 s (at random) and starts it
@@ -15,10 +15,10 @@ duplicate messages (both must be 0) and the recovery time of each turn that was 
 on a killed worker: kill -> first delta of the retried attempt at the SSE client (the
 attempt announces itself with a `reset` event), and kill -> that reset. Exit status 1 if
 anything was lost or duplicated, a turn did not finish, or the mid-stream recovery p50 is over
-`--max-recovery` (5 s).
+`--max-recovery` (5 s; not with `--ignore-speed-targets`, for a smoke run on a busy machine).
 
 `--faults` runs the same kills with provider errors, poison messages and failing
-compactions besides; see `chaos_faults.py` for what it injects and checks.
+compactions besides; see `_chaos_faults.py` for what it injects and checks.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import random
 import statistics
@@ -35,7 +36,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-import chaos_faults
+import _chaos_faults
 import httpx
 from _chaos_rig import Kill, Rig, chaos_rig, killing
 from _stack import SseEvent, SseListener, percentile, say
@@ -314,8 +315,8 @@ async def main(args: argparse.Namespace) -> bool:
     rng = random.Random(args.seed)
     if args.faults:
         os.environ["CHATD_RETRY_DEADLINE_S"] = str(args.deadline)  # the in-process gateway's
-        async with chaos_rig(chaos_faults.worker_env(args)) as rig:
-            return await chaos_faults.run(args, rng, rig)
+        async with chaos_rig(_chaos_faults.worker_env(args)) as rig:
+            return await _chaos_faults.run(args, rng, rig)
     async with chaos_rig() as rig:
         rig.fake.script(MODEL, respond)
         return await _run(args, rng, rig)
@@ -349,7 +350,8 @@ async def _run(args: argparse.Namespace, rng: random.Random, rig: Rig) -> bool:
     client = await Client.connect(rig.temporal_address)
     retried_at: list[float] = []
     history = await history_findings(client, turns, retried_at)
-    return report(turns, kills, wall, history, args.max_recovery, retried_at)
+    max_recovery = math.inf if args.ignore_speed_targets else args.max_recovery
+    return report(turns, kills, wall, history, max_recovery, retried_at)
 
 
 def _range(text: str) -> tuple[float, float]:
@@ -371,6 +373,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=float,
         default=5.0,
         help="fail if the mid-stream recovery p50 is over this many seconds",
+    )
+    parser.add_argument(
+        "--ignore-speed-targets",
+        action="store_true",
+        help="report the recovery times without failing on --max-recovery (a smoke run on a "
+        "busy machine)",
     )
     parser.add_argument(
         "--faults", action="store_true", help="inject provider and compaction faults too"

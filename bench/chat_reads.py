@@ -11,7 +11,7 @@ messages) and a last error, pending tool calls and usage; the owner has `--chats
 Beside the gateway's routes, the same app serves the handlers as they were before chat reads
 were made cheap, under `/api/v1/before`: each round measures both, interleaved, with
 `time.process_time()` over `--requests` sequential requests, and checks that both answer
-the same bytes.
+the same bytes (exit status 1 if they differ: the old handlers no longer stand for the route).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import functools
 import statistics
+import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -165,16 +166,20 @@ async def cpu_per_request(get: Callable[[], Awaitable[object]], requests: int) -
     return (time.process_time() - started) / requests * 1e6
 
 
-async def measure(app: FastAPI, key: str, paths: dict[str, str], args: argparse.Namespace) -> None:
+async def measure(app: FastAPI, key: str, paths: dict[str, str], args: argparse.Namespace) -> bool:
     """Each round, each path and its counterpart before the change, in alternating order (so
-    neither always runs on the warmer caches): µs of CPU per request."""
+    neither always runs on the warmer caches): µs of CPU per request. Whether every path
+    answered the same bytes before and after."""
     variants = {"before": "/api/v1/before", "after": "/api/v1"}
+    same_bytes = True
     for name, path in paths.items():
         answers = {
             when: await asgi_get(app, f"{prefix}{path}", key) for when, prefix in variants.items()
         }
         assert all(status == 200 for status, _ in answers.values()), answers
-        same = "same bytes" if answers["before"][1] == answers["after"][1] else "BODIES DIFFER"
+        alike = answers["before"][1] == answers["after"][1]
+        same_bytes &= alike
+        same = "same bytes" if alike else "BODIES DIFFER"
         say(f"{name}: {len(answers['after'][1])} B, before and after: {same}")
     figures: dict[tuple[str, str], list[float]] = {(n, w): [] for n in paths for w in variants}
     for round_ in range(args.rounds):
@@ -196,9 +201,11 @@ async def measure(app: FastAPI, key: str, paths: dict[str, str], args: argparse.
             for o, n in zip(figures[name, "before"], figures[name, "after"], strict=True)
         )
         print(f"{name:28s} median {old:6.0f} -> {new:6.0f}  ({1 - new / old:+.0%}; runs {runs})")
+    return same_bytes
 
 
-async def main(args: argparse.Namespace) -> None:
+async def main(args: argparse.Namespace) -> bool:
+    """Serve the app, seed the reads, measure; whether before and after answered alike."""
     async with _stack.services() as svc:
         await migrate(svc.database_url)
         pool = await connect_pool(svc.database_url)
@@ -216,7 +223,7 @@ async def main(args: argparse.Namespace) -> None:
                 f"GET /chats/{{id}} ({args.queued} queued)": f"/chats/{chat_id}",
                 f"GET /chats ({args.chats} chats)": "/chats",
             }
-            await measure(app, key, paths, args)
+            return await measure(app, key, paths, args)
 
 
 if __name__ == "__main__":
@@ -225,4 +232,4 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--queued", type=int, default=20)
     parser.add_argument("--chats", type=int, default=20)
-    asyncio.run(main(parser.parse_args()))
+    sys.exit(0 if asyncio.run(main(parser.parse_args())) else 1)

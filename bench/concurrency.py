@@ -32,7 +32,8 @@ reset and re-streamed ends late, and its resets are counted. Each level also rep
 turns per second and the workflow tasks that timed out (a worker that took more than it
 could run).
 The ladder stops at the first level that fails (unless `--keep-going`). Exit status 1 when
-the largest passing K is below `--target-k` (500).
+the largest passing K is below `--target-k` (500). `--ignore-speed-targets` (a smoke run on a
+busy machine) holds a level to its sends and turns only: p99, resets and wall are reported.
 """
 
 from __future__ import annotations
@@ -167,6 +168,8 @@ class Level:
     """Rows Postgres inserted, updated or deleted in the bench's database over the level."""
     wal_bytes: int = 0
     """WAL Postgres wrote over the level (the whole cluster: the bench is all it serves)."""
+    speed_targets: bool = True
+    """Whether the p99, resets and wall limits fail the level (`--ignore-speed-targets`)."""
 
     def cpu_s_per_1000_deltas(self, name: str) -> float:
         """The CPU seconds process `name` spent per 1,000 streamed deltas."""
@@ -197,6 +200,8 @@ class Level:
             failed.append(f"{len(self.refused)} sends refused")
         if self.finished != self.k or self.errors:
             failed.append(f"{self.k - self.finished} turns not finished")
+        if not self.speed_targets:
+            return failed
         if not self.p99 < P99_LIMIT_MS:
             failed.append(f"p99 {self.p99:.0f} ms")
         if self.resets_per_1000 > RESETS_PER_1000_LIMIT:
@@ -239,6 +244,8 @@ class Harness:
     """POST -> 202 of every send of the run."""
     logs: Path = Path(".")
     quiet_below: float = 0.0
+    speed_targets: bool = True
+    """Whether a level's speed limits fail it (`Level.speed_targets`)."""
 
 
 async def _bounded(limit: int, coros: list[Coroutine[Any, Any, T]]) -> list[T]:
@@ -291,7 +298,7 @@ async def _send(h: Harness, chat_id: str, tag: str, after_s: float = 0.0) -> flo
 async def run_level(h: Harness, k: int, timeout_s: float, spread_s: float = 0.0) -> Level:
     """K chats, K SSE clients, K messages at once (or spread evenly over `spread_s`); wait
     until every turn ends (or timeout)."""
-    level = Level(k)
+    level = Level(k, speed_targets=h.speed_targets)
     await _wait_quiet(h.quiet_below)
     say(f"K={k}: creating {k} chats and connecting {k} SSE clients")
     chat_ids: list[str] = await _bounded(50, [_create_chat(h) for _ in range(k)])
@@ -498,8 +505,9 @@ def _fmt(value: float, width: int = 6, digits: int = 0) -> str:
 def report(levels: list[Level], names: list[str], args: argparse.Namespace) -> int | None:
     """Print the table; the largest passing K."""
     print(
-        f"\n=== {len(levels)} levels: 3-step turns (2 x current_time, then {args.deltas} deltas "
-        f"{args.spacing_ms:g} ms apart), one worker, one gateway ==="
+        f"\n=== {len(levels)} levels: {args.tool_steps + 1}-step turns ({args.tool_steps} x "
+        f"current_time, then {args.deltas} deltas {args.spacing_ms:g} ms apart), one worker, "
+        "one gateway ==="
     )
     print(
         f"{'K':>5} {'done':>9} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'turn p50 s':>10} "
@@ -572,12 +580,19 @@ def report(levels: list[Level], names: list[str], args: argparse.Namespace) -> i
     )
     passing = [lv.k for lv in levels if lv.passed]
     best = max(passing) if passing else None
-    print(
-        f"\nlargest K that passed (every send 202, every turn finished, p99 < "
-        f"{P99_LIMIT_MS:g} ms, <= {RESETS_PER_1000_LIMIT:g} resets per 1,000 turns, wall <= "
-        f"{WALL_LIMIT_TURNS:g}x the unloaded turn): {best} (target {args.target_k})"
-    )
+    print(f"\nlargest K that passed ({_pass_rule(args)}): {best} (target {args.target_k})")
     return best
+
+
+def _pass_rule(args: argparse.Namespace) -> str:
+    """What a level is held to."""
+    speed = (
+        f"p99 < {P99_LIMIT_MS:g} ms, <= {RESETS_PER_1000_LIMIT:g} resets per 1,000 turns, "
+        f"wall <= {WALL_LIMIT_TURNS:g}x the unloaded turn"
+    )
+    if args.ignore_speed_targets:
+        speed = f"not held to: {speed}"
+    return f"every send 202, every turn finished, {speed}"
 
 
 def _cost_table(levels: list[Level], names: list[str]) -> None:
@@ -613,7 +628,9 @@ async def run(args: argparse.Namespace) -> int | None:
         api_key = await KeyStore(pool).create("bench")
         await _stack.bench_limits(pool)
         await pool.close()
-        async with stack_processes(svc, logs, args.deltas, args.spacing_ms) as procs:
+        async with stack_processes(
+            svc, logs, args.deltas, args.spacing_ms, args.tool_steps
+        ) as procs:
             meter = procs.meter()
             base_url, api_port, fake_url = procs.base_url, procs.api_port, procs.fake_url
             limits = httpx.Limits(
@@ -630,6 +647,7 @@ async def run(args: argparse.Namespace) -> int | None:
                     svc.database_url, svc.temporal.address,
                 )  # fmt: skip
                 h.py_spy, h.logs, h.quiet_below = args.py_spy, logs, args.quiet_below
+                h.speed_targets = not args.ignore_speed_targets
                 if args.py_spy:
                     h.profiles = {
                         "worker": procs.worker.pid or 0,
@@ -804,6 +822,13 @@ def main() -> None:
         help="before each level, wait until the machine's CPU is below this %% (0: don't)",
     )
     parser.add_argument("--py-spy", metavar="BIN", help="profile worker and gateway with py-spy")
+    parser.add_argument(
+        "--ignore-speed-targets",
+        action="store_true",
+        help="a level passes when every send is answered 202 and every turn finishes: its p99, "
+        "resets and wall time are reported, not held to their limits (a smoke run on a busy "
+        "machine)",
+    )
     parser.add_argument("--serve-fake", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_fake:

@@ -15,7 +15,8 @@ Postgres transaction (event rows + NOTIFY) -> the gateway's LISTEN connection ->
 generator's `read_after` query -> the client. The event rows' `created_at` (the publishing
 transaction's start) splits it in two: emit -> publish transaction began, and -> client.
 
-Targets: p50 < 10 ms and p99 < 50 ms (emit -> SSE client). Exits 1 when one is missed.
+Targets: p50 < 10 ms and p99 < 50 ms (emit -> SSE client), and no unmatched delta. Exits 1
+when one is missed (`--ignore-speed-targets`: only for an unmatched delta).
 """
 
 from __future__ import annotations
@@ -122,7 +123,10 @@ async def measure(stack: BenchStack, args: argparse.Namespace) -> Latencies:
     fake.script(turn_model, UniqueDeltas("t", args.deltas, spacing))
     fake.script(direct_model, UniqueDeltas("f", args.deltas, spacing))
     settings = fake.provider_settings()
-    chat_id = await stack.create_chat(model={"provider": "anthropic", "name": turn_model})
+    # Titled: no title request, whose stream (the same model) would mix with the turn's deltas.
+    chat_id = await stack.create_chat(
+        title="bench", model={"provider": "anthropic", "name": turn_model}
+    )
     result = Latencies()
     async with stack.listen(chat_id) as sse:
         for i in range(args.warmup + args.turns):
@@ -174,7 +178,8 @@ def report(lat: Latencies, args: argparse.Namespace) -> bool:
     print(f"  publish transaction began -> SSE client      : {summary(lat.publish_to_client)}")
     print(f"floor: emit -> provider adapter, direct        : {summary(lat.direct)}")
     print(f"unmatched deltas: {lat.unmatched}")
-    ok = p50 < TARGET_P50_MS and p99 < TARGET_P99_MS and lat.unmatched == 0
+    fast = p50 < TARGET_P50_MS and p99 < TARGET_P99_MS
+    ok = (fast or args.ignore_speed_targets) and lat.unmatched == 0
     print(
         f"\ntargets: p50 {p50:.1f} ms (< {TARGET_P50_MS:g}) "
         f"{'MET' if p50 < TARGET_P50_MS else 'MISSED'}, p99 {p99:.1f} ms "
@@ -198,6 +203,12 @@ def main() -> None:
     parser.add_argument("--deltas", type=int, default=50, help="deltas per turn (default 50)")
     parser.add_argument("--spacing-ms", type=float, default=20.0, help="between deltas")
     parser.add_argument("--warmup", type=int, default=2, help="unmeasured turns first")
+    parser.add_argument(
+        "--ignore-speed-targets",
+        action="store_true",
+        help="report the p50/p99 targets without failing on them (a smoke run on a busy "
+        "machine); unmatched deltas still fail",
+    )
     args = parser.parse_args()
     sys.exit(0 if asyncio.run(run(args)) else 1)
 

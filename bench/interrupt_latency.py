@@ -106,7 +106,9 @@ async def measure(stack: BenchStack, args: argparse.Namespace) -> Stops:
     """Warm-up, then N interrupted turns in one chat."""
     model = f"bench-interrupt-{uuid.uuid4().hex[:6]}"
     stack.services.fake.script(model, UniqueDeltas("i", DELTAS, SPACING_S))
-    chat_id = await stack.create_chat(model={"provider": "anthropic", "name": model})
+    # Titled: a title request would get the same 10 s stream, whose deltas would pass for the
+    # turn's, and whose activity would hold up the worker's shutdown.
+    chat_id = await stack.create_chat(title="bench", model={"provider": "anthropic", "name": model})
     stops = Stops()
     rng = random.Random(args.seed)
     async with stack.listen(chat_id) as sse:

@@ -21,7 +21,8 @@ that turn's tail (its workflow closing, its title's model call), and the shapes 
 another shape's end (`/v1` new, both "next" shapes) would pay for it where the native first
 message, preceded by its chat's creation and stream, does not.
 
-Pass rule: each `/v1` p50 is within 5 ms of its native counterpart's p50 of the same run.
+Pass rule: each `/v1` p50 is within 5 ms of its native counterpart's p50 of the same run
+(exit status 1 otherwise, unless `--ignore-speed-targets`).
 
     python bench/responses_first_delta.py [--rounds 40] [--runs 3] [--settle-ms 100]
 """
@@ -153,6 +154,11 @@ def main() -> int:
     parser.add_argument(
         "--settle-ms", type=float, default=100.0, help="the quiet before each timed POST"
     )
+    parser.add_argument(
+        "--ignore-speed-targets",
+        action="store_true",
+        help="report the pass rule without failing on it (a smoke run on a busy machine)",
+    )
     parser.add_argument("--serve-fake", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_fake is not None:
@@ -173,7 +179,7 @@ def main() -> int:
         passed &= all(abs(p50[v1] - p50[native]) <= LIMIT_MS for v1, native in _PAIRS)
     verdict = "PASS" if passed else "FAIL"
     print(f"\n/v1 within {LIMIT_MS:.0f} ms of native at p50 in every run: {verdict}")
-    return 0 if passed else 1
+    return 0 if passed or args.ignore_speed_targets else 1
 
 
 if __name__ == "__main__":

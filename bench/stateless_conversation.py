@@ -16,9 +16,10 @@ reconciler's passes) lands in both modes alike.
 
 Pass rule, per run: every call completes, the resent, chained and Codex conversations each
 stay in one chat, and for each of them the median WAL bytes and rows of the last ten calls
-are within 1.3x of those of calls 2-11 (flat: no O(history) writes).
+are within 1.3x of those of calls 2-11 (flat: no O(history) writes). `--window N` compares
+the last N calls with calls 2 to N+1 instead (a smoke run's few calls).
 
-    python bench/stateless_conversation.py [--turns 50] [--runs 3] [--settle-ms 150]
+    python bench/stateless_conversation.py [--turns 50] [--runs 3] [--settle-ms 150] [--window 10]
 """
 
 from __future__ import annotations
@@ -105,26 +106,27 @@ async def _call(
     talk.costs.append((after["wal"] - before["wal"], after["rows"] - before["rows"]))
 
 
-def _ratio(costs: list[tuple[int, int]], field: int) -> tuple[float, float, float]:
-    """Medians: a call's window may also hold a periodic pass of the workers' reconciler."""
-    early = statistics.median(c[field] for c in costs[1:11])
-    late = statistics.median(c[field] for c in costs[-10:])
+def _ratio(costs: list[tuple[int, int]], field: int, window: int) -> tuple[float, float, float]:
+    """Medians of calls 2 to `window` + 1 and of the last `window` calls: a call's window may
+    also hold a periodic pass of the workers' reconciler."""
+    early = statistics.median(c[field] for c in costs[1 : window + 1])
+    late = statistics.median(c[field] for c in costs[-window:])
     return early, late, late / early if early else float("inf")
 
 
-async def _run(run: int, turns: int, settle: float, fake_command: list[str]) -> bool:
+async def _run(run: int, turns: int, settle: float, window: int, fake_command: list[str]) -> bool:
     async with chatd_dev(fake_command) as dev:
         talks = await _measure(dev, turns, settle)
     passed = True
     for talk in talks:
-        wal = _ratio(talk.costs, 0)
-        rows = _ratio(talk.costs, 1)
+        wal = _ratio(talk.costs, 0, window)
+        rows = _ratio(talk.costs, 1, window)
         flat = wal[2] <= FLAT and rows[2] <= FLAT and len(talk.chats) == 1
         if talk.mode != "unmatched":  # the cost the matching saves: it grows
             passed &= flat
         say(
-            f"run {run} {talk.mode:>8}: WAL/call {wal[0] / 1024:.1f} KiB (calls 2-11) ->"
-            f" {wal[1] / 1024:.1f} KiB (last 10) x{wal[2]:.2f}; rows/call {rows[0]:.1f} ->"
+            f"run {run} {talk.mode:>8}: WAL/call {wal[0] / 1024:.1f} KiB (calls 2-{window + 1})"
+            f" -> {wal[1] / 1024:.1f} KiB (last {window}) x{wal[2]:.2f}; rows/call {rows[0]:.1f} ->"
             f" {rows[1]:.1f} x{rows[2]:.2f}, {len(talk.chats)} chat(s):"
             f" {'flat' if flat else 'GROWS'}"
         )
@@ -151,20 +153,32 @@ def main() -> int:
     parser.add_argument("--turns", type=int, default=50)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--settle-ms", type=float, default=150.0)
+    parser.add_argument(
+        "--window",
+        type=int,
+        default=10,
+        help="the last N calls against calls 2 to N+1 (default 10; --turns at least 2N+1)",
+    )
     parser.add_argument("--serve-fake", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_fake is not None:
         serve_timed_fake(args.serve_fake, REPLY)
         return 0
-    if args.turns < 21:
-        parser.error("--turns must be at least 21 (calls 2-11 against the last ten)")
+    if args.window < 1 or args.turns < 2 * args.window + 1:
+        parser.error(
+            f"--turns must be at least {2 * args.window + 1} "
+            f"(calls 2-{args.window + 1} against the last {args.window})"
+        )
     fake_command = [sys.executable, str(Path(__file__).resolve()), "--serve-fake"]
     results = [
-        asyncio.run(_run(run, args.turns, args.settle_ms / 1000, fake_command))
+        asyncio.run(_run(run, args.turns, args.settle_ms / 1000, args.window, fake_command))
         for run in range(1, args.runs + 1)
     ]
     verdict = "PASS" if all(results) else "FAIL"
-    print(f"\nWAL and rows per call flat (last ten within {FLAT}x of calls 2-11): {verdict}")
+    print(
+        f"\nWAL and rows per call flat (last {args.window} within {FLAT}x of calls "
+        f"2-{args.window + 1}): {verdict}"
+    )
     return 0 if all(results) else 1
 
 

@@ -24,7 +24,11 @@ chatd dev's pragmas, or `--sqlite-pragma`'s), PostgreSQL with fsync on; `--both`
 in-memory and durable runs; `--runs N` repeats, each run on a fresh stack, and ends with the
 median ratio per mode. `--untitled` leaves the chats untitled, so each turn also names its
 chat (what a chat's first message does). Per turn the report also counts history events
-(and the floor's) and Postgres write transactions (each one a WAL flush when durable).
+(and the floor's) and Postgres write transactions (each one a WAL flush when durable), and
+per run what the stores were asked: `--store-runs` turns, then as many floor runs, each batch
+alone and read `--store-settle-s` after it (10, 3 s; `--store-runs 0` skips the count).
+Exits 1 when the ratio target is missed (not with `--ignore-speed-targets`) or the history
+per step grows.
 
 `--external` measures as a user would (`bench/_external.py`): `chatd dev` itself in a child
 process (fresh data dir, free ports, fixed API key; durable as always), its worker's model a
@@ -56,11 +60,11 @@ import _stack
 from _external import final_report as final_external_report
 from _external import run_external
 from _history_size import history_per_step
-from _persistence import PersistenceCounts, count_persistence, print_breakdown
+from _noop_floor import NoopFloor, floor_worker
+from _persistence import SETTLE_S, PersistenceCounts, count_persistence, print_breakdown
 from _stack import BenchStack, SseEvent, say, summary
 from _timed_fake import serve_timed_fake
 from _timeline import timeline, wft_waits
-from noop_floor import NoopFloor, floor_worker
 
 from chatd.fake_provider.script import FakeResponse
 from chatd.models import ModelConfig
@@ -255,20 +259,26 @@ async def measure(stack: BenchStack, args: argparse.Namespace, samples: Samples)
             samples.add("events", len(history.events))
             floor_history = await stack.temporal.get_workflow_handle(floor_id).fetch_history()
             samples.add("floor_events", len(floor_history.events))
-        samples.persistence = await persistence_per_run(
-            stack, floor.task_queue, chat_config, turn_model
-        )
+        if args.store_runs:
+            samples.persistence = await persistence_per_run(
+                stack, floor.task_queue, chat_config, turn_model, args
+            )
 
 
 async def persistence_per_run(
-    stack: BenchStack, task_queue: str, chat_config: dict[str, Any], model: str
+    stack: BenchStack,
+    task_queue: str,
+    chat_config: dict[str, Any],
+    model: str,
+    args: argparse.Namespace,
 ) -> dict[str, PersistenceCounts]:
-    """Turns alone, then floors alone: what each asks of Temporal's and Postgres's stores.
+    """`--store-runs` turns alone, then as many floors alone: what each asks of Temporal's and
+    Postgres's stores.
 
     The chats and their streams are opened before counting (a stream takes a quota slot:
     a write of its own, not the turn's).
     """
-    n = 10
+    n = args.store_runs
     async with contextlib.AsyncExitStack() as streams:
         listeners = []
         for _ in range(n):
@@ -284,7 +294,9 @@ async def persistence_per_run(
 
         url = f"http://127.0.0.1:{stack.services.temporal.metrics_port}/metrics"
         runs = {"turn": turn, "floor": floor}
-        return await count_persistence(url, lambda: next_xid(stack), runs, n)
+        return await count_persistence(
+            url, lambda: next_xid(stack), runs, n, settle_s=args.store_settle_s
+        )
 
 
 def report(samples: Samples, sizes: dict[int, dict[str, float]]) -> RunResult:
@@ -360,8 +372,9 @@ async def run(args: argparse.Namespace, durable: bool) -> RunResult:
     return report(samples, sizes)
 
 
-def final_report(results: list[RunResult]) -> bool:
-    """With several runs: each run's figures and, per mode, the median ratio; all targets met?"""
+def final_report(results: list[RunResult], speed_targets: bool = True) -> bool:
+    """With several runs: each run's figures and, per mode, the median ratio; all targets met
+    (the ratio's only with `speed_targets`)?"""
     if len(results) > 1:
         print("\n=== runs ===")
         for r in results:
@@ -372,7 +385,8 @@ def final_report(results: list[RunResult]) -> bool:
             print(f"  {mode}: median ratio {statistics.median(ratios):.2f} of {len(ratios)} runs")
     modes = {r.mode for r in results}
     medians = [statistics.median(r.ratio for r in results if r.mode == m) for m in modes]
-    return all(m <= TARGET_RATIO for m in medians) and all(r.history_flat for r in results)
+    fast = all(m <= TARGET_RATIO for m in medians)
+    return (fast or not speed_targets) and all(r.history_flat for r in results)
 
 
 IN_PROCESS_ONLY = (
@@ -393,7 +407,7 @@ def external(parser: argparse.ArgumentParser, args: argparse.Namespace) -> bool:
         for n in range(1, (args.runs or 5) + 1)
         for shape in asyncio.run(run_external(n, args.turns, args.warmup, fake_command))
     ]
-    return final_external_report(results, TARGET_RATIO)
+    return final_external_report(results, TARGET_RATIO) or args.ignore_speed_targets
 
 
 def main() -> None:
@@ -437,6 +451,26 @@ def main() -> None:
         help="turns through `chatd dev` in a child process, clients out of process: fresh "
         "chats and one chat, the floor on its Temporal server",
     )
+    parser.add_argument(
+        "--store-runs",
+        type=int,
+        default=10,
+        help="turns, then floor runs, counted alone for the store operations (default 10; "
+        "0: no count; not with --external)",
+    )
+    parser.add_argument(
+        "--store-settle-s",
+        type=float,
+        default=SETTLE_S,
+        help=f"wait before reading the store counters after each batch (default {SETTLE_S:g} s; "
+        "less misses the batch's asynchronous work)",
+    )
+    parser.add_argument(
+        "--ignore-speed-targets",
+        action="store_true",
+        help="report the ratio target without failing on it (a smoke run on a busy machine); "
+        "a history that grows still fails",
+    )
     parser.add_argument("--serve-fake", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_fake:
@@ -447,7 +481,7 @@ def main() -> None:
     modes = [False, True] if args.both else [args.durable]
     runs = args.runs or 1
     results = [asyncio.run(run(args, durable)) for _ in range(runs) for durable in modes]
-    sys.exit(0 if final_report(results) else 1)
+    sys.exit(0 if final_report(results, not args.ignore_speed_targets) else 1)
 
 
 if __name__ == "__main__":
