@@ -211,17 +211,21 @@ class ChatTurn:
         wins): raise it, and the step is sent again; or stop, and the turn ends."""
         wait = self._controls.budget
         wait.decision = input
-        await workflow.execute_local_activity_method(
-            SpendActivities.decide_budget,
-            input.model_copy(
-                update={
-                    "chat_id": self._chat_id,
-                    "turn_id": self._turn_id or "",
-                    "pending": wait.pending,
-                }
-            ),
-            start_to_close_timeout=LOCAL_TIMEOUT,
-        )
+        try:
+            await workflow.execute_local_activity_method(
+                SpendActivities.decide_budget,
+                input.model_copy(
+                    update={
+                        "chat_id": self._chat_id,
+                        "turn_id": self._turn_id or "",
+                        "pending": wait.pending,
+                    }
+                ),
+                start_to_close_timeout=LOCAL_TIMEOUT,
+            )
+        except FailureError:
+            wait.decision = None  # not recorded: the next decision may still win
+            raise
         wait.staged = True
         return BudgetDecisionResult()
 

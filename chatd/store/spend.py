@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any
 
 import asyncpg
 from pydantic import BaseModel
 
 from chatd.budgets import BudgetState, PendingBudget
 from chatd.parts import Usage
+from chatd.store.events import Conn
 
 __all__ = [
     "CHAT_COST",
@@ -219,7 +219,7 @@ class SpendStore:
         return True
 
 
-async def _raise(conn: Any, pending: PendingBudget, add: float) -> None:
+async def _raise(conn: Conn, pending: PendingBudget, add: float) -> None:
     """Raise the budget `pending` names by `add` USD."""
     match pending.budget:
         case "turn":
