@@ -34,11 +34,11 @@ import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
 
 import _chaos_faults
 import httpx
 from _chaos_rig import Kill, Rig, chaos_rig, killing
+from _fault_script import Shape
 from _stack import SseEvent, SseListener, percentile, say
 from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.client import Client
@@ -54,8 +54,6 @@ DELTA_DELAY_S = 0.02
 TURN_TIMEOUT_S = 300.0
 STALL_S = 8.0
 """A gap between two events of a turn this long is reported (a retry or a sticky timeout)."""
-Signature = tuple[str, str, tuple[str, ...]]
-"""(role, text, tool calls/results) of a message: what must match the script."""
 
 
 def respond(request: FakeRequest) -> FakeResponse:
@@ -68,7 +66,7 @@ def respond(request: FakeRequest) -> FakeResponse:
     return FakeResponse(parts=[FakeText(text=ANSWER, chunk_size=6)], delta_delay_s=DELTA_DELAY_S)
 
 
-def expected(index: int) -> list[Signature]:
+def expected(index: int) -> list[Shape]:
     """The transcript of turn `index`, as signatures."""
     return [
         ("user", _content(index), ()),
@@ -76,18 +74,6 @@ def expected(index: int) -> list[Signature]:
         ("tool", "", ("result:current_time",)),
         ("assistant", ANSWER, ()),
     ]
-
-
-def signature(message: dict[str, Any]) -> Signature:
-    """A stored message as a signature (a failed tool result shows as `error:`)."""
-    text = "".join(p.get("text", "") for p in message["parts"] if p["type"] == "text")
-    tools: list[str] = []
-    for part in message["parts"]:
-        if part["type"] == "tool_call":
-            tools.append(f"call:{part['name']}")
-        elif part["type"] == "tool_result":
-            tools.append(f"{'error' if part.get('is_error') else 'result'}:{part['name']}")
-    return (message["role"], text, tuple(tools))
 
 
 def _content(index: int) -> str:
@@ -106,7 +92,7 @@ class Turn:
     events: list[SseEvent] = field(default_factory=list)
     sent_at: float = 0.0
     status: str | None = None
-    transcript: list[Signature] = field(default_factory=list)
+    transcript: list[Shape] = field(default_factory=list)
     error: str | None = None
 
     @property
@@ -144,7 +130,7 @@ async def run_turn(http: httpx.AsyncClient, turn: Turn) -> None:
             turn.error = f"no final status within {TURN_TIMEOUT_S:.0f}s"
     messages = await http.get(f"/chats/{turn.chat_id}/messages", params={"limit": 500})
     messages.raise_for_status()
-    turn.transcript = [signature(m) for m in messages.json()["messages"]]
+    turn.transcript = [_chaos_faults.shape(m) for m in messages.json()["messages"]]
 
 
 # --- analysis --------------------------------------------------------------------------------
