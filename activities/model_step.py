@@ -159,22 +159,24 @@ class ModelStepActivities:
                     )
                     return await _completed_despite_cancel(self._close(chat, input, began, summary))
                 config = _model_in_use(chat, input.model_index)
-                allowed = await self._allowance(tools, input, config, context, budgets)
+                request = self._request(tools, config, context, input.opens_response)
+                allowed = await self._allowance(request, input, budgets)
                 if allowed.pending is not None:
                     log.info("step paused on a budget: %s", allowed.pending.model_dump_json())
                     return StreamStepResult(
                         message_id=None, pending_budget=allowed.pending, began=began
                     )
                 if allowed.max_output_tokens is not None:
-                    config = config.model_copy(
+                    capped = config.model_copy(
                         update={"max_output_tokens": allowed.max_output_tokens}
                     )
+                    request = request.model_copy(update={"model": capped})
                 spend = AttemptSpend(
                     self._spend,
                     self._prices,
                     self._attempt(chat_id, input),
                     chat.owner,
-                    config,
+                    request.model,
                     allowed.estimated_input_tokens,
                 )
                 publisher = DeltaPublisher(self._batcher(), chat_id)
@@ -183,8 +185,7 @@ class ModelStepActivities:
                     tools,
                     input,
                     began,
-                    config,
-                    context,
+                    request,
                     spend,
                     accumulator,
                     publisher,
@@ -205,8 +206,7 @@ class ModelStepActivities:
         tools: TurnTools,
         input: StreamStepInput,
         began: BeginTurnResult | None,
-        config: ModelConfig,
-        context: list[Message],
+        request: ModelRequest,
         spend: AttemptSpend,
         accumulator: StepAccumulator,
         publisher: DeltaPublisher,
@@ -224,7 +224,7 @@ class ModelStepActivities:
             input.attempt,
         )
         try:
-            stream = self._stream(tools, input, config, context, accumulator, publisher)
+            stream = self._stream(request, accumulator, publisher)
             return await _unless_stopped(stream, interrupt_requested)
         except ProviderError as err:
             await publisher.drain()
@@ -385,27 +385,15 @@ class ModelStepActivities:
             model=model, system=system, messages=context, tools=use.offered(specs), tool_use=use
         )
 
-    def _provider_stream(
-        self, tools: TurnTools, model: ModelConfig, context: list[Message], opens_response: bool
-    ) -> AsyncIterator[StreamEvent]:
-        request = self._request(tools, model, context, opens_response)
-        return make_provider(request.model, self._settings).stream_step(request)
-
     async def _stream(
-        self,
-        tools: TurnTools,
-        input: StreamStepInput,
-        config: ModelConfig,
-        context: list[Message],
-        accumulator: StepAccumulator,
-        publisher: DeltaPublisher,
+        self, request: ModelRequest, accumulator: StepAccumulator, publisher: DeltaPublisher
     ) -> StepFinish:
-        model = config.label
+        model = request.model.label
         with TRACER.start_as_current_span(
             "provider.stream_step", attributes={"chatd.model": model}
         ) as span:
             events = _classified_stream(
-                lambda: self._provider_stream(tools, config, context, input.opens_response)
+                lambda: make_provider(request.model, self._settings).stream_step(request)
             )
             started, finish, first = time.monotonic(), None, True
             async for event in _with_silence_limits(events, self._timeouts):
@@ -429,18 +417,13 @@ class ModelStepActivities:
             return finish
 
     async def _allowance(
-        self,
-        tools: TurnTools,
-        input: StreamStepInput,
-        config: ModelConfig,
-        context: list[Message],
-        budgets: list[BudgetState],
+        self, request: ModelRequest, input: StreamStepInput, budgets: list[BudgetState]
     ) -> StepAllowance:
         """What the budgets allow this step. Under a budget, its input is counted by the
         provider's token counting where it has one; otherwise (and when that fails) it is
         estimated from the request's size."""
+        config = request.model
         price = self._prices.of(config)
-        request = self._request(tools, config, context, input.opens_response)
         counted = None
         if budgets and price is not None:  # the count is a round trip: only when it matters
             counted = await make_provider(config, self._settings).count_input_tokens(request)
