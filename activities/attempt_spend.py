@@ -14,7 +14,7 @@ from chatd.providers.base import StepAccumulator
 from chatd.store.spend import AttemptKey, SpendStore
 from chatd.telemetry import METRICS
 
-__all__ = ["AttemptSpend"]
+__all__ = ["AttemptSpend", "record_spend"]
 
 
 class AttemptSpend:
@@ -73,9 +73,30 @@ class AttemptSpend:
         return Usage(input_tokens=self._input_tokens, output_tokens=estimate_tokens(streamed))
 
     async def _record(self, usage: Usage, *, estimated: bool) -> None:
-        cost = self._prices.cost_usd(self._model, usage)
-        await self._store.record(
-            self._key, model=self._model.label, usage=usage, cost_usd=cost, estimated=estimated
+        await record_spend(
+            self._store,
+            self._prices,
+            self._key,
+            self._owner,
+            self._model,
+            usage,
+            estimated=estimated,
         )
-        if cost and not estimated:
-            METRICS.cost_usd.add(cost, {"model": self._model.label, "owner": self._owner})
+
+
+async def record_spend(
+    store: SpendStore,
+    prices: Prices,
+    key: AttemptKey,
+    owner: str,
+    model: ModelConfig,
+    usage: Usage,
+    *,
+    estimated: bool,
+) -> None:
+    """Record what `usage` on `model` cost at `prices` (an estimate, or the provider's
+    report, which also counts in the `chatd.cost_usd` metric)."""
+    cost = prices.cost_usd(model, usage)
+    await store.record(key, model=model.label, usage=usage, cost_usd=cost, estimated=estimated)
+    if cost and not estimated:
+        METRICS.cost_usd.add(cost, {"model": model.label, "owner": owner})

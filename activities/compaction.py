@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import asyncpg
 from temporalio import activity
 
+from activities.attempt_spend import record_spend
 from activities.failures import classified_failures, model_failure
 from activities.heartbeat import heartbeating
 from chatd.context import (
@@ -25,7 +26,7 @@ from chatd.prices import Prices
 from chatd.providers import make_provider
 from chatd.providers.base import ModelRequest, ProviderError, StepFinish
 from chatd.settings import ProviderSettings
-from chatd.store.chats import ChatStore
+from chatd.store.chats import ChatRecord, ChatStore
 from chatd.store.events import EventLog
 from chatd.store.spend import AttemptKey, SpendStore
 from chatd.store.step_keys import StepKey, stored_key
@@ -119,7 +120,7 @@ class CompactionActivities:
             )
             raise model_failure(err.error, non_retryable=not err.error.retryable) from None
         summary = summarised.text
-        await self._spent(chat_id, input.turn_id, str(step_key), model, summarised.usage)
+        await self._spent(chat, input.turn_id, str(step_key), model, summarised.usage)
         saved = await self._transcript.replace_with_summary(
             chat_id,
             turn_id=input.turn_id,
@@ -173,27 +174,24 @@ class CompactionActivities:
             done = await _complete(request, self._settings)
         except ProviderError as err:
             raise model_failure(err.error, non_retryable=not err.error.retryable) from None
-        await self._spent(chat_id, input.turn_id or "", "title", request.model, done.usage)
+        await self._spent(chat, input.turn_id or "", "title", request.model, done.usage)
         title = _clean_title(done.text) or _clean_title(first)
         if title:
             await self._chats.set_generated_title(chat_id, title)
 
     async def _spent(
-        self, chat_id: uuid.UUID, turn_id: str, key: str, model: ModelConfig, usage: Usage
+        self, chat: ChatRecord, turn_id: str, key: str, model: ModelConfig, usage: Usage
     ) -> None:
         """Record what a summary or a title cost: it counts toward the turn's budgets too
         (one row per activity attempt that got an answer)."""
-        await self._spend.record(
-            AttemptKey(
-                chat_id=chat_id,
-                turn_id=turn_id,
-                step_key=stored_key(turn_id, key),
-                attempt=str(activity.info().attempt),
-            ),
-            model=model.label,
-            usage=usage,
-            cost_usd=self._prices.cost_usd(model, usage),
-            estimated=False,
+        attempt = AttemptKey(
+            chat_id=chat.id,
+            turn_id=turn_id,
+            step_key=stored_key(turn_id, key),
+            attempt=str(activity.info().attempt),
+        )
+        await record_spend(
+            self._spend, self._prices, attempt, chat.owner, model, usage, estimated=False
         )
 
     async def _first_message(self, chat_id: uuid.UUID, turn_id: str | None) -> Sequence[Part]:

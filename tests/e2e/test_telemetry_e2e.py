@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Iterator
 
 import pytest
-from harness import Stack
+from harness import Stack, StackFactory
 from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -15,7 +15,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from support.names import model_name
 
-from chatd.fake_provider.script import FakeResponse, FakeText, FakeToolCall
+from chatd.fake_provider.script import FakeResponse, FakeText, FakeToolCall, FakeUsage
+from chatd.prices import Prices, TokenPrice
 from workflows.constants import workflow_id
 
 _spans = InMemorySpanExporter()
@@ -78,3 +79,31 @@ async def test_a_turn_is_one_trace_from_the_request_to_the_provider(stack: Stack
     assert data is not None
     names = {m.name for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics}
     assert {"chatd.steps", "chatd.time_to_first_token", "chatd.tokens", "chatd.tool_calls"} <= names
+
+
+async def test_what_steps_and_summaries_cost_is_counted_by_model_and_owner(
+    make_stack: StackFactory,
+) -> None:
+    name = model_name()
+    prices = Prices({f"anthropic/{name}": TokenPrice(input=2, output=10)})
+    usage = FakeUsage(input_tokens=1000, output_tokens=100)  # $0.003 at those prices
+    async with make_stack(prices=prices) as stack:
+        stack.fake.script(name, [FakeResponse(parts=[FakeText(text="done")], usage=usage)])
+        chat = await stack.create_chat(model={"provider": "anthropic", "name": name})
+        await stack.send(chat["id"], "hi")
+        await stack.wait_status(chat["id"], "waiting")
+
+    data = _metrics.get_metrics_data()
+    assert data is not None
+    points = [
+        point
+        for rm in data.resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+        if m.name == "chatd.cost_usd"
+        for point in m.data.data_points
+        if point.attributes.get("model") == f"anthropic/{name}"
+    ]
+    assert [(dict(p.attributes), p.value) for p in points] == [
+        ({"model": f"anthropic/{name}", "owner": "alice"}, pytest.approx(0.003))
+    ]
