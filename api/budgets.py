@@ -15,7 +15,7 @@ from workflows.constants import TurnMessages, workflow_id
 from workflows.controls import INVALID_BUDGET_DECISION, NOT_AWAITING_BUDGET
 from workflows.payloads import BudgetDecisionInput
 
-__all__ = ["decide_budget", "refuse_unpriced", "refuse_unpriced_models"]
+__all__ = ["decide_budget", "not_paused_on_budget", "refuse_unpriced", "refuse_unpriced_models"]
 
 
 def refuse_unpriced_models(prices: Prices, models: list[ModelConfig], field: str) -> None:
@@ -47,13 +47,18 @@ async def decide_budget(client: Client, chat_id: str, decision: BudgetDecisionIn
         if isinstance(cause, ApplicationError) and cause.type == INVALID_BUDGET_DECISION:
             raise ApiError(400, "invalid_request", cause.message) from err
         if isinstance(cause, ApplicationError) and cause.type == NOT_AWAITING_BUDGET:
-            raise _not_paused() from err
+            raise not_paused_on_budget() from err
         raise ApiError(409, "budget_decision_refused", str(cause)) from err
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
-            raise _not_paused() from err
+            raise not_paused_on_budget() from err
         raise
 
 
-def _not_paused() -> ApiError:
-    return ApiError(409, "not_paused_on_budget", "the chat's turn is not paused on a budget")
+def not_paused_on_budget(status: str | None = None) -> ApiError:
+    """The 409 for a budget decision no paused turn waits for (with the chat's `status`,
+    when known)."""
+    detail = {} if status is None else {"status": status}
+    return ApiError(
+        409, "not_paused_on_budget", "the chat's turn is not paused on a budget", detail
+    )

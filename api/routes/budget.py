@@ -8,7 +8,7 @@ from pydantic import BaseModel
 
 from api.access import OwnedChat, add_current_status
 from api.auth import BearerKey
-from api.budgets import decide_budget
+from api.budgets import decide_budget, not_paused_on_budget
 from api.errors import ApiError
 from api.schemas import Accepted, BudgetDecision
 from api.state import state_of
@@ -33,12 +33,7 @@ async def post_budget_decision(
     names and the step goes ahead; `"decision": "stop"` ends the turn, its work so far kept.
     The first decision wins; who decided is recorded."""
     if chat.pending_budget is None:
-        raise ApiError(
-            409,
-            "not_paused_on_budget",
-            "the chat's turn is not paused on a budget",
-            {"status": chat.status},
-        )
+        raise not_paused_on_budget(chat.status)
     state = state_of(request)
     key_id = await state.keys.id_of(key)
     decision = BudgetDecisionInput(
