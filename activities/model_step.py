@@ -426,7 +426,7 @@ class ModelStepActivities:
         price = self._prices.of(config)
         counted = None
         if budgets and price is not None:  # the count is a round trip: only when it matters
-            counted = await make_provider(config, self._settings).count_input_tokens(request)
+            counted = await self._counted(request)
         input_tokens = counted if counted is not None else _estimated_input(request)
         return allowance(
             budgets,
@@ -436,6 +436,16 @@ class ModelStepActivities:
             thinking_tokens=config.thinking_budget_tokens or 0,
             step=input.step,
         )
+
+    async def _counted(self, request: ModelRequest) -> int | None:
+        """The provider's count of the request's input; None where it has none, and where
+        it can't be made (a model it doesn't know, a missing key): sending the step then
+        fails with that error, classified, as it always has."""
+        try:
+            provider = make_provider(request.model, self._settings)
+        except ProviderError:
+            return None
+        return await provider.count_input_tokens(request)
 
     @staticmethod
     def _attempt(chat_id: uuid.UUID, input: StreamStepInput) -> AttemptKey:
