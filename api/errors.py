@@ -194,6 +194,9 @@ _TEMPORAL_OUTAGES = frozenset(
 """Statuses of a Temporal that is down, overloaded or interrupted: the same call can succeed
 later. Any other status is an answer, and asking again gets the same one."""
 _TEMPORAL_REFUSALS = frozenset({RPCStatusCode.INVALID_ARGUMENT, RPCStatusCode.OUT_OF_RANGE})
+_WORKFLOW_TASK_FAILED = "workflow task failure"
+"""In Temporal's answer to an update whose workflow task failed (`WorkflowNotReady`, a
+FAILED_PRECONDITION: "... due to unexpected workflow task failure"). The task is retried."""
 
 
 def as_api_error(err: Exception) -> ApiError:
@@ -232,11 +235,16 @@ def _temporal_error(err: RPCError) -> ApiError:
     """503 only for an outage. A request Temporal refused is a 400 (every client value that
     reaches Temporal is validated first, so one that still fails its limits is a value we
     let through: the client can change it); any other answer is our bug, a 500. Neither
-    tells a client to retry."""
+    tells a client to retry. An update whose workflow task failed (a worker too loaded to
+    finish it in time, the task to be retried) is a worker unavailable: a 503 to retry."""
     detail = {"temporal_status": err.status.name}
     if err.status in _TEMPORAL_OUTAGES:
         log.warning("temporal unavailable: %s", err)
         return ApiError(503, "temporal_unavailable", "Temporal is unreachable", detail)
+    if err.status is RPCStatusCode.FAILED_PRECONDITION and _WORKFLOW_TASK_FAILED in err.message:
+        log.warning("an update's workflow task failed: %s", err)
+        message = "no worker completed the request's workflow task; retry"
+        return ApiError(503, "worker_unavailable", message, detail, headers={"Retry-After": "1"})
     if err.status in _TEMPORAL_REFUSALS:
         log.warning("temporal refused a request: %s", err)
         message = f"Temporal refused the request: {err.message}"

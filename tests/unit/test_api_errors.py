@@ -108,6 +108,27 @@ async def test_an_overloaded_temporal_is_an_outage(status: RPCStatusCode) -> Non
     assert response.json()["error"]["code"] == "temporal_unavailable"
 
 
+async def test_an_update_whose_workflow_task_failed_is_retried_later() -> None:
+    """A worker too loaded to finish the update's workflow task (its deadlock detector, a
+    task timeout) fails it; Temporal retries the task, so the client may retry the request."""
+    app = FastAPI()
+    install_error_handlers(app)
+    message = (
+        "Unable to perform workflow execution update due to unexpected workflow task failure."
+    )
+
+    @app.get("/fail")
+    async def fail() -> None:
+        raise RPCError(message, RPCStatusCode.FAILED_PRECONDITION, b"")
+
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as client:
+        response = await client.get("/fail")
+    assert response.status_code == 503
+    assert response.headers["retry-after"] == "1"
+    assert response.json()["error"]["code"] == "worker_unavailable"
+
+
 async def test_a_405_says_which_methods_are_allowed() -> None:
     """RFC 9110: a 405 carries `Allow`; the error shape must not drop the header."""
     app = FastAPI()
