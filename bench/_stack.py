@@ -32,7 +32,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -79,6 +79,7 @@ __all__ = [
     "SseListener",
     "WorkerProcess",
     "bench_limits",
+    "emitted_in",
     "percentile",
     "raw_post",
     "running_stack",
@@ -334,18 +335,39 @@ class SseListener:
 # --- statistics ------------------------------------------------------------------------------
 
 
+def emitted_in(text: str, emitted: Mapping[str, int]) -> list[str]:
+    """The emitted deltas a received one holds, in order: the worker merges a chat's deltas
+    of one frame into one event, so a client's delta can be several of the fake's (each
+    unique). Empty if `text` is not made of them."""
+    lengths = sorted({len(t) for t in emitted}, reverse=True)
+    found: list[str] = []
+    at = 0
+    while at < len(text):
+        piece = next((text[at : at + n] for n in lengths if text[at : at + n] in emitted), None)
+        if piece is None:
+            return []
+        found.append(piece)
+        at += len(piece)
+    return found
+
+
 async def stored_delta_times(
-    db: asyncpg.Pool | asyncpg.Connection, texts: Iterable[str]
+    db: asyncpg.Pool | asyncpg.Connection, emitted: Mapping[str, int]
 ) -> dict[str, int]:
-    """Delta text -> `created_at` (ns) of its event row: when its publishing transaction began."""
+    """Emitted delta text -> `created_at` (ns) of the event row that holds it: when its
+    publishing transaction began."""
+    if not emitted:
+        return {}
+    since_us = min(emitted.values()) // 1000
     rows = await db.fetch(
         "SELECT data->'part'->>'text' AS text,"
         " (extract(epoch FROM created_at) * 1e6)::bigint AS us"
         " FROM chat_events WHERE event = 'message_part'"
-        " AND data->'part'->>'text' = ANY($1::text[])",
-        list(texts),
+        " AND data->'part'->>'text' IS NOT NULL"
+        " AND created_at >= to_timestamp($1::float8 / 1e6)",
+        since_us - 1000,
     )
-    return {r["text"]: int(r["us"]) * 1000 for r in rows}
+    return {piece: int(r["us"]) * 1000 for r in rows for piece in emitted_in(r["text"], emitted)}
 
 
 def percentile(values: Sequence[float], p: float) -> float:

@@ -479,9 +479,8 @@ def _analyse(
         elif client.status is not None or client.error:
             level.errors.append(client.status or client.error or "?")
         for ns, data in client.parts():
-            text = data.get("part", {}).get("text")
-            if text in emitted:
-                level.latencies.append((ns - emitted[text]) / 1e6)
+            for piece in _stack.emitted_in(data.get("part", {}).get("text") or "", emitted):
+                level.latencies.append((ns - emitted[piece]) / 1e6)
                 matched += 1
     level.unmatched = len(emitted) - matched
 

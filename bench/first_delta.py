@@ -138,13 +138,12 @@ async def measure(stack: BenchStack, args: argparse.Namespace) -> Latencies:
             d_emitted = _emitted(stack, direct_model, d_since)
             turn_ms: list[float] = []
             for event in parts:
-                text = event.data.get("part", {}).get("text")
-                if text not in emitted:
-                    continue
-                turn_ms.append((event.at_ns - emitted[text]) / 1e6)
-                if i >= args.warmup and text in published:
-                    result.to_publish.append((published[text] - emitted[text]) / 1e6)
-                    result.publish_to_client.append((event.at_ns - published[text]) / 1e6)
+                text = event.data.get("part", {}).get("text") or ""
+                for piece in _stack.emitted_in(text, emitted):
+                    turn_ms.append((event.at_ns - emitted[piece]) / 1e6)
+                    if i >= args.warmup and piece in published:
+                        result.to_publish.append((published[piece] - emitted[piece]) / 1e6)
+                        result.publish_to_client.append((event.at_ns - published[piece]) / 1e6)
             direct_ms = [(received[t] - ns) / 1e6 for t, ns in d_emitted.items() if t in received]
             missing = len(emitted) - len(turn_ms) + len(d_emitted) - len(direct_ms)
             tag = "warm-up" if i < args.warmup else f"turn {i - args.warmup + 1:3d}/{args.turns}"

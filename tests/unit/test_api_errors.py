@@ -113,9 +113,7 @@ async def test_an_update_whose_workflow_task_failed_is_retried_later() -> None:
     task timeout) fails it; Temporal retries the task, so the client may retry the request."""
     app = FastAPI()
     install_error_handlers(app)
-    message = (
-        "Unable to perform workflow execution update due to unexpected workflow task failure."
-    )
+    message = "Unable to perform workflow execution update due to unexpected workflow task failure."
 
     @app.get("/fail")
     async def fail() -> None:
