@@ -30,6 +30,8 @@ class Batch:
     frames: str
     """Empty when no event followed the cursor."""
     cursor: int
+    more: bool
+    """Whether events the read left out (over its limits) follow."""
 
 
 @dataclass
@@ -72,10 +74,10 @@ class SharedReads:
 
     async def _read(self, read: _Read, chat_id: uuid.UUID, cursor: int) -> Batch:
         read.sent = self.mark()
-        events = await self._events.read_after(chat_id, cursor)
-        if not events:
-            return Batch("", cursor)
-        return Batch("".join(_frame(e) for e in events), events[-1].seq)
+        page = await self._events.read_page(chat_id, cursor)
+        if not page.events:
+            return Batch("", cursor, more=False)
+        return Batch("".join(_frame(e) for e in page.events), page.events[-1].seq, page.more)
 
     def _forget(self, key: tuple[uuid.UUID, int], read: _Read) -> None:
         if self._reads.get(key) is read:

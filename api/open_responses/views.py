@@ -107,9 +107,9 @@ async def response_events(
         slot.wake_with(wake)
         while not (translator.ended or slot.ended or state.shutdown.started):
             wake.clear()
-            events = await state.events.read_after(record.chat_id, cursor)
+            page = await state.events.read_page(record.chat_id, cursor)
             out: list[dict[str, Any]] = []
-            for event in events:
+            for event in page.events:
                 if translator.reasoning.seal is not None:
                     event = await _with_reasoning_state(state, record, event)
                 out += translator.feed(event, in_progress)
@@ -118,7 +118,7 @@ async def response_events(
                     break
             if out:
                 yield out
-            if not events:
+            if not page.more:  # a notification says when there is more
                 try:
                     await asyncio.wait_for(wake.wait(), WAKE_AT_LEAST_S)
                 except TimeoutError:

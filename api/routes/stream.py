@@ -48,7 +48,8 @@ async def _events(
             if batch.frames:
                 yield batch.frames  # one socket write per read
                 cursor = batch.cursor
-                continue
+            if batch.more:
+                continue  # else a notification says when there is more
             try:
                 await asyncio.wait_for(wake.wait(), PING_INTERVAL_S)
             except TimeoutError:

@@ -72,13 +72,14 @@ async def _events(
         while not (slot.ended or state.shutdown.started):
             wake.clear()  # before reading, so a notify during the read is not missed
             try:
-                events = await log.read_after(owner, cursor)
+                page = await log.read_page(owner, cursor)
             except OwnerCursorExpired:
                 return  # pruned meanwhile: the client reconnects with its cursor and gets 410
-            if events:
-                yield _frames(events)
-                cursor = events[-1].seq
-                continue
+            if page.events:
+                yield _frames(page.events)
+                cursor = page.events[-1].seq
+            if page.more:
+                continue  # else a notification says when there is more
             try:
                 await asyncio.wait_for(wake.wait(), PING_INTERVAL_S)
             except TimeoutError:

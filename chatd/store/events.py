@@ -8,8 +8,9 @@ in `chatd_append_events` (migration 008), which every publishing statement calls
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeAlias
+from typing import Any, Generic, TypeAlias, TypeVar
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
@@ -23,7 +24,10 @@ __all__ = [
     "Conn",
     "CursorExpired",
     "EventLog",
+    "EventPage",
     "append_events",
+    "page_of",
+    "read_after_sql",
 ]
 
 NOTIFY_CHANNEL = "chatd_events"
@@ -54,6 +58,8 @@ class ChatEvent(BaseModel):
     data: dict[str, Any]
     created_at: datetime
 
+
+E = TypeVar("E", bound=BaseModel)
 
 Conn: TypeAlias = "asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyncpg.Record]"
 """A plain or pooled connection."""
@@ -97,32 +103,49 @@ def read_after_sql(events: str, key: str, columns: tuple[str, ...]) -> str:
     """The read of one log's events after a cursor (a chat's, `key` `chat_id`; an owner's,
     `owner`): its pruned-through mark and, if the cursor ($2) is not below it, the events
     after it, up to $3 of them, while their JSON adds up to at most $4 bytes (the first
-    always). One statement, one snapshot: a prune commits wholly before it or after it.
-    `events` names the table (its marks are in `<events>_pruned`); all are our constants."""
+    always), each row saying whether events the page left out follow (`more`). One
+    statement, one snapshot: a prune commits wholly before it or after it. `events` names
+    the table (its marks are in `<events>_pruned`); all are our constants."""
     listed = ", ".join(columns)
     return f"""
-SELECT mark.pruned_through, {", ".join(f"batch.{c}" for c in columns)}
+SELECT mark.pruned_through, batch.more, {", ".join(f"batch.{c}" for c in columns)}
 FROM (
     SELECT coalesce(max(through_seq), 0) AS pruned_through
     FROM {events}_pruned WHERE {key} = $1
 ) AS mark
 LEFT JOIN LATERAL (
-    SELECT {listed}
+    SELECT {listed}, sized.read > count(*) OVER () AS more
     FROM (
-        SELECT page.*, row_number() OVER w AS n, sum(octet_length(page.data::text)) OVER w AS bytes
+        SELECT page.*, row_number() OVER w AS n, sum(octet_length(page.data::text)) OVER w AS bytes,
+            count(*) OVER () AS read
         FROM (
             SELECT {listed} FROM {events}
-            WHERE {key} = $1 AND seq > $2 ORDER BY seq LIMIT $3
+            WHERE {key} = $1 AND seq > $2 ORDER BY seq LIMIT $3 + 1
         ) AS page
         WINDOW w AS (ORDER BY seq)
     ) AS sized
-    WHERE n = 1 OR bytes <= $4
+    WHERE (n = 1 OR bytes <= $4) AND n <= $3
 ) AS batch ON mark.pruned_through <= $2
 ORDER BY batch.seq
 """
 
 
 _READ_AFTER = read_after_sql("chat_events", "chat_id", ("seq", "event", "data", "created_at"))
+
+
+@dataclass(frozen=True)
+class EventPage(Generic[E]):
+    """Events after a cursor, and whether more follow them: a page cut short by its limits
+    is read on at once; one that wasn't, only when a notification says there is more."""
+
+    events: list[E]
+    more: bool
+
+
+def page_of(rows: list[asyncpg.Record], model: type[E]) -> EventPage[E]:
+    """The events of a `read_after_sql` result (its one row without an event when none)."""
+    events = [model.model_validate(dict(r)) for r in rows if r["seq"] is not None]
+    return EventPage(events, bool(events) and bool(rows[0]["more"]))
 
 
 class EventLog:
@@ -152,6 +175,16 @@ class EventLog:
         limit: int = READ_BATCH_EVENTS,
         max_bytes: int = READ_BATCH_BYTES,
     ) -> list[ChatEvent]:
+        """The events of `read_page`."""
+        return (await self.read_page(chat_id, seq, limit, max_bytes)).events
+
+    async def read_page(
+        self,
+        chat_id: uuid.UUID,
+        seq: int,
+        limit: int = READ_BATCH_EVENTS,
+        max_bytes: int = READ_BATCH_BYTES,
+    ) -> EventPage[ChatEvent]:
         """Events with a sequence number above `seq`, in order: at most `limit`, and no more
         than `max_bytes` of JSON data unless the first alone is larger (it still comes).
 
@@ -161,7 +194,7 @@ class EventLog:
         rows = await self._pool.fetch(_READ_AFTER, chat_id, seq, limit, max_bytes)
         if rows and rows[0]["pruned_through"] > seq:
             raise CursorExpired(chat_id, seq)
-        return [ChatEvent.model_validate(dict(r)) for r in rows if r["seq"] is not None]
+        return page_of(rows, ChatEvent)
 
     async def cursor_expired(self, chat_id: uuid.UUID, cursor: int) -> bool:
         """Whether events after `cursor` were pruned (so resuming from it would skip some)."""

@@ -16,7 +16,13 @@ from typing import Any
 import asyncpg
 from pydantic import BaseModel
 
-from chatd.store.events import READ_BATCH_BYTES, READ_BATCH_EVENTS, read_after_sql
+from chatd.store.events import (
+    READ_BATCH_BYTES,
+    READ_BATCH_EVENTS,
+    EventPage,
+    page_of,
+    read_after_sql,
+)
 
 __all__ = [
     "NOTIFY_CHANNEL",
@@ -70,13 +76,13 @@ class OwnerEventLog:
     def __init__(self, pool: asyncpg.Pool) -> None:
         self._pool = pool
 
-    async def read_after(
+    async def read_page(
         self,
         owner: str,
         seq: int,
         limit: int = READ_BATCH_EVENTS,
         max_bytes: int = READ_BATCH_BYTES,
-    ) -> list[OwnerEvent]:
+    ) -> EventPage[OwnerEvent]:
         """The owner's events numbered above `seq`, in order: at most `limit`, and no more
         than `max_bytes` of JSON data unless the first alone is larger.
 
@@ -86,7 +92,7 @@ class OwnerEventLog:
         rows = await self._pool.fetch(_READ_AFTER, owner, seq, limit, max_bytes)
         if rows and rows[0]["pruned_through"] > seq:
             raise OwnerCursorExpired(seq)
-        return [OwnerEvent.model_validate(dict(r)) for r in rows if r["seq"] is not None]
+        return page_of(rows, OwnerEvent)
 
     async def position(self, owner: str) -> tuple[int, int]:
         """The owner's last event number and how far its events are pruned (0 for none)."""

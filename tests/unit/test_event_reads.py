@@ -35,3 +35,27 @@ async def test_a_batch_stops_at_the_byte_budget_but_always_holds_one_event(
     assert [e.seq for e in await log.read_after(chat_id, 0, limit=2)] == [1, 2]
     assert await log.read_after(chat_id, 8) == []
     assert await log.read_after(uuid.uuid4(), 0) == []
+
+
+async def test_a_page_says_whether_events_it_left_out_follow(pool: asyncpg.Pool) -> None:
+    """A stream reads on at once only after a page its limits cut short; otherwise it waits
+    for a notification (each read that finds nothing is a wasted round trip)."""
+    chat_id = (await ChatStore(pool).create(owner="o", model=ModelConfig())).id
+    log = EventLog(pool)
+    await log.publish(chat_id, [("big", _payload(300_000)) for _ in range(2)])
+    await log.publish(chat_id, [("small", {"n": n}) for n in range(3)])
+
+    pages = {
+        "cut by bytes": await log.read_page(chat_id, 0, max_bytes=400_000),
+        "cut by count": await log.read_page(chat_id, 2, limit=2),
+        "count reached, nothing after": await log.read_page(chat_id, 3, limit=2),
+        "all of it": await log.read_page(chat_id, 0),
+        "nothing": await log.read_page(chat_id, 5),
+    }
+    assert {name: ([e.seq for e in p.events], p.more) for name, p in pages.items()} == {
+        "cut by bytes": ([1], True),
+        "cut by count": ([3, 4], True),
+        "count reached, nothing after": ([4, 5], False),
+        "all of it": ([1, 2, 3, 4, 5], False),
+        "nothing": ([], False),
+    }

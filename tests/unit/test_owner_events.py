@@ -36,14 +36,14 @@ async def test_watched_events_of_every_chat_get_the_owners_numbers(pool: asyncpg
     )
     await log.publish(first, [("retry", {}), ("error", {"kind": "auth"})])
 
-    events = await OwnerEventLog(pool).read_after("o", 0)
+    events = (await OwnerEventLog(pool).read_page("o", 0)).events
     assert [(e.seq, e.chat_id, e.event, e.data) for e in events] == [
         (1, first, "status", {"status": "running", "chat_id": str(first)}),
         (2, second, "chat", {"title": "t", "chat_id": str(second)}),
         (3, first, "error", {"kind": "auth", "chat_id": str(first)}),
     ]
-    assert [e.event for e in await OwnerEventLog(pool).read_after("o", 2)] == ["error"]
-    assert [(e.seq, e.chat_id) for e in await OwnerEventLog(pool).read_after("p", 0)] == [
+    assert [e.event for e in (await OwnerEventLog(pool).read_page("o", 2)).events] == ["error"]
+    assert [(e.seq, e.chat_id) for e in (await OwnerEventLog(pool).read_page("p", 0)).events] == [
         (1, stranger)
     ]
     assert await OwnerEventLog(pool).position("o") == (3, 0)
@@ -56,7 +56,7 @@ async def test_a_subagent_event_names_the_child_and_its_parent(pool: asyncpg.Poo
     child = await chats.create(owner="o", model=ModelConfig(), parent_chat_id=parent)
     await TurnStore(pool).set_status(child.id, "t", "requires_action")
 
-    events = await OwnerEventLog(pool).read_after("o", 0)
+    events = (await OwnerEventLog(pool).read_page("o", 0)).events
     assert [(e.chat_id, e.event, e.data.get("status")) for e in events] == [
         (parent, "subagent", "waiting"),  # the spawn
         (child.id, "status", "requires_action"),
@@ -82,7 +82,7 @@ async def test_numbers_are_taken_at_commit_and_only_by_commits(pool: asyncpg.Poo
         await fast
 
     assert not fast_waited
-    events = await OwnerEventLog(pool).read_after("o", 0)
+    events = (await OwnerEventLog(pool).read_page("o", 0)).events
     assert [(e.seq, e.data["n"]) for e in events] == [(1, 2), (2, 1)]
 
 
@@ -97,7 +97,7 @@ async def test_concurrent_writers_leave_no_gap_and_keep_each_chats_order(
 
     await asyncio.gather(*(publish(c) for c in chats))
 
-    events = await OwnerEventLog(pool).read_after("o", 0)
+    events = (await OwnerEventLog(pool).read_page("o", 0)).events
     assert [e.seq for e in events] == list(range(1, 81))
     for chat_id in chats:
         assert [e.data["n"] for e in events if e.chat_id == chat_id] == [
@@ -142,8 +142,8 @@ async def test_a_cursor_below_the_pruned_mark_expires(pool: asyncpg.Pool) -> Non
     await pool.execute("INSERT INTO owner_events_pruned (owner, through_seq) VALUES ('o', 2)")
 
     with pytest.raises(OwnerCursorExpired):
-        await OwnerEventLog(pool).read_after("o", 1)
-    assert [e.seq for e in await OwnerEventLog(pool).read_after("o", 2)] == [3]
+        await OwnerEventLog(pool).read_page("o", 1)
+    assert [e.seq for e in (await OwnerEventLog(pool).read_page("o", 2)).events] == [3]
     assert await OwnerEventLog(pool).position("o") == (3, 2)
 
 
@@ -177,9 +177,9 @@ async def test_retention_prunes_each_owners_old_events_as_a_prefix(pool: asyncpg
     assert await log.position("o") == (5, 3)
     assert await log.position("p") == (2, 1)
     with pytest.raises(OwnerCursorExpired):
-        await log.read_after("o", 2)
-    assert [e.seq for e in await log.read_after("o", 3)] == [4, 5]
-    assert [e.seq for e in await log.read_after("p", 1)] == [2]
+        await log.read_page("o", 2)
+    assert [e.seq for e in (await log.read_page("o", 3)).events] == [4, 5]
+    assert [e.seq for e in (await log.read_page("p", 1)).events] == [2]
     again = await retention.run_round()
     assert [p.count for p in again.pruned if p.what == "owner_events"] == [0]
 
@@ -216,5 +216,5 @@ async def test_the_owners_row_is_locked_after_every_chat_row(pool: asyncpg.Pool)
             await append_events(two, second, [("status", {"n": 2})])
         await locking
 
-    events = await OwnerEventLog(pool).read_after("o", 0)
+    events = (await OwnerEventLog(pool).read_page("o", 0)).events
     assert [(e.chat_id, e.data["n"]) for e in events] == [(second, 2), (first, 1)]
