@@ -72,6 +72,7 @@ from support.worker_process import WorkerProcess
 __all__ = [
     "BenchStack",
     "ChildProcess",
+    "EmittedDeltas",
     "ProcessMeter",
     "RawSseClient",
     "Services",
@@ -79,7 +80,6 @@ __all__ = [
     "SseListener",
     "WorkerProcess",
     "bench_limits",
-    "emitted_in",
     "percentile",
     "raw_post",
     "running_stack",
@@ -335,20 +335,33 @@ class SseListener:
 # --- statistics ------------------------------------------------------------------------------
 
 
-def emitted_in(text: str, emitted: Mapping[str, int]) -> list[str]:
-    """The emitted deltas a received one holds, in order: the worker merges a chat's deltas
-    of one frame into one event, so a client's delta can be several of the fake's (each
-    unique). Empty if `text` is not made of them."""
-    lengths = sorted({len(t) for t in emitted}, reverse=True)
-    found: list[str] = []
-    at = 0
-    while at < len(text):
-        piece = next((text[at : at + n] for n in lengths if text[at : at + n] in emitted), None)
-        if piece is None:
-            return []
-        found.append(piece)
-        at += len(piece)
-    return found
+class EmittedDeltas:
+    """The fake's emitted deltas (text -> emission time, ns), each unique, and which of
+    them a received delta holds: the worker merges a chat's deltas of one frame into one
+    event, so a client's delta can be several of the fake's."""
+
+    def __init__(self, emitted: Mapping[str, int]) -> None:
+        self.at = emitted
+        self._lengths = sorted({len(text) for text in emitted}, reverse=True)
+
+    def within(self, text: str) -> list[str]:
+        """The emitted deltas `text` is made of, in order; empty if it is not made of them."""
+        found: list[str] = []
+        start = 0
+        while start < len(text):
+            piece = next(
+                (
+                    text[start : start + n]
+                    for n in self._lengths
+                    if text[start : start + n] in self.at
+                ),
+                None,
+            )
+            if piece is None:
+                return []
+            found.append(piece)
+            start += len(piece)
+        return found
 
 
 async def stored_delta_times(
@@ -367,7 +380,8 @@ async def stored_delta_times(
         " AND created_at >= to_timestamp($1::float8 / 1e6)",
         since_us - 1000,
     )
-    return {piece: int(r["us"]) * 1000 for r in rows for piece in emitted_in(r["text"], emitted)}
+    deltas = EmittedDeltas(emitted)
+    return {piece: int(r["us"]) * 1000 for r in rows for piece in deltas.within(r["text"])}
 
 
 def percentile(values: Sequence[float], p: float) -> float:

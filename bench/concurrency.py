@@ -464,6 +464,7 @@ def _analyse(
     rows: list[list[Any]],
 ) -> None:
     emitted: dict[str, int] = {text: ns for _model, text, ns in rows}
+    deltas = _stack.EmittedDeltas(emitted)
     by_stream: dict[str, list[int]] = {}
     for _model, text, ns in rows:
         by_stream.setdefault(text.split("d", 1)[0], []).append(ns)
@@ -479,7 +480,7 @@ def _analyse(
         elif client.status is not None or client.error:
             level.errors.append(client.status or client.error or "?")
         for ns, data in client.parts():
-            for piece in _stack.emitted_in(data.get("part", {}).get("text") or "", emitted):
+            for piece in deltas.within(data.get("part", {}).get("text") or ""):
                 level.latencies.append((ns - emitted[piece]) / 1e6)
                 matched += 1
     level.unmatched = len(emitted) - matched

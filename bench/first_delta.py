@@ -137,9 +137,10 @@ async def measure(stack: BenchStack, args: argparse.Namespace) -> Latencies:
             received = await direct_stream(settings, direct_model)
             d_emitted = _emitted(stack, direct_model, d_since)
             turn_ms: list[float] = []
+            deltas = _stack.EmittedDeltas(emitted)
             for event in parts:
                 text = event.data.get("part", {}).get("text") or ""
-                for piece in _stack.emitted_in(text, emitted):
+                for piece in deltas.within(text):
                     turn_ms.append((event.at_ns - emitted[piece]) / 1e6)
                     if i >= args.warmup and piece in published:
                         result.to_publish.append((published[piece] - emitted[piece]) / 1e6)
