@@ -3,7 +3,7 @@
     python bench/interrupt_latency.py [--turns 30] [--warmup 2] [--seed 1]
 
 Each turn streams 500 unique text deltas 20 ms apart (10 s) to an SSE client connected
-beforehand. When the client has received 5 to 40 deltas (drawn per turn, so the interrupt
+beforehand. When the client has received 5 to 40 delta events (drawn per turn, so the interrupt
 falls at every phase of the heartbeat interval), it POSTs `/interrupt` and measures,
 from that POST: the last delta the fake provider emitted (the stream's cancellation reached
 the provider connection), the last delta the client received, and `status: waiting` at the
@@ -36,7 +36,8 @@ from first_delta import UniqueDeltas
 DELTAS = 500
 SPACING_S = 0.02
 INTERRUPT_AFTER = (5, 40)
-"""The interrupt comes after this many deltas (inclusive range, drawn per turn)."""
+"""The interrupt comes after this many delta events (inclusive range, drawn per turn); the
+worker merges the deltas of one 25 ms frame, so an event holds one or two of the fake's."""
 
 
 @dataclass
