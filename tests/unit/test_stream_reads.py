@@ -11,7 +11,7 @@ import asyncpg
 from api.stream_reads import Batch, SharedReads
 from chatd.models import ModelConfig
 from chatd.store.chats import ChatStore
-from chatd.store.events import ChatEvent, CursorExpired, EventLog
+from chatd.store.events import ChatEvent, CursorExpired, EventLog, EventPage
 
 
 class CountedEventLog(EventLog):
@@ -23,12 +23,12 @@ class CountedEventLog(EventLog):
         self.hold = asyncio.Event()
         self.hold.set()
 
-    async def read_after(
+    async def read_page(
         self, chat_id: uuid.UUID, seq: int, limit: int = 500, max_bytes: int = 1 << 20
-    ) -> list[ChatEvent]:
+    ) -> EventPage[ChatEvent]:
         self.reads += 1
         await self.hold.wait()
-        return await super().read_after(chat_id, seq, limit, max_bytes)
+        return await super().read_page(chat_id, seq, limit, max_bytes)
 
 
 async def _chat(pool: asyncpg.Pool, events: int) -> uuid.UUID:
