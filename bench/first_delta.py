@@ -12,7 +12,7 @@ The turns run through the in-process stack of `_stack.running_stack` (worker, ga
 client and fake provider share this process, as in `turn_overhead.py`). The path of a delta:
 fake provider -> provider adapter in the model-step activity -> `DeltaPublisher` -> one
 Postgres transaction (event rows + NOTIFY) -> the gateway's LISTEN connection -> the SSE
-generator's `read_after` query -> the client. The event rows' `created_at` (the publishing
+generator's `read_page` query -> the client. The event rows' `created_at` (the publishing
 transaction's start) splits it in two: emit -> publish transaction began, and -> client.
 
 Targets: p50 < 10 ms and p99 < 50 ms (emit -> SSE client), and no unmatched delta. Exits 1

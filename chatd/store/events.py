@@ -168,16 +168,6 @@ class EventLog:
                 [data for _, _, data in events],
             )
 
-    async def read_after(
-        self,
-        chat_id: uuid.UUID,
-        seq: int,
-        limit: int = READ_BATCH_EVENTS,
-        max_bytes: int = READ_BATCH_BYTES,
-    ) -> list[ChatEvent]:
-        """The events of `read_page`."""
-        return (await self.read_page(chat_id, seq, limit, max_bytes)).events
-
     async def read_page(
         self,
         chat_id: uuid.UUID,

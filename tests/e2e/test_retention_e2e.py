@@ -85,7 +85,7 @@ async def test_a_newer_event_before_an_older_one_goes_too_so_no_cursor_skips_one
             "cursor_expired",
         )
     with pytest.raises(CursorExpired):
-        await EventLog(stack.pool).read_after(chat_id, 2)
+        await EventLog(stack.pool).read_page(chat_id, 2)
     events = await stack.events_until(str(chat_id), lambda e: e.id == last, after=3)
     assert [e.id for e in events] == list(range(4, last + 1)), "from 3 nothing is lost"
 

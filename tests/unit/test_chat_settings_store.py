@@ -37,7 +37,7 @@ async def test_a_title_set_by_the_user_changes_only_the_title(pool: asyncpg.Pool
     assert (updated.title, updated.title_source) == ("mine", "user")
     assert updated.tool_policy == {"execute": "deny"}
     assert updated.updated_at > chat.updated_at
-    events = await log.read_after(chat.id, 0)
+    events = (await log.read_page(chat.id, 0)).events
     assert [(e.event, e.data) for e in events][-1] == ("chat", {"title": "mine"})
     assert not await chats.set_generated_title(chat.id, "generated again")
 
@@ -55,7 +55,7 @@ async def test_a_policy_set_replaces_the_policy_and_keeps_the_title(pool: asyncp
     assert updated.tool_policy == {"read_*": "auto"}
     cleared = await chats.update_settings(chat.id, "o", tool_policy={})
     assert cleared is not None and cleared.tool_policy == {}
-    assert [(e.event, e.data) for e in await log.read_after(chat.id, 0)] == [
+    assert [(e.event, e.data) for e in (await log.read_page(chat.id, 0)).events] == [
         ("chat", {"tool_policy": {"read_*": "auto"}}),
         ("chat", {"tool_policy": {}}),
     ]
@@ -70,4 +70,4 @@ async def test_another_owners_chat_or_no_change_publishes_nothing(pool: asyncpg.
     assert await chats.update_settings(chat.id, "o") == chat
 
     assert await chats.get(chat.id) == chat
-    assert await log.read_after(chat.id, 0) == []
+    assert (await log.read_page(chat.id, 0)).events == []

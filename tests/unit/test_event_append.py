@@ -64,12 +64,12 @@ async def test_every_writer_numbers_and_notifies_alike(
             await asyncio.sleep(0.02)
     finally:
         await listener.close()
-    events = await log.read_after(chat_id, 0)
+    events = (await log.read_page(chat_id, 0)).events
     assert [(e.seq, e.event) for e in events] == list(enumerate([
         "message", "queue", "status", "delta", "before", "message", "status", "message",
         "status", "message", "retry", "reset",
     ], start=1))  # fmt: skip
-    assert [e.event for e in await log.read_after(other, 0)] == ["a", "b"]
+    assert [e.event for e in (await log.read_page(other, 0)).events] == ["a", "b"]
     assert await log.last_seq(chat_id) == 12
     assert sorted(notified) == sorted(
         [f"{chat_id}:{n}" for n in (3, 4, 6, 7, 9, 10, 12)] + [f"{other}:2"]
@@ -144,4 +144,4 @@ async def test_appending_to_a_missing_chat(pool: asyncpg.Pool) -> None:
     with pytest.raises(LookupError):
         await log.publish(missing, [("x", {})])
     await log.publish_many([(missing, "x", {}), (chat_id, "y", {})])
-    assert [(e.seq, e.event) for e in await log.read_after(chat_id, 0)] == [(1, "y")]
+    assert [(e.seq, e.event) for e in (await log.read_page(chat_id, 0)).events] == [(1, "y")]

@@ -26,15 +26,15 @@ async def test_a_batch_stops_at_the_byte_budget_but_always_holds_one_event(
     await log.publish(chat_id, [("big", _payload(300_000)) for _ in range(5)])
     await log.publish(chat_id, [("small", {"n": n}) for n in range(3)])
 
-    batch = await log.read_after(chat_id, 0, max_bytes=1_000_000)
+    batch = (await log.read_page(chat_id, 0, max_bytes=1_000_000)).events
     assert [e.seq for e in batch] == [1, 2, 3]
     assert sum(len(json.dumps(e.data)) for e in batch) <= 1_000_000
-    assert [e.seq for e in await log.read_after(chat_id, 0, max_bytes=10)] == [1]
-    assert [e.seq for e in await log.read_after(chat_id, 5, max_bytes=10)] == [6]
-    assert [e.seq for e in await log.read_after(chat_id, 5)] == [6, 7, 8]
-    assert [e.seq for e in await log.read_after(chat_id, 0, limit=2)] == [1, 2]
-    assert await log.read_after(chat_id, 8) == []
-    assert await log.read_after(uuid.uuid4(), 0) == []
+    assert [e.seq for e in (await log.read_page(chat_id, 0, max_bytes=10)).events] == [1]
+    assert [e.seq for e in (await log.read_page(chat_id, 5, max_bytes=10)).events] == [6]
+    assert [e.seq for e in (await log.read_page(chat_id, 5)).events] == [6, 7, 8]
+    assert [e.seq for e in (await log.read_page(chat_id, 0, limit=2)).events] == [1, 2]
+    assert (await log.read_page(chat_id, 8)).events == []
+    assert (await log.read_page(uuid.uuid4(), 0)).events == []
 
 
 async def test_a_page_says_whether_events_it_left_out_follow(pool: asyncpg.Pool) -> None:

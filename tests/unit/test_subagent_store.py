@@ -35,7 +35,9 @@ async def _turn(pool: asyncpg.Pool, chat_id: uuid.UUID, usage: Usage) -> str:
 
 
 async def _subagent_events(pool: asyncpg.Pool, chat_id: uuid.UUID) -> list[dict[str, Any]]:
-    return [e.data for e in await EventLog(pool).read_after(chat_id, 0) if e.event == "subagent"]
+    return [
+        e.data for e in (await EventLog(pool).read_page(chat_id, 0)).events if e.event == "subagent"
+    ]
 
 
 async def test_a_child_is_one_level_below_its_parent(pool: asyncpg.Pool) -> None:
@@ -163,7 +165,7 @@ async def test_a_childs_status_and_title_reach_its_parents_stream(
     finally:
         await listener.close()
 
-    events = await EventLog(pool).read_after(root.id, 0)
+    events = (await EventLog(pool).read_page(root.id, 0)).events
     assert [e.seq for e in events] == list(range(1, last_seq + 1))
     assert [e.event for e in events] == ["subagent"] * 5
     assert [e.data for e in events] == [
@@ -244,5 +246,5 @@ async def test_a_delta_batch_and_a_childs_status_change_never_deadlock(
     for result in results:
         if isinstance(result, BaseException):
             raise result
-    assert [e.data["status"] for e in await EventLog(pool).read_after(parent_id, 0)
+    assert [e.data["status"] for e in (await EventLog(pool).read_page(parent_id, 0)).events
             if e.event == "subagent"] == ["waiting", "requires_action"]  # fmt: skip

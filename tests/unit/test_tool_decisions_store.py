@@ -182,7 +182,7 @@ async def test_a_remembered_approval_makes_its_tool_auto_and_a_remembered_deny_d
 
     chat = await ChatStore(pool).get(chat_id)
     assert chat is not None and chat.tool_policy == {"x": "ask", "tool_c1": "auto"}
-    events = await log.read_after(chat_id, before)
+    events = (await log.read_page(chat_id, before)).events
     assert [(e.event, e.data) for e in events] == [
         ("chat", {"tool_policy": {"x": "ask", "tool_c1": "auto"}})
     ]
