@@ -96,7 +96,7 @@ class EventBatcher:
         if not self._pending:
             self._frame_opened = asyncio.get_running_loop().time()
         last = self._last_pending.get(chat_id)
-        if last is not None and event == "message_part" == self._pending[last][1]:
+        if not now and last is not None and event == "message_part" == self._pending[last][1]:
             merged = _merged(self._pending[last][2], data)
             if merged is not None:
                 self._pending[last] = (chat_id, event, merged)
