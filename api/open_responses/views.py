@@ -118,7 +118,7 @@ async def response_events(
                     break
             if out:
                 yield out
-            if not page.more:  # a notification says when there is more
+            if not (page.more or translator.ended):  # a notification says when there is more
                 try:
                     await asyncio.wait_for(wake.wait(), WAKE_AT_LEAST_S)
                 except TimeoutError:

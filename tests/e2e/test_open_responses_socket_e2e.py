@@ -18,6 +18,7 @@ from openai import AsyncOpenAI
 from support.api_process import chatd_api, until_ready
 from websockets.asyncio.client import ClientConnection
 
+from api.open_responses import views
 from api.open_responses.sockets import MAX_MESSAGE_BYTES
 from chatd.devstack.ports import free_port
 from chatd.devstack.temporal import TemporalDevServer
@@ -74,8 +75,11 @@ async def _chats_running(stack: Stack) -> int:
 
 
 async def test_ten_responses_one_after_another_on_one_socket_continue_one_chat(
-    stack: Stack,
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Each response's events, its terminal one too, come as their notifications arrive: the
+    stream's fallback look for a missed one (15 s) is put out of reach."""
+    monkeypatch.setattr(views, "WAKE_AT_LEAST_S", 3600.0)
     model = _model(stack, *[_text(f"answer {i}") for i in range(10)])
     async with _client(_root(stack), stack.key) as client, client.responses.connect() as conn:
         previous: str | None = None
@@ -84,10 +88,11 @@ async def test_ten_responses_one_after_another_on_one_socket_continue_one_chat(
             extra = {"previous_response_id": previous} if previous else {}
             await conn.response.create(model=model, input=f"question {i}", store=False, **extra)
             events = []
-            async for event in conn:
-                events.append(event)
-                if event.type in TERMINAL:
-                    break
+            async with asyncio.timeout(60):
+                async for event in conn:
+                    events.append(event)
+                    if event.type in TERMINAL:
+                        break
             assert [e.sequence_number for e in events] == list(range(len(events)))
             final = events[-1]
             assert final.type == "response.completed", final
