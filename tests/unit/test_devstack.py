@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import socket
@@ -19,7 +20,7 @@ from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from chatd.devstack.ports import free_port, pid_alive
+from chatd.devstack.ports import bound_socket, free_port, pid_alive
 from chatd.devstack.postgres import PostgresError, PostgresProcess
 from chatd.devstack.temporal import CHAT_SEARCH_ATTRIBUTES, TemporalDevServer
 from chatd.store.db import migrate
@@ -46,6 +47,26 @@ def test_free_port_is_bindable_and_outside_the_ephemeral_range() -> None:
     for port in ports:
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", port))
+
+
+async def test_a_server_on_a_bound_socket_sends_without_waiting_for_acks() -> None:
+    """asyncio turns Nagle's algorithm off only on a TCP socket that says it is one: with it
+    on, a body written after its headers waits for the client's delayed ACK."""
+    nodelay: list[int] = []
+
+    async def accepted(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nodelay.append(
+            writer.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+        )
+        writer.close()
+
+    sock = bound_socket()
+    server = await asyncio.start_server(accepted, sock=sock)
+    async with server:
+        _reader, writer = await asyncio.open_connection(*sock.getsockname())
+        await _reader.read()
+        writer.close()
+    assert nodelay and nodelay[0] != 0
 
 
 async def test_database_url_fixture_gives_a_fresh_migrated_database(
