@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 import asyncpg
 from pydantic import BaseModel, TypeAdapter
 
+from chatd.answered_calls import every_call_answered
 from chatd.parts import (
     Message,
     Part,
@@ -321,7 +322,8 @@ class TranscriptStore:
         turn_message: uuid.UUID | None = None,
         through: int | None = None,
     ) -> list[Message]:
-        """The messages the model sees: not compressed, in order (up to message `through`).
+        """The messages the model sees: not compressed, in order (up to message `through`),
+        every tool call answered (`chatd.answered_calls`).
 
         With `turn_message`, that queued message comes last if it is not in the transcript
         yet: a turn's first step reads its context while it promotes the message. One
@@ -339,14 +341,16 @@ class TranscriptStore:
             turn_message,
             through,
         )
-        return [
-            Message(
-                role=r["role"],
-                parts=_parts_adapter.validate_python(r["parts"]),
-                response_id=r["response_id"],
-            )
-            for r in rows
-        ]
+        return every_call_answered(
+            [
+                Message(
+                    role=r["role"],
+                    parts=_parts_adapter.validate_python(r["parts"]),
+                    response_id=r["response_id"],
+                )
+                for r in rows
+            ]
+        )
 
 
 # Walks the transcript a row at a time (one index probe each) and stops at the first row that

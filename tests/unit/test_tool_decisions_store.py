@@ -117,9 +117,9 @@ async def test_an_approve_an_edit_and_a_deny_are_audited_and_the_edit_is_what_th
     assert (c2.arguments, c2.original_arguments) == (edit, MODEL_ARGS["c2"])
     assert (c1.arguments, c1.original_arguments) == (MODEL_ARGS["c1"], None)
     assert (c3.arguments, c3.original_arguments) == (MODEL_ARGS["c3"], None)
-    context = await TranscriptStore(pool).for_model(chat_id)
-    assert edit in [getattr(p, "arguments", None) for p in context[-1].parts]
-    assert context[-1].response_id is None, "an edited step is no link of a response chain"
+    step = [m for m in await TranscriptStore(pool).for_model(chat_id) if m.role == "assistant"][-1]
+    assert edit in [getattr(p, "arguments", None) for p in step.parts]
+    assert step.response_id is None, "an edited step is no link of a response chain"
     event = await pool.fetchrow(
         "SELECT event, data FROM chat_events WHERE chat_id = $1 ORDER BY seq DESC LIMIT 1",
         chat_id,
