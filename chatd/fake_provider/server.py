@@ -298,6 +298,8 @@ class _Stream:
     async def _emit(self, send: Send) -> _Outcome:
         sent = 0
         for event in self._encoder.events():
+            if self._closing.is_set():
+                return "disconnect"  # a long, slow stream would hold the server's shutdown
             if event.kind in ("delta", "final"):
                 fault = self._fault_due(sent)
                 if fault == "error":
