@@ -13,15 +13,14 @@ from collections.abc import Sequence
 
 from chatd.parts import Message, ToolCallPart, ToolResultPart
 
-__all__ = ["UNANSWERED_RESULT", "every_call_answered"]
+__all__ = ["UNANSWERED_RESULT", "every_call_answered", "unanswered_calls"]
 
 UNANSWERED_RESULT = "the turn ended before this tool call produced a result"
 
 
 def every_call_answered(messages: Sequence[Message]) -> list[Message]:
     """`messages`, with a tool message of error results after each assistant step whose
-    calls the tool messages right after it leave unanswered (provider-run calls carry their
-    results in the step itself)."""
+    calls the tool messages right after it leave unanswered."""
     out: list[Message] = []
     index = 0
     while index < len(messages):
@@ -30,21 +29,34 @@ def every_call_answered(messages: Sequence[Message]) -> list[Message]:
         index += 1
         if message.role != "assistant":
             continue
-        calls = [
-            p for p in message.parts if isinstance(p, ToolCallPart) and not p.provider_executed
-        ]
-        answered: set[str] = set()
+        results: list[Message] = []
         while index < len(messages) and messages[index].role == "tool":
-            answered |= {
-                p.tool_call_id for p in messages[index].parts if isinstance(p, ToolResultPart)
-            }
-            out.append(messages[index])
+            results.append(messages[index])
             index += 1
+        out += results
         missing = [
             ToolResultPart(tool_call_id=c.id, name=c.name, output=UNANSWERED_RESULT, is_error=True)
-            for c in calls
-            if c.id not in answered
+            for c in unanswered_calls(message, results)
         ]
         if missing:
             out.append(Message(role="tool", parts=list(missing)))
     return out
+
+
+def unanswered_calls(step: Message, after: Sequence[Message]) -> list[ToolCallPart]:
+    """The tool calls of `step` (none unless it is the model's) that no tool message in
+    `after` answers; provider-run calls carry their results in the step itself."""
+    if step.role != "assistant":
+        return []
+    answered = {
+        p.tool_call_id
+        for m in after
+        if m.role == "tool"
+        for p in m.parts
+        if isinstance(p, ToolResultPart)
+    }
+    return [
+        p
+        for p in step.parts
+        if isinstance(p, ToolCallPart) and not p.provider_executed and p.id not in answered
+    ]

@@ -15,7 +15,8 @@ from typing import Literal, NamedTuple
 import asyncpg
 from pydantic import TypeAdapter
 
-from chatd.parts import Part, ToolCallPart, ToolResultPart
+from chatd.answered_calls import unanswered_calls
+from chatd.parts import Message, Part
 from chatd.store.chat_creations import claim_chat_id
 from chatd.store.events import Conn
 
@@ -111,22 +112,11 @@ def _unanswered(step: list[asyncpg.Record]) -> bool:
     """Whether the step's assistant message (the first row, if it is one) calls a tool
     whose result isn't in the tool messages after it up to the cut: they are still to come
     (the step runs, or waits for a person or a client), or come after the cut."""
-    first, *rest = step
-    if first["role"] != "assistant":
-        return False
-    calls = {
-        p.id
-        for p in _parts_adapter.validate_python(first["parts"])
-        if isinstance(p, ToolCallPart) and not p.provider_executed
-    }
-    answered = {
-        p.tool_call_id
-        for row in rest
-        if row["role"] == "tool"
-        for p in _parts_adapter.validate_python(row["parts"])
-        if isinstance(p, ToolResultPart)
-    }
-    return not calls <= answered
+    first, *rest = [
+        Message(role=row["role"], parts=_parts_adapter.validate_python(row["parts"]))
+        for row in step
+    ]
+    return bool(unanswered_calls(first, rest))
 
 
 _LOCK_SOURCE = "SELECT status FROM chats WHERE id = $1 AND owner = $2 FOR SHARE"
