@@ -13,6 +13,7 @@ import pytest
 from harness import Cluster, Stack, StackFactory, running_stack
 from support.worker_process import WorkerProcess
 
+import api.auth
 import api.sending
 from chatd.devstack.temporal import TemporalDevServer
 from chatd.fake_provider.server import FakeProviderServer
@@ -27,6 +28,13 @@ def patient_hand_overs(monkeypatch: pytest.MonkeyPatch) -> None:
     burst tests set the short waits themselves."""
     monkeypatch.setattr(api.sending, "HAND_OVER_WAIT_S", 3.0)
     monkeypatch.setattr(api.sending, "BEGIN_WAIT_S", 1.0)
+
+
+@pytest.fixture
+def no_pause_after_a_bad_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Refuse a key that failed lately at once: the pause slows a client retrying at once,
+    and a test probing many routes with a wrong key would only add it up."""
+    monkeypatch.setattr(api.auth, "REFUSAL_PAUSE_S", 0.0)
 
 
 @pytest.fixture(scope="session")

@@ -24,10 +24,12 @@ from schemathesis.config._auth import OpenAPIAuthConfig
 from schemathesis.engine import events
 from schemathesis.specs.openapi.schemas import OpenApiSchema
 
-import api.auth
 from chatd.models import ProviderName
 from chatd.prices import Prices, TokenPrice
 from chatd.store.quotas import LimitOverrides, QuotaStore
+
+pytestmark = pytest.mark.usefixtures("no_pause_after_a_bad_key")
+"""The checks probe every operation with a wrong key."""
 
 MAX_EXAMPLES = 6
 """Random cases per operation and kind (valid or invalid data)."""
@@ -213,13 +215,6 @@ def _turns_give_up_soon(monkeypatch: pytest.MonkeyPatch) -> None:
     fail in seconds instead of the default 30 minutes, so a response the fuzzer waits for
     ends, and no chat is left running."""
     monkeypatch.setenv("CHATD_RETRY_DEADLINE_S", "3")
-
-
-@pytest.fixture(autouse=True)
-def _no_pause_after_a_bad_key(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The checks probe each operation with a wrong key, and a key that failed lately is
-    refused after a pause (for a client retrying at once): here it would only add up."""
-    monkeypatch.setattr(api.auth, "REFUSAL_PAUSE_S", 0.0)
 
 
 async def _no_chat_left_running(stack: Stack) -> None:

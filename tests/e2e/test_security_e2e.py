@@ -20,7 +20,6 @@ from fastapi import FastAPI
 from fastapi.routing import APIWebSocketRoute, iter_route_contexts
 from harness import Stack
 
-import api.auth
 from api.app import API_PREFIX, GatewayConfig, create_app
 from chatd.settings import TemporalSettings
 from chatd.store.keys import KeyStore
@@ -155,11 +154,8 @@ async def test_a_socket_refuses_missing_bad_and_revoked_keys(stack: Stack, label
 
 @pytest.mark.slow
 async def test_every_route_refuses_missing_bad_and_revoked_keys_and_other_owners(
-    stack: Stack, operations: list[Operation], monkeypatch: pytest.MonkeyPatch
+    stack: Stack, operations: list[Operation], no_pause_after_a_bad_key: None
 ) -> None:
-    # A key that failed lately is refused after a pause, which slows a client retrying at
-    # once: here it would only add one per route.
-    monkeypatch.setattr(api.auth, "REFUSAL_PAUSE_S", 0.0)
     chat = await stack.create_chat(
         model={"provider": "demo", "name": "demo"}, message={"content": "hello"}
     )

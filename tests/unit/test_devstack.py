@@ -63,8 +63,8 @@ async def test_a_server_on_a_bound_socket_sends_without_waiting_for_acks() -> No
     sock = bound_socket()
     server = await asyncio.start_server(accepted, sock=sock)
     async with server:
-        _reader, writer = await asyncio.open_connection(*sock.getsockname())
-        await _reader.read()
+        reader, writer = await asyncio.open_connection(*sock.getsockname())
+        await reader.read()
         writer.close()
     assert nodelay and nodelay[0] != 0
 
