@@ -8,9 +8,9 @@ from typing import Any
 
 import asyncpg
 
-__all__ = ["connect_pool", "encode_json", "migrate"]
+from chatd.store.advisory_locks import AdvisoryLock
 
-_MIGRATION_LOCK = 7_400_001
+__all__ = ["connect_pool", "encode_json", "migrate"]
 
 
 def _without_nul(value: Any) -> Any:
@@ -57,7 +57,7 @@ async def migrate(dsn: str) -> list[str]:
     conn = await asyncpg.connect(dsn)
     applied: list[str] = []
     try:
-        await conn.execute("SELECT pg_advisory_lock($1)", _MIGRATION_LOCK)
+        await conn.execute("SELECT pg_advisory_lock($1)", AdvisoryLock.MIGRATIONS)
         await conn.execute(
             "CREATE TABLE IF NOT EXISTS schema_migrations"
             " (name text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
@@ -72,6 +72,6 @@ async def migrate(dsn: str) -> list[str]:
                 await conn.execute("INSERT INTO schema_migrations (name) VALUES ($1)", entry.name)
             applied.append(entry.name)
     finally:
-        await conn.execute("SELECT pg_advisory_unlock($1)", _MIGRATION_LOCK)
+        await conn.execute("SELECT pg_advisory_unlock($1)", AdvisoryLock.MIGRATIONS)
         await conn.close()
     return applied

@@ -5,17 +5,15 @@ chat handed them over first)."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from datetime import datetime, timedelta
 
 import asyncpg
 from pydantic import BaseModel
 
-__all__ = ["HAND_OVER_LOCK", "MissedHandOverStore", "WaitingMessage"]
+from chatd.store.advisory_locks import AdvisoryLock, try_lock
 
-HAND_OVER_LOCK = 7_400_003
-"""Advisory lock key of the reconciler's hand-over pass (its turn sweep holds 7_400_002)."""
+__all__ = ["MissedHandOverStore", "WaitingMessage"]
 
 
 class WaitingMessage(BaseModel):
@@ -43,12 +41,9 @@ class MissedHandOverStore:
     def __init__(self, pool: asyncpg.Pool) -> None:
         self._pool = pool
 
-    @asynccontextmanager
-    async def pass_lock(self) -> AsyncIterator[bool]:
-        """Try the hand-over pass's lock for the block: True if this holds it (it ends with
-        the block, or with the connection if this process dies)."""
-        async with self._pool.acquire() as conn, conn.transaction():
-            yield bool(await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", HAND_OVER_LOCK))
+    def pass_lock(self) -> AbstractAsyncContextManager[bool]:
+        """The hand-over pass's lock (`try_lock`)."""
+        return try_lock(self._pool, AdvisoryLock.HAND_OVER_PASS)
 
     async def waiting(
         self, *, stored_for: timedelta, after: WaitingMessage | None, limit: int

@@ -4,19 +4,16 @@ candidates, read under an advisory lock so one reconciler sweeps at a time."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from datetime import datetime, timedelta
 
 import asyncpg
 from pydantic import BaseModel
 
 from chatd.chat_status import BusyStatus, busy_sql
+from chatd.store.advisory_locks import AdvisoryLock, try_lock
 
-__all__ = ["QUIET_TURNS_SQL", "RECONCILER_LOCK", "QuietTurn", "QuietTurnStore"]
-
-RECONCILER_LOCK = 7_400_002
-"""Advisory lock key of the reconciler's sweep (the migrations hold 7_400_001)."""
+__all__ = ["QUIET_TURNS_SQL", "QuietTurn", "QuietTurnStore"]
 
 
 class QuietTurn(BaseModel):
@@ -53,15 +50,9 @@ class QuietTurnStore:
     def __init__(self, pool: asyncpg.Pool) -> None:
         self._pool = pool
 
-    @asynccontextmanager
-    async def sweep_lock(self) -> AsyncIterator[bool]:
-        """Try the reconciler's lock for the duration of the block: True if this holds it.
-
-        A transaction-level lock: it ends with the block, or with the connection if this
-        process dies, so no reconciler can keep it from the others.
-        """
-        async with self._pool.acquire() as conn, conn.transaction():
-            yield bool(await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", RECONCILER_LOCK))
+    def sweep_lock(self) -> AbstractAsyncContextManager[bool]:
+        """The reconciler's sweep lock (`try_lock`)."""
+        return try_lock(self._pool, AdvisoryLock.RECONCILER_SWEEP)
 
     async def quiet_turns(
         self, *, unchanged_for: timedelta, after: QuietTurn | None, limit: int

@@ -10,19 +10,18 @@ marker or turn's MCP tool list only once its chat is no longer in that turn.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import asyncpg
 
 from chatd.chat_status import busy_sql
+from chatd.store.advisory_locks import AdvisoryLock, try_lock
 
 __all__ = [
     "CHAT_CREATIONS",
     "QUEUED_MESSAGES",
-    "RETENTION_LOCK",
     "TOOL_CALL_STARTS",
     "TOOL_RESULTS",
     "TURN_MCP_TOOLS",
@@ -32,10 +31,6 @@ __all__ = [
     "PruneCandidate",
     "RetentionStore",
 ]
-
-RETENTION_LOCK = 7_400_003
-"""Advisory lock key of a retention round (the migrations hold 7_400_001, the reconciler
-7_400_002)."""
 
 _IN_TURN = busy_sql("c.status")
 
@@ -212,15 +207,9 @@ class RetentionStore:
     def __init__(self, pool: asyncpg.Pool) -> None:
         self._pool = pool
 
-    @asynccontextmanager
-    async def round_lock(self) -> AsyncIterator[bool]:
-        """Try the retention lock for the duration of the block: True if this holds it.
-
-        A transaction-level lock on a connection of its own while the batches commit on
-        others: it ends with the block, or with the connection if this process dies.
-        """
-        async with self._pool.acquire() as conn, conn.transaction():
-            yield bool(await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", RETENTION_LOCK))
+    def round_lock(self) -> AbstractAsyncContextManager[bool]:
+        """The retention round's lock (`try_lock`)."""
+        return try_lock(self._pool, AdvisoryLock.RETENTION_ROUND)
 
     async def event_candidates(
         self, *, after: uuid.UUID, cutoff: datetime, limit: int

@@ -21,8 +21,9 @@ from chatd.fake_provider.script import FakeResponse, FakeText, FakeToolCall
 from chatd.parts import TextPart
 from chatd.reconciler import STUCK_TURN_MESSAGE, Reconciler, SweepReport
 from chatd.settings import ReconcilerSettings
+from chatd.store.advisory_locks import AdvisoryLock
 from chatd.store.db import migrate
-from chatd.store.quiet_turns import QUIET_TURNS_SQL, RECONCILER_LOCK
+from chatd.store.quiet_turns import QUIET_TURNS_SQL
 from chatd.store.transcript import TranscriptStore
 from chatd.store.turns import TurnStore
 from chatd.tools.defaults import default_registry
@@ -235,11 +236,11 @@ async def test_one_reconciler_sweeps_at_a_time_and_only_quiet_turns(
 
     other = await asyncpg.connect(database_url)
     try:
-        await other.execute("SELECT pg_advisory_lock($1)", RECONCILER_LOCK)
+        await other.execute("SELECT pg_advisory_lock($1)", AdvisoryLock.RECONCILER_SWEEP)
         reconciler = Reconciler(stack.pool, stack.temporal, QUICK, stack.task_queue)
         assert await reconciler.sweep() is None, "another reconciler holds the lock"
         assert (await stack.http.get(f"/chats/{chat_id}")).json()["status"] == "running"
-        await other.execute("SELECT pg_advisory_unlock($1)", RECONCILER_LOCK)
+        await other.execute("SELECT pg_advisory_unlock($1)", AdvisoryLock.RECONCILER_SWEEP)
     finally:
         await other.close()
     await _until(lambda: _sweep_ends(reconciler, chat_id))

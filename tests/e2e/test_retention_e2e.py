@@ -21,8 +21,10 @@ from support.names import model_name
 from chatd.fake_provider.script import FakeResponse, FakeText, FakeToolCall
 from chatd.parts import TextPart
 from chatd.retention import Pruned, Retention, RetentionSettings
+from chatd.store.advisory_locks import AdvisoryLock
 from chatd.store.events import CursorExpired, EventLog
-from chatd.store.retention import RETENTION_LOCK
+from chatd.store.missed_hand_overs import MissedHandOverStore
+from chatd.store.quiet_turns import QuietTurnStore
 from chatd.store.transcript import TranscriptStore
 from chatd.tools.defaults import default_registry
 from workers.worker import WorkerConfig, build_worker
@@ -107,7 +109,9 @@ async def test_one_process_runs_a_round_while_another_holds_the_lock(stack: Stac
     await _age(stack, chat_id, list(range(1, last + 1)))
     retention = Retention(stack.pool, RetentionSettings(), None)
     async with stack.pool.acquire() as other, other.transaction():
-        assert await other.fetchval("SELECT pg_try_advisory_xact_lock($1)", RETENTION_LOCK)
+        assert await other.fetchval(
+            "SELECT pg_try_advisory_xact_lock($1)", AdvisoryLock.RETENTION_ROUND
+        )
         report = await retention.run_round()
         assert not report.elected and report.pruned == []
         assert await stack.pool.fetchval("SELECT count(*) FROM chat_events") == last
@@ -116,6 +120,23 @@ async def test_one_process_runs_a_round_while_another_holds_the_lock(stack: Stac
     assert report.elected and _by_what(report.pruned)["chat_events"] == last
     assert await EventLog(stack.pool).cursor_expired(chat_id, last - 1)
     assert not await EventLog(stack.pool).cursor_expired(chat_id, last)
+
+
+async def test_a_round_runs_while_the_other_background_jobs_hold_their_locks(
+    stack: Stack,
+) -> None:
+    """Each job elects on its own key: a hand-over pass or a reconciler sweep in progress
+    (every few seconds on every worker) never makes a retention round stand aside."""
+    chat_id = await _answered_chat(stack)
+    last = await EventLog(stack.pool).last_seq(chat_id)
+    await _age(stack, chat_id, list(range(1, last + 1)))
+    async with (
+        MissedHandOverStore(stack.pool).pass_lock() as hand_over,
+        QuietTurnStore(stack.pool).sweep_lock() as sweep,
+    ):
+        assert hand_over and sweep
+        report = await Retention(stack.pool, RetentionSettings(), None).run_round()
+    assert report.elected and _by_what(report.pruned)["chat_events"] == last
 
 
 async def test_rows_of_finished_turns_go_and_what_a_turn_may_read_stays(
