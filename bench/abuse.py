@@ -8,10 +8,11 @@ one `chatd api` gateway, the fake provider in its own process (as `bench/concurr
 runs them), and the abuser in a process of its own (this script with `--abuser`).
 
 The abuser holds one key under the product's default limits (`BUILT_IN_LIMITS`, set as the
-database's defaults). It first opens streams on its chat until one is refused, holding the
-ones it got; then `--connections` connections send requests as fast as they can, turn about
-`POST /chats/{id}/messages` and `GET /chats/{id}`. The well-behaved tenant is another owner
-whose limits are raised to fit its `--chats` chats, each with a stream.
+database's defaults; `--abuser-requests-per-s` lowers its request rate). It first opens
+streams on its chat until one is refused, holding the ones it got; then `--connections`
+connections send requests as fast as they can, turn about `POST /chats/{id}/messages` and
+`GET /chats/{id}`. The well-behaved tenant is another owner whose limits are raised to fit
+its `--chats` chats, each with a stream.
 
 In one run, on the same servers, `--rounds` times in turn:
 1. `--chats` turns (`concurrency.run_level`: `--tool-steps` steps calling `current_time`,
@@ -182,6 +183,12 @@ async def run(args: argparse.Namespace) -> int:
         pool = await connect_pool(svc.database_url, min_size=1, max_size=2)
         quotas = QuotaStore(pool)
         await quotas.set_limits(DEFAULTS_OWNER, LimitOverrides(**BUILT_IN_LIMITS.model_dump()))
+        if args.abuser_requests_per_s is not None:
+            rate = args.abuser_requests_per_s
+            await quotas.set_limits(
+                ABUSER_OWNER,
+                LimitOverrides(requests_per_s=rate, request_burst=max(1, round(2 * rate))),
+            )
         roomy = 10 * args.chats
         await quotas.set_limits(
             GOOD_OWNER,
@@ -409,6 +416,13 @@ def main() -> None:
         "--spread-s", type=float, default=30.0, help="the well-behaved sends spread over this"
     )
     parser.add_argument("--rounds", type=int, default=3, help="rounds of both conditions")
+    parser.add_argument(
+        "--abuser-requests-per-s",
+        type=float,
+        help="the abuser's request rate limit, its burst twice that (default: the product's,"
+        f" {BUILT_IN_LIMITS.requests_per_s:g}/s): low in a smoke run, so a slow machine's"
+        " abuser is refused too",
+    )
     parser.add_argument("--turn-timeout", type=float, default=300.0, help="per phase, seconds")
     parser.add_argument(
         "--ignore-speed-targets",

@@ -50,7 +50,7 @@ SMOKE_RUNS: dict[str, list[SmokeRun]] = {
         SmokeRun(
             ("--chats", "2", "--connections", "2", "--rounds", "1", "--deltas", "5",
              "--spacing-ms", "5", "--solo-s", "1", "--spread-s", "0", "--turn-timeout", "60",
-             "--ignore-speed-targets"),
+             "--abuser-requests-per-s", "5", "--ignore-speed-targets"),
             (r"^without the abuser +2/2 ", r"^with the abuser +2/2 ",
              r"^p99 ratio \(with / without\): \d", r"^ +\d+ +429 ", r"^PASS$"),
         )
