@@ -15,9 +15,8 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.failures import classified_failures
-from activities.tools import error_result
 from chatd.chat_status import BUSY
-from chatd.parts import ToolCallPart, ToolResultPart
+from chatd.parts import ToolCallPart, ToolResultPart, error_result
 from chatd.store.step_keys import StepKey
 from chatd.store.tool_calls import CallKey, ToolCallStore
 from chatd.store.transcript import TranscriptStore

@@ -24,13 +24,12 @@ from activities.attempt_spend import AttemptSpend
 from activities.failures import STEP_ABANDONED, classified_failures, model_failure
 from activities.heartbeat import LIVENESS_EVERY_S, first_liveness_beat, heartbeating
 from activities.publishing import DeltaPublisher, EventBatcher
-from activities.tools import error_result
 from activities.turn import TurnLifecycleWrites
 from chatd.budgets import BudgetState, StepAllowance, allowance
 from chatd.context import estimate_message_tokens, estimate_tokens
 from chatd.models import ModelConfig, ModelError
 from chatd.output_format import format_note, misfit
-from chatd.parts import Message, Part, PartDelta, TextPart, ToolCallPart
+from chatd.parts import Message, Part, PartDelta, TextPart, ToolCallPart, error_result
 from chatd.prices import Prices
 from chatd.providers import make_provider
 from chatd.providers.base import (

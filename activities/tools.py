@@ -15,7 +15,7 @@ from temporalio import activity
 
 from activities.failures import classified_failures
 from activities.heartbeat import heartbeating
-from chatd.parts import ToolCallPart, ToolResultPart
+from chatd.parts import ToolCallPart, ToolResultPart, error_result
 from chatd.store.chats import ChatRecord, ChatStore
 from chatd.store.step_keys import StepKey
 from chatd.store.tool_calls import CallKey, Start, ToolCallStore
@@ -44,11 +44,6 @@ CRASHED_NON_IDEMPOTENT = (
 )
 MAX_RESULT_CHARS = 32_768
 """Text results above this are truncated (with a note) before the model sees them."""
-
-
-def error_result(call: ToolCallPart | ToolCallRef, message: str) -> ToolResultPart:
-    """An error result the model sees instead of output."""
-    return ToolResultPart(tool_call_id=call.id, name=call.name, output=message, is_error=True)
 
 
 class ToolActivities:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from chatd.parts import Message, ToolCallPart, ToolResultPart
+from chatd.parts import Message, ToolCallPart, ToolResultPart, error_result
 
 __all__ = ["UNANSWERED_RESULT", "every_call_answered", "unanswered_calls"]
 
@@ -34,10 +34,7 @@ def every_call_answered(messages: Sequence[Message]) -> list[Message]:
             results.append(messages[index])
             index += 1
         out += results
-        missing = [
-            ToolResultPart(tool_call_id=c.id, name=c.name, output=UNANSWERED_RESULT, is_error=True)
-            for c in unanswered_calls(message, results)
-        ]
+        missing = [error_result(c, UNANSWERED_RESULT) for c in unanswered_calls(message, results)]
         if missing:
             out.append(Message(role="tool", parts=list(missing)))
     return out

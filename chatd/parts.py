@@ -7,12 +7,13 @@ Deltas are what streams while a model step is in flight.
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
     "INTERNAL_FIELDS",
+    "AnsweredCall",
     "FilePart",
     "Message",
     "Part",
@@ -24,6 +25,7 @@ __all__ = [
     "ToolCallPart",
     "ToolResultPart",
     "Usage",
+    "error_result",
     "without_provider_metadata",
 ]
 
@@ -86,6 +88,22 @@ class ToolResultPart(BaseModel):
     data: str | None = None
     provider_executed: bool = False
     provider_data: dict[str, Any] | None = None
+
+
+class AnsweredCall(Protocol):
+    """What an error result needs of the call it answers: a `ToolCallPart`, or a workflow's
+    reference to one."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+
+def error_result(call: AnsweredCall, message: str) -> ToolResultPart:
+    """An error result the model sees instead of output."""
+    return ToolResultPart(tool_call_id=call.id, name=call.name, output=message, is_error=True)
 
 
 class SourcePart(BaseModel):
