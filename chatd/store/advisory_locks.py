@@ -1,8 +1,8 @@
 """The database-wide advisory lock keys, in one place so no two jobs share one.
 
-Two jobs on one key elect each other out: a retention round that once shared the
-reconciler's hand-over key was skipped whenever a hand-over pass ran, and held hand-overs
-back for as long as it pruned. `unique` refuses a repeated value at import.
+Two jobs on one key elect each other out: a retention round would stand aside whenever a
+hand-over pass ran (every few seconds on every worker), and hand-overs would wait for as
+long as a round pruned. `unique` refuses a repeated value at import.
 """
 
 from __future__ import annotations
