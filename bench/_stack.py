@@ -47,7 +47,6 @@ from starlette.types import ASGIApp
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from chatd.client.http import parse_sse, parse_sse_frame
 from chatd.devstack.ports import (
     free_port,
     pdeathsig_preexec,
@@ -60,6 +59,7 @@ from chatd.fake_provider.script import FakeRequest, FakeResponse, ScriptBook
 from chatd.fake_provider.server import KEEP_ALIVE_S, FakeProviderServer
 from chatd.fake_provider.server import create_app as create_fake_app
 from chatd.providers import close_clients
+from chatd.sse import parse_sse, parse_sse_frame
 from chatd.store.quotas import DEFAULTS_OWNER, LimitOverrides, QuotaStore
 
 # The helpers shared with the tests live in tests/support (imported there as `support`).
@@ -266,7 +266,7 @@ async def running_stack(
 
 @dataclass
 class SseEvent:
-    """A chat event (as `chatd.client.http.parse_sse` reads it) and when it arrived
+    """A chat event (as `chatd.sse.parse_sse` reads it) and when it arrived
     (`time.perf_counter()` / `time.time_ns()`)."""
 
     id: int | None

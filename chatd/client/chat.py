@@ -19,7 +19,6 @@ from chatd.client.http import (
     ChatdClient,
     ChatView,
     ClientError,
-    Event,
     EventStream,
     MessageView,
     PendingCall,
@@ -33,6 +32,7 @@ from chatd.client.render import (
     message_lines,
     use_color,
 )
+from chatd.sse import Event
 
 __all__ = ["ChatSession", "run_client"]
 

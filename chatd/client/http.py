@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 from typing import Any
 
 import httpx
 from pydantic import BaseModel, ConfigDict
 
+from chatd.sse import Event, parse_sse
 from chatd.tls import client_context
 
 __all__ = [
@@ -21,13 +20,10 @@ __all__ = [
     "ChatView",
     "ChatdClient",
     "ClientError",
-    "Event",
     "EventStream",
     "MessageView",
     "PendingCall",
     "SendResult",
-    "parse_sse",
-    "parse_sse_frame",
 ]
 
 READ_TIMEOUT_S = 45.0
@@ -100,15 +96,6 @@ class SendResult(_View):
     message_id: str
     turn_id: str | None
     """Null while no worker has taken the message (then its turn's id is `message_id`)."""
-
-
-@dataclass(frozen=True)
-class Event:
-    """One SSE event of a chat."""
-
-    id: int | None
-    event: str
-    data: dict[str, Any]
 
 
 def _api_error(response: httpx.Response) -> ApiError:
@@ -223,43 +210,6 @@ def _reason(err: BaseException) -> str:
             return "timed out"
         cause = cause.__cause__ or cause.__context__
     return str(err) or type(err).__name__
-
-
-async def parse_sse(lines: AsyncIterator[str]) -> AsyncIterator[Event]:
-    """Events of an SSE body given line by line (comments and `retry:` are skipped)."""
-    frame: list[str] = []
-    async for line in lines:
-        if line:
-            frame.append(line)
-            continue
-        event = parse_sse_frame(frame)
-        if event is not None:
-            yield event
-        frame = []
-
-
-def parse_sse_frame(lines: Iterable[str]) -> Event | None:
-    """The event of one SSE frame, given its lines; None for a frame of comments or `retry:`."""
-    fields: dict[str, str] = {}
-    for line in lines:
-        if line.startswith(":"):
-            continue
-        name, _, value = line.partition(":")
-        value = value[1:] if value.startswith(" ") else value
-        if name == "data" and "data" in fields:
-            value = fields["data"] + "\n" + value
-        fields[name] = value
-    return _event(fields) if "event" in fields or "data" in fields else None
-
-
-def _event(frame: dict[str, str]) -> Event:
-    raw = frame.get("id", "")
-    data = json.loads(frame["data"]) if frame.get("data") else {}
-    return Event(
-        id=int(raw) if raw.isdigit() else None,
-        event=frame.get("event", "message"),
-        data=data if isinstance(data, dict) else {"value": data},
-    )
 
 
 class EventStream:

@@ -8,7 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from chatd.client.http import ChatView, Event, MessageView
+from chatd.client.http import ChatView, MessageView
+from chatd.sse import Event
 
 __all__ = [
     "Renderer",

@@ -10,7 +10,6 @@ from typing import Any
 
 import anthropic
 import httpx2
-from anthropic import types as wire
 
 from chatd.models import ErrorKind, ModelConfig, ModelError
 from chatd.parts import (
@@ -43,6 +42,7 @@ from chatd.providers.errors import (
     parse_retry_after_ms,
 )
 from chatd.providers.errors import transport_error as _transport_error
+from chatd.sse import parse_sse
 from chatd.tool_use import ToolUse
 
 __all__ = [
@@ -80,14 +80,33 @@ class AnthropicProvider(ModelProvider):
         kwargs = build_anthropic_request(request)
         mapper = _StreamMapper(self._provider_name)
         try:
-            stream = await self._client.messages.create(**kwargs, stream=True)
-            async with stream:
-                async for event in stream:
-                    for delta in mapper.feed(event):
-                        yield delta
+            async for event in self._events(kwargs):
+                for delta in mapper.feed(event):
+                    yield delta
         except (anthropic.AnthropicError, httpx2.TransportError) as exc:
             raise ProviderError(classify_anthropic_error(exc, self._provider_name)) from exc
         yield mapper.finish()
+
+    async def _events(self, kwargs: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        """The stream's events as their JSON.
+
+        Read from the SSE body, not through the SDK's stream, which builds a typed model of
+        every event: a third of a delta's CPU in the worker. Bedrock's stream is AWS's binary
+        event stream, which the SDK decodes."""
+        if isinstance(self._client, anthropic.AsyncAnthropicBedrock):
+            stream = await self._client.messages.create(**kwargs, stream=True)
+            async with stream:
+                async for event in stream:
+                    yield event.to_dict()
+            return
+        create = self._client.messages.with_streaming_response.create
+        async with create(**kwargs, stream=True) as response:
+            async for sse in parse_sse(response.iter_lines()):
+                if sse.event == "error":  # as the SDK's stream raises it
+                    raise anthropic.APIStatusError(
+                        str(sse.data), response=response.http_response, body=sse.data
+                    )
+                yield sse.data
 
     async def count_input_tokens(self, request: ModelRequest) -> int | None:
         """`messages.count_tokens` of the step's own request (model, system, messages, tools,
@@ -354,20 +373,21 @@ class _StreamMapper:
         self._usage = Usage()
         self._stop_reason: str | None = None
 
-    def feed(self, event: wire.RawMessageStreamEvent) -> list[PartDelta]:
-        """The deltas one stream event produces."""
-        if isinstance(event, wire.RawMessageStartEvent):
-            self._update_usage(event.message.usage)
-        elif isinstance(event, wire.RawContentBlockStartEvent):
-            return self._block_start(event.index, event.content_block)
-        elif isinstance(event, wire.RawContentBlockDeltaEvent):
-            return self._block_delta(event.index, event.delta)
-        elif isinstance(event, wire.RawContentBlockStopEvent):
-            return self._block_stop(event.index)
-        elif isinstance(event, wire.RawMessageDeltaEvent):
-            self._stop_reason = event.delta.stop_reason or self._stop_reason
-            self._update_usage(event.usage)
-        elif isinstance(event, wire.RawMessageStopEvent) and self._stop_reason is None:
+    def feed(self, event: dict[str, Any]) -> list[PartDelta]:
+        """The deltas one stream event (its JSON) produces."""
+        kind = event.get("type")
+        if kind == "content_block_delta":
+            return self._block_delta(event["index"], event["delta"])
+        if kind == "content_block_start":
+            return self._block_start(event["index"], event["content_block"])
+        if kind == "content_block_stop":
+            return self._block_stop(event["index"])
+        if kind == "message_start":
+            self._update_usage(event["message"].get("usage") or {})
+        elif kind == "message_delta":
+            self._stop_reason = event["delta"].get("stop_reason") or self._stop_reason
+            self._update_usage(event.get("usage") or {})
+        elif kind == "message_stop" and self._stop_reason is None:
             self._stop_reason = "end_turn"
         return []
 
@@ -387,60 +407,61 @@ class _StreamMapper:
         self._indexes[block_index] = index
         return index
 
-    def _block_start(self, block_index: int, block: Any) -> list[PartDelta]:
-        kind = str(block.type)
+    def _block_start(self, block_index: int, block: dict[str, Any]) -> list[PartDelta]:
+        kind = str(block.get("type"))
         if kind == "server_tool_use":
             self._allocate(block_index)
-            self._server_calls[block_index] = (block.model_dump(mode="json", exclude_none=True), [])
+            self._server_calls[block_index] = (_without_nulls(block), [])
             return []
         if kind.endswith("_tool_result"):
             return self._provider_result(block_index, block)
         return self._client_block_start(self._allocate(block_index), block)
 
-    def _client_block_start(self, index: int, block: Any) -> list[PartDelta]:
-        if isinstance(block, wire.TextBlock) and block.text:
-            return [PartDelta(index=index, type="text", text=block.text)]
-        if isinstance(block, wire.ThinkingBlock) and (block.thinking or block.signature):
+    def _client_block_start(self, index: int, block: dict[str, Any]) -> list[PartDelta]:
+        kind = block.get("type")
+        if kind == "text" and block.get("text"):
+            return [PartDelta(index=index, type="text", text=block["text"])]
+        if kind == "thinking" and (block.get("thinking") or block.get("signature")):
             return [
                 PartDelta(
                     index=index,
                     type="reasoning",
-                    text=block.thinking or None,
-                    signature=block.signature or None,
+                    text=block.get("thinking") or None,
+                    signature=block.get("signature") or None,
                 )
             ]
-        if isinstance(block, wire.RedactedThinkingBlock):
-            part = ReasoningPart(provider_data=block.model_dump(mode="json", exclude_none=True))
+        if kind == "redacted_thinking":
+            part = ReasoningPart(provider_data=_without_nulls(block))
             return [PartDelta(index=index, type="reasoning", part=part.model_dump(mode="json"))]
-        if isinstance(block, wire.ToolUseBlock) and block.name == ANSWER_TOOL:
+        if kind != "tool_use":
+            return []
+        arguments = json.dumps(block["input"]) if block.get("input") else None
+        if block.get("name") == ANSWER_TOOL:
             self._answers.add(index)
-            text = json.dumps(block.input) if block.input else None
-            return [PartDelta(index=index, type="text", text=text)] if text else []
-        if isinstance(block, wire.ToolUseBlock):
-            self._calls += 1
-            args = json.dumps(block.input) if block.input else None
-            call = {"id": block.id, "name": block.name, "args_delta": args}
-            return [PartDelta(index=index, type="tool_call", **call)]
-        return []
+            return [PartDelta(index=index, type="text", text=arguments)] if arguments else []
+        self._calls += 1
+        call = {"id": block.get("id"), "name": block.get("name"), "args_delta": arguments}
+        return [PartDelta(index=index, type="tool_call", **call)]
 
-    def _block_delta(self, block_index: int, delta: Any) -> list[PartDelta]:
+    def _block_delta(self, block_index: int, delta: dict[str, Any]) -> list[PartDelta]:
+        kind = delta.get("type")
         if block_index in self._server_calls:
-            if isinstance(delta, wire.InputJSONDelta):
-                self._server_calls[block_index][1].append(delta.partial_json)
+            if kind == "input_json_delta":
+                self._server_calls[block_index][1].append(delta.get("partial_json", ""))
             return []
         index = self._indexes.get(block_index)
         if index is None:
             index = self._allocate(block_index)
-        if isinstance(delta, wire.TextDelta):
-            return [PartDelta(index=index, type="text", text=delta.text)]
-        if isinstance(delta, wire.ThinkingDelta):
-            return [PartDelta(index=index, type="reasoning", text=delta.thinking)]
-        if isinstance(delta, wire.SignatureDelta):
-            return [PartDelta(index=index, type="reasoning", signature=delta.signature)]
-        if isinstance(delta, wire.InputJSONDelta) and delta.partial_json:
+        if kind == "text_delta":
+            return [PartDelta(index=index, type="text", text=delta.get("text", ""))]
+        if kind == "thinking_delta":
+            return [PartDelta(index=index, type="reasoning", text=delta.get("thinking", ""))]
+        if kind == "signature_delta":
+            return [PartDelta(index=index, type="reasoning", signature=delta.get("signature"))]
+        if kind == "input_json_delta" and delta.get("partial_json"):
             if index in self._answers:
-                return [PartDelta(index=index, type="text", text=delta.partial_json)]
-            return [PartDelta(index=index, type="tool_call", args_delta=delta.partial_json)]
+                return [PartDelta(index=index, type="text", text=delta["partial_json"])]
+            return [PartDelta(index=index, type="tool_call", args_delta=delta["partial_json"])]
         return []
 
     def _block_stop(self, block_index: int) -> list[PartDelta]:
@@ -464,8 +485,8 @@ class _StreamMapper:
         index = self._indexes[block_index]
         return [PartDelta(index=index, type="tool_call", part=part.model_dump(mode="json"))]
 
-    def _provider_result(self, block_index: int, block: Any) -> list[PartDelta]:
-        raw: dict[str, Any] = block.model_dump(mode="json", exclude_none=True)
+    def _provider_result(self, block_index: int, block: dict[str, Any]) -> list[PartDelta]:
+        raw = _without_nulls(block)
         content = raw.get("content")
         items = content if isinstance(content, list) else []
         links = [i for i in items if isinstance(i, dict) and i.get("url")]
@@ -487,19 +508,29 @@ class _StreamMapper:
             self._next += 1
         return deltas
 
-    def _update_usage(self, usage: Any) -> None:
+    def _update_usage(self, usage: dict[str, Any]) -> None:
         # message_delta counts are cumulative, so they replace the message_start ones.
-        details = usage.output_tokens_details
+        details = usage.get("output_tokens_details") or {}
         counts = {
-            "input_tokens": usage.input_tokens,
-            "output_tokens": usage.output_tokens,
-            "cache_read_tokens": usage.cache_read_input_tokens,
-            "cache_write_tokens": usage.cache_creation_input_tokens,
-            "reasoning_tokens": details.thinking_tokens if details is not None else None,
+            "input_tokens": usage.get("input_tokens"),
+            "output_tokens": usage.get("output_tokens"),
+            "cache_read_tokens": usage.get("cache_read_input_tokens"),
+            "cache_write_tokens": usage.get("cache_creation_input_tokens"),
+            "reasoning_tokens": details.get("thinking_tokens"),
         }
         for name, value in counts.items():
             if value is not None:
                 setattr(self._usage, name, value)
+
+
+def _without_nulls(value: Any) -> Any:
+    """`value` without its null fields, at every depth: what is kept of a block and sent back
+    to the API, which may refuse a null where a field is optional."""
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
 
 
 # --- errors ----------------------------------------------------------------------------------

@@ -28,7 +28,6 @@ from support.postgres import THROWAWAY_PG_SETTINGS
 from temporalio.client import WorkflowExecutionStatus
 
 from activities.compaction import TITLE_INSTRUCTIONS
-from chatd.client.http import parse_sse
 from chatd.devstack.postgres import PostgresProcess
 from chatd.devstack.temporal import TemporalDevServer
 from chatd.fake_provider.script import (
@@ -39,6 +38,7 @@ from chatd.fake_provider.script import (
     FakeToolCall,
 )
 from chatd.fake_provider.server import FakeProviderServer
+from chatd.sse import parse_sse
 from chatd.store.events import NOTIFY_CHANNEL
 from chatd.tools.base import ToolRegistry
 from chatd.tools.defaults import default_registry

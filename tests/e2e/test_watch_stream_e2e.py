@@ -15,11 +15,11 @@ from harness import SseEvent, Stack, sse_events
 
 from api.app import GatewayConfig, create_app
 from api.shutdown import end_streams
-from chatd.client.http import parse_sse
 from chatd.devstack.ports import free_port
 from chatd.devstack.temporal import TemporalDevServer
 from chatd.serving import EmbeddedServer
 from chatd.settings import TemporalSettings
+from chatd.sse import parse_sse
 from chatd.store.keys import KeyStore, hash_key
 from chatd.store.quotas import LimitOverrides, QuotaStore
 

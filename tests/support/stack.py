@@ -23,7 +23,6 @@ from temporalio.worker import Worker
 
 from activities.model_step import StreamTimeouts
 from api.app import GatewayConfig, create_app
-from chatd.client.http import Event, parse_sse
 from chatd.devstack.ports import bound_socket
 from chatd.fake_provider.script import FakeRequest, FakeResponse
 from chatd.fake_provider.server import FakeProviderServer
@@ -32,6 +31,7 @@ from chatd.prices import Prices
 from chatd.providers import import_sdks
 from chatd.serving import EmbeddedServer
 from chatd.settings import TemporalSettings
+from chatd.sse import Event, parse_sse
 from chatd.store.db import connect_pool, migrate
 from chatd.store.keys import KeyStore
 from chatd.store.listen_hub import ListenHub

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from chatd.client.http import ChatView, Event, MessageView, parse_sse
+from chatd.client.http import ChatView, MessageView
 from chatd.client.render import (
     Renderer,
     Style,
@@ -20,6 +20,7 @@ from chatd.client.render import (
     tool_result_line,
     use_color,
 )
+from chatd.sse import Event, parse_sse
 
 ANSI = "\x1b["
 
