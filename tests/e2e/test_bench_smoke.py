@@ -119,6 +119,14 @@ SMOKE_RUNS: dict[str, list[SmokeRun]] = {
              r"^/v1 within 5 ms of native at p50 in every run: (PASS|FAIL)$"),
         )
     ],
+    "provider_streams": [
+        SmokeRun(
+            ("--streams", "2", "--deltas", "5", "--spacing-ms", "5", "--rounds", "1"),
+            (r"^=== CPU per delta in this process", r"^anthropic +\d+\.\d ",
+             r"^openai-responses +\d+\.\d ", r"^google +\d+\.\d ",
+             r"^floor \(asyncio\) +\d+\.\d "),
+        )
+    ],
     "resume_timeline": [
         SmokeRun(
             ("--kills", "1",),
