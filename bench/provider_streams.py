@@ -26,9 +26,10 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import _stack
 import httpx
@@ -36,6 +37,7 @@ from _stack import ChildProcess
 
 from chatd.devstack.ports import free_port
 from chatd.fake_provider.script import FakeRequest, FakeResponse, FakeText
+from chatd.fake_provider.server import provider_settings_for
 from chatd.models import ModelConfig
 from chatd.parts import Message, PartDelta, TextPart
 from chatd.providers import close_clients, make_provider
@@ -68,21 +70,6 @@ class Script:
         )
 
 
-def settings_for(fake_url: str) -> ProviderSettings:
-    """Every adapter pointed at the fake provider, with placeholder keys."""
-    return ProviderSettings(
-        anthropic_api_key="bench",
-        anthropic_base_url=fake_url,
-        openai_api_key="bench",
-        openai_base_url=fake_url + "/v1",
-        google_api_key="bench",
-        google_base_url=fake_url,
-        bedrock_region="us-east-1",
-        bedrock_api_key="bench",
-        bedrock_base_url=fake_url,
-    )
-
-
 async def cpu_per_delta(config: ModelConfig, settings: ProviderSettings, streams: int) -> float:
     """This process's CPU per delta, µs, over `streams` concurrent steps of the adapter."""
     request = ModelRequest(
@@ -93,11 +80,7 @@ async def cpu_per_delta(config: ModelConfig, settings: ProviderSettings, streams
         provider = make_provider(config, settings)
         return sum([isinstance(e, PartDelta) async for e in provider.stream_step(request)])
 
-    started = time.process_time()
-    received = sum(await asyncio.gather(*(one() for _ in range(streams))))
-    if received == 0:
-        raise RuntimeError(f"{config.provider} streamed no delta")
-    return (time.process_time() - started) * 1e6 / received
+    return await _cpu_per_delta(config.provider, [one() for _ in range(streams)])
 
 
 async def floor_cpu_per_delta(fake_url: str, streams: int) -> float:
@@ -123,8 +106,15 @@ async def floor_cpu_per_delta(fake_url: str, streams: int) -> float:
         writer.close()
         return deltas
 
+    return await _cpu_per_delta(FLOOR, [one() for _ in range(streams)])
+
+
+async def _cpu_per_delta(reader: str, streams: list[Coroutine[Any, Any, int]]) -> float:
+    """This process's CPU, µs, per delta the concurrent `streams` count between them."""
     started = time.process_time()
-    received = sum(await asyncio.gather(*(one() for _ in range(streams))))
+    received = sum(await asyncio.gather(*streams))
+    if received == 0:
+        raise RuntimeError(f"{reader} streamed no delta")
     return (time.process_time() - started) * 1e6 / received
 
 
@@ -139,7 +129,7 @@ async def run(args: argparse.Namespace) -> None:
         try:
             fake_url = f"http://127.0.0.1:{port}"
             await fake.wait_http(f"{fake_url}/health")
-            settings = settings_for(fake_url)
+            settings = provider_settings_for(fake_url)
             for config in ADAPTERS.values():  # warm up: imports, clients, connections
                 await cpu_per_delta(config, settings, min(args.streams, 5))
             figures: dict[str, list[float]] = {name: [] for name in [*ADAPTERS, FLOOR]}

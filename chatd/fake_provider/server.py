@@ -57,7 +57,14 @@ from chatd.fake_provider.token_counts import (
 from chatd.fake_provider.validation import InvalidRequest, validate
 from chatd.settings import ProviderSettings
 
-__all__ = ["KEEP_ALIVE_S", "FakeProviderServer", "ProviderEndpoint", "create_app", "main"]
+__all__ = [
+    "KEEP_ALIVE_S",
+    "FakeProviderServer",
+    "ProviderEndpoint",
+    "create_app",
+    "main",
+    "provider_settings_for",
+]
 
 KEEP_ALIVE_S = 75
 """How long an idle connection stays open, as the providers' APIs keep theirs: longer than the
@@ -396,6 +403,29 @@ async def _health(request: Request) -> Response:
     return PlainTextResponse("ok")
 
 
+def provider_settings_for(base_url: str) -> ProviderSettings:
+    """Every provider pointed at the fake provider at `base_url` (`http://host:port`), with
+    placeholder keys: for a fake in this process (`FakeProviderServer`) or in another."""
+    return ProviderSettings(
+        anthropic_api_key="test-anthropic-key",
+        anthropic_base_url=base_url,
+        openai_api_key="test-openai-key",
+        openai_base_url=base_url + "/v1",
+        google_api_key="test-google-key",
+        google_base_url=base_url,
+        bedrock_region="us-east-1",
+        bedrock_api_key="test-bedrock-key",
+        bedrock_base_url=base_url,
+        vertex_region="us-east5",
+        vertex_project="test-project",
+        vertex_base_url=base_url + "/v1",
+        vertex_access_token="test-vertex-token",
+        azure_endpoint=base_url,
+        azure_api_key="test-azure-key",
+        demo_base_url=base_url,
+    )
+
+
 class FakeProviderServer:
     """Runs the fake provider with uvicorn in a background thread (port 0 = a free port)."""
 
@@ -422,24 +452,7 @@ class FakeProviderServer:
 
     def provider_settings(self) -> ProviderSettings:
         """Every provider pointed at this server, with placeholder keys."""
-        return ProviderSettings(
-            anthropic_api_key="test-anthropic-key",
-            anthropic_base_url=self.base_url,
-            openai_api_key="test-openai-key",
-            openai_base_url=self.base_url + "/v1",
-            google_api_key="test-google-key",
-            google_base_url=self.base_url,
-            bedrock_region="us-east-1",
-            bedrock_api_key="test-bedrock-key",
-            bedrock_base_url=self.base_url,
-            vertex_region="us-east5",
-            vertex_project="test-project",
-            vertex_base_url=self.base_url + "/v1",
-            vertex_access_token="test-vertex-token",
-            azure_endpoint=self.base_url,
-            azure_api_key="test-azure-key",
-            demo_base_url=self.base_url,
-        )
+        return provider_settings_for(self.base_url)
 
     def start(self, timeout_s: float = 10.0) -> FakeProviderServer:
         """Start serving; returns once the port is bound."""

@@ -91,8 +91,8 @@ class AnthropicProvider(ModelProvider):
         """The stream's events as their JSON.
 
         Read from the SSE body, not through the SDK's stream, which builds a typed model of
-        every event: a third of a delta's CPU in the worker. Bedrock's stream is AWS's binary
-        event stream, which the SDK decodes."""
+        every event only for the mapping to read its fields back. Bedrock's stream is AWS's
+        binary event stream, which the SDK decodes."""
         if isinstance(self._client, anthropic.AsyncAnthropicBedrock):
             stream = await self._client.messages.create(**kwargs, stream=True)
             async with stream:
