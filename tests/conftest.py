@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 from support.postgres import THROWAWAY_PG_SETTINGS
+from support.scratch import use_ram_for_temp_files
 from temporalio.client import Client
 
 from chatd.devstack.postgres import PostgresProcess
@@ -42,6 +43,11 @@ def _heap_frozen_after_each_test() -> Iterator[None]:
     gc.freeze()
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Temp files in RAM, before anything makes one (support/scratch.py says why)."""
+    use_ram_for_temp_files()
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Slow tests first: parallel workers then end together, none left running one alone."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
@@ -52,8 +58,10 @@ def postgres() -> Iterator[PostgresProcess]:
     """A session-wide PostgreSQL server in a temp dir (fsync=off), started on first use."""
     root = Path(tempfile.mkdtemp(prefix="chatd-test-pg-"))
     # Autovacuum off: each test's database lives for seconds, and vacuuming a thousand of
-    # them only competes with the tests for the CPU.
-    server = PostgresProcess(root, settings={**THROWAWAY_PG_SETTINGS, "autovacuum": "off"})
+    # them only competes with the tests for the CPU. Each copy of the template writes ~9 MB
+    # of WAL: a checkpoint every 256 MB keeps the WAL of a RAM temp dir small.
+    settings = {**THROWAWAY_PG_SETTINGS, "autovacuum": "off", "max_wal_size": "256MB"}
+    server = PostgresProcess(root, settings=settings)
     try:
         server.start()
         yield server

@@ -126,10 +126,12 @@ class PostgresProcess:
         return self.dsn_for("postgres")
 
     def dsn_for(self, database: str) -> str:
-        """DSN of `database` over TCP."""
+        """DSN of `database` over TCP, without TLS: this server has none, and a client that
+        tries it first (`sslmode=prefer`, the default) pays for it on every connection, a
+        round trip and in asyncpg a fresh SSL context."""
         if self.port is None:
             raise PostgresError("postgres has no port yet: call start() first")
-        return f"postgresql://{self.user}@{self.host}:{self.port}/{database}"
+        return f"postgresql://{self.user}@{self.host}:{self.port}/{database}?sslmode=disable"
 
     @property
     def socket_dsn(self) -> str:

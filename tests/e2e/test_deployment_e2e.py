@@ -414,7 +414,7 @@ async def test_the_compose_deployment_loses_nothing_when_a_worker_and_a_gateway_
     _assert_written_as_the_service_user(deployment, files)
     for process in deployment.workers + deployment.gateways:
         if process.running:  # nothing failed in the survivors (a permission, a bug)
-            output = _ASYNCPG_TLS_PROBE_LOST.sub("", process.output())
+            output = process.output()
             assert not re.search(r"Traceback| ERROR ", output), output
     sends = CHATS * SENDS_PER_CHAT
     print(
@@ -438,18 +438,6 @@ async def _rolling_restart(deployment: Deployment, load: Load, stop: str) -> Non
     writer = deployment.worker_of(stop)
     if writer.pid == _pid(stop):  # not the killed one, restarted
         await asyncio.to_thread(writer.stop)
-
-
-_ASYNCPG_TLS_PROBE_LOST = re.compile(
-    r"^.* ERROR asyncio: Future exception was never retrieved\n"
-    r"future: <Future finished exception="
-    r"ConnectionError\('unexpected connection_lost\(\) call'\)>\n"
-    r"ConnectionError: unexpected connection_lost\(\) call\n",
-    re.MULTILINE,
-)
-"""asyncpg's own log line, not ours: a connection (a query's cancel request, or a connect given
-up) lost while asyncpg waits for Postgres's answer to its TLS probe (`sslmode=prefer`, its
-default) leaves that answer's future failed and unread (MagicStack/asyncpg#1312)."""
 
 
 def _pid(identity: str) -> int:

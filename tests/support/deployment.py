@@ -28,6 +28,7 @@ from typing import Any
 import yaml
 
 from chatd.devstack.ports import pdeathsig_preexec, register_child
+from support.scratch import disk_temp_dir
 from support.worker_process import ROOT, WorkerProcess
 
 __all__ = [
@@ -326,7 +327,7 @@ class Host:
     @classmethod
     def prepare(cls, services: Mapping[str, ComposeService], extra_env: Mapping[str, str]) -> Host:
         """Set it up; `extra_env` goes to every process after the image's own."""
-        root = Path(tempfile.mkdtemp(prefix="chatd-deploy-"))
+        root = Path(tempfile.mkdtemp(prefix="chatd-deploy-", dir=disk_temp_dir()))
         try:
             return cls._prepare(root, services, extra_env)
         except BaseException:

@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import asyncpg
 import pytest
@@ -74,7 +75,7 @@ async def test_database_url_fixture_gives_a_fresh_migrated_database(
 ) -> None:
     conn = await asyncpg.connect(database_url)
     try:
-        assert await conn.fetchval("SELECT current_database()") == database_url.rsplit("/", 1)[1]
+        assert await conn.fetchval("SELECT current_database()") == urlsplit(database_url).path[1:]
         assert await conn.fetchval("SHOW max_connections") == "300"
         assert await conn.fetchval("SHOW fsync") == "off"
         assert await conn.fetchval("SELECT count(*) FROM chats") == 0
