@@ -8,10 +8,9 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 from fastapi import FastAPI
-from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 
 from api.auth import install_key_gate
-from api.console import ConsoleConfig, mount_console
+from api.console import ConsoleConfig, console_router
 from api.errors import (
     ERROR_RESPONSES,
     OPENAI_ERROR_RESPONSES,
@@ -24,6 +23,7 @@ from api.open_responses import routes as open_responses
 from api.open_responses import sockets as open_responses_sockets
 from api.open_responses.model_names import model_aliases
 from api.openapi import openapi_document
+from api.request_spans import RouteTemplates, install_request_spans
 from api.routes import (
     approvals,
     budget,
@@ -114,14 +114,12 @@ def create_app(config: GatewayConfig) -> FastAPI:
         lifespan=lifespan,
     )
     install_error_handlers(app)
-    # One span per request; not one per ASGI message (an SSE stream sends thousands).
-    FastAPIInstrumentor.instrument_app(
-        app, excluded_urls="healthz,readyz", exclude_spans=["receive", "send"]
-    )
+    routes = RouteTemplates(app)
+    install_request_spans(app, routes)
     app.add_middleware(BodySizeLimit)
-    install_key_gate(app, API_PREFIX)  # after instrumenting: refusals by key cost no span
+    install_key_gate(app, API_PREFIX)  # after the spans: refusals by key cost no span
     install_key_gate(app, OPENAI_PREFIX)
-    app.include_router(health.router)
+    routes.include(health.router)
     routers = (
         chats,
         children,
@@ -136,11 +134,10 @@ def create_app(config: GatewayConfig) -> FastAPI:
         webhooks,
     )
     for module in routers:
-        app.include_router(module.router, prefix=API_PREFIX, responses=ERROR_RESPONSES)
-    app.include_router(open_responses.router, responses=OPENAI_ERROR_RESPONSES)
-    app.include_router(conversations.router, responses=OPENAI_ERROR_RESPONSES)
-    app.include_router(model_catalog.router, responses=OPENAI_ERROR_RESPONSES)
-    app.include_router(open_responses_sockets.router)
+        routes.include(module.router, prefix=API_PREFIX, responses=ERROR_RESPONSES)
+    for openai_module in (open_responses, conversations, model_catalog):
+        routes.include(openai_module.router, responses=OPENAI_ERROR_RESPONSES)
+    routes.include(open_responses_sockets.router)
     if config.console:
         console = ConsoleConfig(
             temporal_ui_url=config.temporal_ui_url,
@@ -148,7 +145,7 @@ def create_app(config: GatewayConfig) -> FastAPI:
             mcp_servers=sorted(config.mcp_servers),
             model_aliases={alias: model.label for alias, model in aliases.items()},
         )
-        mount_console(app, console)
+        routes.include(console_router(console))
     app.openapi = lambda: openapi_document(  # type: ignore[method-assign]
         app, config.mcp_servers, sorted(aliases)
     )

@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-from fastapi import APIRouter, FastAPI
+from fastapi import APIRouter
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 
 from api.errors import ApiError
 
-__all__ = ["CONSOLE_PATH", "SECURITY_HEADERS", "ConsoleConfig", "mount_console"]
+__all__ = ["CONSOLE_PATH", "SECURITY_HEADERS", "ConsoleConfig", "console_router"]
 
 CONSOLE_PATH = "/console"
 
@@ -69,8 +69,8 @@ def _asset(content: bytes, media_type: str) -> Response:
     return Response(content, media_type=media_type, headers=SECURITY_HEADERS)
 
 
-def mount_console(app: FastAPI, config: ConsoleConfig) -> None:
-    """Serve the console under `/console` (kept out of the OpenAPI document)."""
+def console_router(config: ConsoleConfig) -> APIRouter:
+    """The console's routes, under `/console` (kept out of the OpenAPI document)."""
     assets = _assets()
     index = assets["index.html"]
     public: dict[str, Any] = {
@@ -99,4 +99,4 @@ def mount_console(app: FastAPI, config: ConsoleConfig) -> None:
             raise ApiError(404, "not_found", f"no console file {name!r}")
         return _asset(*assets[name])
 
-    app.include_router(router)
+    return router
