@@ -139,14 +139,33 @@ def pdeathsig_preexec(sig: int) -> Callable[[], None] | None:
     return _death_signal_preexec(sig)
 
 
-def _death_signal_preexec(sig: int) -> Callable[[], None] | None:
-    """A `preexec_fn` arming the parent-death signal (None where there is no prctl)."""
+def die_with_parent(sig: int) -> None:
+    """Make this process get `sig` when its parent dies (Linux; elsewhere nothing): for a
+    child forked by other means than `subprocess` (a fork server's)."""
+    prctl = _prctl()
+    if prctl is None:
+        return
+    parent = os.getppid()
+    prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
+    if os.getppid() != parent:  # the parent died before the signal was armed
+        os._exit(1)
+
+
+def _prctl() -> Callable[..., int] | None:
+    """libc's `prctl` (None where there is none)."""
     if not hasattr(os, "fork"):
         return None
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        prctl = libc.prctl
+        prctl: Callable[..., int] = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
+        return None
+    return prctl
+
+
+def _death_signal_preexec(sig: int) -> Callable[[], None] | None:
+    """A `preexec_fn` arming the parent-death signal (None where there is no prctl)."""
+    prctl = _prctl()
+    if prctl is None:
         return None
     parent = os.getpid()
 

@@ -1,12 +1,19 @@
 """`chatd worker` as a child process, for tests and benchmarks that kill workers.
 
-Not shipped: it runs the worker from this source checkout (cwd and PYTHONPATH at its root),
+Not shipped: it runs the worker from this source checkout (cwd and `sys.path` at its root),
 with the chaos tools of `tests/support/chaos_tools.py` loaded.
+
+Each worker is forked from a fork server (`multiprocessing`'s forkserver) that imported the
+worker's modules once: a fresh interpreter spends ~4 s of CPU importing them (the anthropic
+SDK's 3,000 modules take 2), and a suite starts dozens of workers. A forked worker is still
+a process of its own, SIGKILLed and restarted like any other.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -14,17 +21,48 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from chatd.devstack.ports import pdeathsig_preexec, register_child, unregister_child
+from chatd.devstack.ports import die_with_parent
 from chatd.fake_provider.server import FakeProviderServer
 
 __all__ = ["CHAOS_TOOLS", "WorkerProcess"]
 
 ROOT = Path(__file__).resolve().parents[2]
-"""The source checkout: the child runs there, with it on PYTHONPATH so `tests.support` imports."""
+"""The source checkout: the child runs there, with it on `sys.path` so `tests.support` imports."""
 POLLING = b"worker polling task queue"
 """What the worker logs once it is assembled and takes tasks (workers/worker.py)."""
 CHAOS_TOOLS = "tests.support.chaos_tools:TOOLS"
 """The slow marker tools of the chaos tests (needs a source checkout)."""
+
+_forks = multiprocessing.get_context("forkserver")
+_forks.set_forkserver_preload(["chatd.cli", "workers.worker", "chatd.providers.anthropic"])
+_started: list[multiprocessing.process.BaseProcess] = []
+
+
+def _serve(env: Mapping[str, str], log: str) -> None:
+    """Be `python -m chatd.cli worker` run with `env` and its output in `log`, in a process
+    forked from the fork server (whose death kills it)."""
+    die_with_parent(signal.SIGKILL)
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(ROOT)
+    sys.path.insert(0, str(ROOT))
+    out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(out, 1)
+    os.dup2(out, 2)
+    os.close(out)
+    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+    from chatd.cli import main
+
+    main(["worker"])
+
+
+@atexit.register
+def _kill_started() -> None:
+    """SIGKILL the workers a test left running as this interpreter exits (multiprocessing
+    would send them SIGTERM and wait for their graceful shutdowns)."""
+    for process in _started:
+        if process.exitcode is None:
+            process.kill()
 
 
 class WorkerProcess:
@@ -63,13 +101,13 @@ class WorkerProcess:
             **(env or {}),
         }
         self.log = log
-        self.process: subprocess.Popen[bytes] | None = None
+        self.process: multiprocessing.process.BaseProcess | None = None
 
     @property
     def pid(self) -> int | None:
         """PID of the running worker, if any."""
         proc = self.process
-        return proc.pid if proc is not None and proc.poll() is None else None
+        return proc.pid if proc is not None and proc.exitcode is None else None
 
     @property
     def running(self) -> bool:
@@ -80,24 +118,18 @@ class WorkerProcess:
         """Start polling (a new process; the previous one, if any, must have exited)."""
         if self.running:
             raise RuntimeError("this worker process is already running")
-        with self.log.open("ab") as out:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "chatd.cli", "worker"],
-                env=self.env,
-                cwd=ROOT,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                preexec_fn=pdeathsig_preexec(signal.SIGKILL),
-            )
-        register_child(self.process)
+        self.log.touch()  # there as soon as start() returns, as a Popen's output file is
+        self.process = _forks.Process(target=_serve, args=(self.env, str(self.log)), daemon=True)
+        self.process.start()
+        _started.append(self.process)
         return self
 
     async def polling(self, within_s: float = 120.0) -> WorkerProcess:
         """Wait until the worker takes tasks.
 
-        A worker's startup (imports, connections) is CPU bound and takes seconds, many more
-        on a loaded machine: a test that times the first turn waits for this first, so its
-        own bounds measure the turn and not the interpreter's start.
+        A worker's startup (connections, the workflow sandbox) is CPU bound and takes a
+        second or more on a loaded machine: a test that times the first turn waits for this
+        first, so its own bounds measure the turn and not the worker's start.
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + within_s
@@ -114,31 +146,29 @@ class WorkerProcess:
 
     def signal(self, sig: signal.Signals) -> None:
         """Send `sig` (SIGTERM: graceful shutdown; SIGKILL: a crash)."""
-        assert self.process is not None
-        self.process.send_signal(sig)
+        assert self.process is not None and self.process.pid is not None
+        os.kill(self.process.pid, sig)
 
     def kill(self, timeout: float = 10.0) -> None:
         """SIGKILL the worker (a crash) and reap it."""
-        if self.process is not None and self.process.poll() is None:
+        if self.process is not None and self.process.exitcode is None:
             self.process.kill()
         self.wait(timeout)
 
     def wait(self, timeout: float = 30.0) -> int:
-        """Wait for the process to exit; its exit code."""
+        """Wait for the process to exit; its exit code (-N for signal N)."""
         assert self.process is not None
-        code = self.process.wait(timeout)
-        unregister_child(self.process)
-        return code
+        self.process.join(timeout)
+        if self.process.exitcode is None:
+            raise subprocess.TimeoutExpired(["chatd", "worker"], timeout)
+        return self.process.exitcode
 
     def stop(self) -> None:
         """Stop it (gracefully, then by force) if it still runs."""
-        if self.process is None:
+        if self.process is None or self.process.exitcode is not None:
             return
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        unregister_child(self.process)
+        self.signal(signal.SIGTERM)
+        try:
+            self.wait(20)
+        except subprocess.TimeoutExpired:
+            self.kill()
