@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import asyncpg
 import pytest
 from hypothesis import settings
 from support.postgres import THROWAWAY_PG_SETTINGS
@@ -84,29 +85,46 @@ def migrated_template(postgres: PostgresProcess) -> str:
     return name
 
 
+@pytest.fixture(scope="session")
+async def postgres_admin(postgres: PostgresProcess) -> AsyncIterator[asyncpg.Connection]:
+    """The connection that creates and drops the tests' databases: a psql run each time cost
+    a process and a server connection of their own."""
+    connection = await asyncpg.connect(postgres.dsn_for("postgres"))
+    yield connection
+    if postgres.running:
+        await connection.close()
+
+
 @pytest.fixture
-def database_url(
-    postgres: PostgresProcess, migrated_template: str, request: pytest.FixtureRequest
-) -> Iterator[str]:
+async def database_url(
+    postgres: PostgresProcess,
+    postgres_admin: asyncpg.Connection,
+    migrated_template: str,
+    request: pytest.FixtureRequest,
+) -> AsyncIterator[str]:
     """DSN of a fresh, uniquely named, migrated database for this test, dropped after it."""
     name = _test_database_name(request)
-    yield postgres.create_database(name, template=migrated_template)
-    _drop(postgres, name)
+    await postgres_admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{migrated_template}"')
+    yield postgres.dsn_for(name)
+    await _drop(postgres, postgres_admin, name)
 
 
 @pytest.fixture
-def empty_database_url(postgres: PostgresProcess, request: pytest.FixtureRequest) -> Iterator[str]:
+async def empty_database_url(
+    postgres: PostgresProcess, postgres_admin: asyncpg.Connection, request: pytest.FixtureRequest
+) -> AsyncIterator[str]:
     """DSN of a fresh, uniquely named database with no tables, for tests of migrations."""
     name = _test_database_name(request)
-    yield postgres.create_database(name)
-    _drop(postgres, name)
+    await postgres_admin.execute(f'CREATE DATABASE "{name}"')
+    yield postgres.dsn_for(name)
+    await _drop(postgres, postgres_admin, name)
 
 
-def _drop(postgres: PostgresProcess, name: str) -> None:
+async def _drop(postgres: PostgresProcess, admin: asyncpg.Connection, name: str) -> None:
     """Drop a test's database as the test ends: a session's thousand databases would
     otherwise be deleted file by file when it ends, half a minute with nothing else to do."""
     if postgres.running:  # a test may have stopped it
-        postgres.drop_database(name)
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def _test_database_name(request: pytest.FixtureRequest) -> str:

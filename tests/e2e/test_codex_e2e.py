@@ -14,7 +14,6 @@ import os
 import re
 import shutil
 import signal
-import subprocess
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from typing import Any
 import pytest
 from harness import Cluster, Stack
 from support.api_process import chatd_api, until_ready
+from support.forked import ForkedChatd
 
 from chatd.devstack.ports import free_port
 from chatd.devstack.temporal import TemporalDevServer
@@ -328,7 +328,7 @@ async def test_a_gateway_restarted_mid_stream_costs_codex_no_second_model_call(
     name = _reads_notes_then_answers_slowly(stack, tmp_path)
     port = free_port()
     root = f"http://127.0.0.1:{port}"
-    start: Callable[[str], subprocess.Popen[bytes]] = lambda log: chatd_api(  # noqa: E731
+    start: Callable[[str], ForkedChatd] = lambda log: chatd_api(  # noqa: E731
         database_url, temporal_server, port, tmp_path / log, stack.task_queue
     )
     gateway = start("api-1.log")

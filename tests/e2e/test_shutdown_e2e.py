@@ -5,19 +5,19 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import subprocess
 from pathlib import Path
 
 import httpx
 from harness import SseEvent, Stack, sse_events
 from support.api_process import chatd_api, until_ready
+from support.forked import ForkedChatd
 
 from chatd.devstack.ports import free_port
 from chatd.devstack.temporal import TemporalDevServer
 
 
 async def _read_until_stopped(
-    http: httpx.AsyncClient, chat_id: str, gateway: subprocess.Popen[bytes]
+    http: httpx.AsyncClient, chat_id: str, gateway: ForkedChatd
 ) -> list[SseEvent]:
     """The chat's events from the start; SIGTERM to `gateway` once the turn's are all read,
     then on until the stream ends."""

@@ -1,11 +1,10 @@
-"""`chatd api` as a process of its own, for tests that stop or kill a gateway."""
+"""`chatd api` as a process of its own (forked, `support/forked.py`), for tests that stop or
+kill a gateway."""
 
 from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import httpx
 
 from chatd.devstack.temporal import TemporalDevServer
 from chatd.settings import DEFAULT_TASK_QUEUE
+from support.forked import ForkedChatd
 
 __all__ = ["chatd_api", "until_ready"]
 
@@ -23,7 +23,7 @@ def chatd_api(
     port: int,
     log: Path,
     task_queue: str = DEFAULT_TASK_QUEUE,
-) -> subprocess.Popen[bytes]:
+) -> ForkedChatd:
     """Start `chatd api` on `port`, handing turns to `task_queue`; its output in `log`."""
     env = {
         **os.environ,
@@ -31,16 +31,11 @@ def chatd_api(
         "TEMPORAL_ADDRESS": temporal.address,
         "CHATD_TASK_QUEUE": task_queue,
     }
-    with log.open("wb") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "chatd.cli", "api", "--port", str(port)],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    log.write_bytes(b"")
+    return ForkedChatd(["api", "--port", str(port)], env, log)
 
 
-async def until_ready(base: str, process: subprocess.Popen[bytes], log: Path) -> None:
+async def until_ready(base: str, process: ForkedChatd, log: Path) -> None:
     """Return once the gateway at `base` answers `/readyz`; fail if it exits or takes 60 s."""
     deadline = time.monotonic() + 60
     async with httpx.AsyncClient(base_url=base) as http:

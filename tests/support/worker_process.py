@@ -1,75 +1,34 @@
 """`chatd worker` as a child process, for tests and benchmarks that kill workers.
 
-Not shipped: it runs the worker from this source checkout (cwd and `sys.path` at its root),
-with the chaos tools of `tests/support/chaos_tools.py` loaded.
-
-Each worker is forked from a fork server (`multiprocessing`'s forkserver) that imported the
-worker's modules once: a fresh interpreter spends ~4 s of CPU importing them (the anthropic
-SDK's 3,000 modules take 2), and a suite starts dozens of workers. A forked worker is still
-a process of its own, SIGKILLed and restarted like any other.
+Not shipped: it runs the worker from this source checkout (forked, `support/forked.py`), with
+the chaos tools of `tests/support/chaos_tools.py` loaded.
 """
 
 from __future__ import annotations
 
 import asyncio
-import atexit
-import multiprocessing
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from chatd.devstack.ports import die_with_parent
 from chatd.fake_provider.server import FakeProviderServer
+from support.forked import ROOT, ForkedChatd
 
 __all__ = ["CHAOS_TOOLS", "WorkerProcess"]
 
-ROOT = Path(__file__).resolve().parents[2]
-"""The source checkout: the child runs there, with it on `sys.path` so `tests.support` imports."""
 POLLING = b"worker polling task queue"
 """What the worker logs once it is assembled and takes tasks (workers/worker.py)."""
 CHAOS_TOOLS = "tests.support.chaos_tools:TOOLS"
 """The slow marker tools of the chaos tests (needs a source checkout)."""
 
-_forks = multiprocessing.get_context("forkserver")
-_forks.set_forkserver_preload(["chatd.cli", "workers.worker", "chatd.providers.anthropic"])
-_started: list[multiprocessing.process.BaseProcess] = []
-
-
-def _serve(env: Mapping[str, str], log: str) -> None:
-    """Be `python -m chatd.cli worker` run with `env` and its output in `log`, in a process
-    forked from the fork server (whose death kills it)."""
-    die_with_parent(signal.SIGKILL)
-    os.environ.clear()
-    os.environ.update(env)
-    os.chdir(ROOT)
-    sys.path.insert(0, str(ROOT))
-    out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    os.dup2(out, 1)
-    os.dup2(out, 2)
-    os.close(out)
-    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
-    from chatd.cli import main
-
-    main(["worker"])
-
-
-@atexit.register
-def _kill_started() -> None:
-    """SIGKILL the workers a test left running as this interpreter exits (multiprocessing
-    would send them SIGTERM and wait for their graceful shutdowns)."""
-    for process in _started:
-        if process.exitcode is None:
-            process.kill()
-
 
 class WorkerProcess:
     """One `chatd worker` process on a task queue, pointed at the fake provider.
 
-    The child dies with its parent (PDEATHSIG, plus an atexit kill), so a crashed test or
-    benchmark leaves no worker polling behind.
+    The child dies with the test process (support/forked.py), so a crashed test or benchmark
+    leaves no worker polling behind.
     """
 
     def __init__(
@@ -101,13 +60,13 @@ class WorkerProcess:
             **(env or {}),
         }
         self.log = log
-        self.process: multiprocessing.process.BaseProcess | None = None
+        self.process: ForkedChatd | None = None
 
     @property
     def pid(self) -> int | None:
         """PID of the running worker, if any."""
         proc = self.process
-        return proc.pid if proc is not None and proc.exitcode is None else None
+        return proc.pid if proc is not None and proc.poll() is None else None
 
     @property
     def running(self) -> bool:
@@ -118,10 +77,7 @@ class WorkerProcess:
         """Start polling (a new process; the previous one, if any, must have exited)."""
         if self.running:
             raise RuntimeError("this worker process is already running")
-        self.log.touch()  # there as soon as start() returns, as a Popen's output file is
-        self.process = _forks.Process(target=_serve, args=(self.env, str(self.log)), daemon=True)
-        self.process.start()
-        _started.append(self.process)
+        self.process = ForkedChatd(["worker"], self.env, self.log)
         return self
 
     async def polling(self, within_s: float = 120.0) -> WorkerProcess:
@@ -146,29 +102,28 @@ class WorkerProcess:
 
     def signal(self, sig: signal.Signals) -> None:
         """Send `sig` (SIGTERM: graceful shutdown; SIGKILL: a crash)."""
-        assert self.process is not None and self.process.pid is not None
-        os.kill(self.process.pid, sig)
+        assert self.process is not None
+        self.process.send_signal(sig)
 
     def kill(self, timeout: float = 10.0) -> None:
         """SIGKILL the worker (a crash) and reap it."""
-        if self.process is not None and self.process.exitcode is None:
+        if self.process is not None and self.process.poll() is None:
             self.process.kill()
         self.wait(timeout)
 
     def wait(self, timeout: float = 30.0) -> int:
-        """Wait for the process to exit; its exit code (-N for signal N)."""
+        """Wait for the process to exit; its exit code."""
         assert self.process is not None
-        self.process.join(timeout)
-        if self.process.exitcode is None:
-            raise subprocess.TimeoutExpired(["chatd", "worker"], timeout)
-        return self.process.exitcode
+        return self.process.wait(timeout)
 
     def stop(self) -> None:
         """Stop it (gracefully, then by force) if it still runs."""
-        if self.process is None or self.process.exitcode is not None:
+        if self.process is None:
             return
-        self.signal(signal.SIGTERM)
-        try:
-            self.wait(20)
-        except subprocess.TimeoutExpired:
-            self.kill()
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
