@@ -9,12 +9,16 @@ the kernel. Nothing the tests write must survive the machine.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
 __all__ = ["disk_temp_dir", "use_ram_for_temp_files"]
 
 RAM = Path("/dev/shm")
+RAM_NEEDED_BYTES = 4 << 30
+"""Free space /dev/shm must have to be used: PostgreSQL's WAL alone may take 256 MiB per
+cluster, and a container's default /dev/shm is 64 MiB."""
 DISK_TMPDIR_ENV = "CHATD_TEST_DISK_TMPDIR"
 """The temp dir the tests would have used: for files that must share a disk with others."""
 
@@ -23,9 +27,17 @@ def use_ram_for_temp_files() -> None:
     """Point TMPDIR at /dev/shm, unless it is set already or the machine has no such dir.
     Subprocesses inherit it, xdist's workers included."""
     os.environ.setdefault(DISK_TMPDIR_ENV, tempfile.gettempdir())
-    if "TMPDIR" not in os.environ and RAM.is_dir() and os.access(RAM, os.W_OK | os.X_OK):
+    if "TMPDIR" not in os.environ and _roomy(RAM):
         os.environ["TMPDIR"] = str(RAM)
         tempfile.tempdir = None  # gettempdir() reads TMPDIR again
+
+
+def _roomy(path: Path) -> bool:
+    return (
+        path.is_dir()
+        and os.access(path, os.W_OK | os.X_OK)
+        and shutil.disk_usage(path).free >= RAM_NEEDED_BYTES
+    )
 
 
 def disk_temp_dir() -> str:
