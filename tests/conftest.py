@@ -19,7 +19,7 @@ from support.postgres import THROWAWAY_PG_SETTINGS
 from support.scratch import use_ram_for_temp_files
 from temporalio.client import Client
 
-from chatd.devstack.postgres import PostgresProcess
+from chatd.devstack.postgres import PostgresProcess, create_database_sql, drop_database_sql
 from chatd.devstack.temporal import TemporalDevServer
 from chatd.store.db import migrate
 
@@ -104,7 +104,7 @@ async def database_url(
 ) -> AsyncIterator[str]:
     """DSN of a fresh, uniquely named, migrated database for this test, dropped after it."""
     name = _test_database_name(request)
-    await postgres_admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{migrated_template}"')
+    await postgres_admin.execute(create_database_sql(name, migrated_template))
     yield postgres.dsn_for(name)
     await _drop(postgres, postgres_admin, name)
 
@@ -115,7 +115,7 @@ async def empty_database_url(
 ) -> AsyncIterator[str]:
     """DSN of a fresh, uniquely named database with no tables, for tests of migrations."""
     name = _test_database_name(request)
-    await postgres_admin.execute(f'CREATE DATABASE "{name}"')
+    await postgres_admin.execute(create_database_sql(name))
     yield postgres.dsn_for(name)
     await _drop(postgres, postgres_admin, name)
 
@@ -124,7 +124,7 @@ async def _drop(postgres: PostgresProcess, admin: asyncpg.Connection, name: str)
     """Drop a test's database as the test ends: a session's thousand databases would
     otherwise be deleted file by file when it ends, half a minute with nothing else to do."""
     if postgres.running:  # a test may have stopped it
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.execute(drop_database_sql(name))
 
 
 def _test_database_name(request: pytest.FixtureRequest) -> str:

