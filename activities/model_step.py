@@ -230,7 +230,9 @@ class ModelStepActivities:
             await spend.failed(accumulator)
             raise model_failure(err.error) from None  # the classified error says it all
         except _InterruptRequested:
-            await spend.stopped(accumulator)
+            # The workflow's cancellation follows the announcement (with a heartbeat's
+            # answer): it must not cut the partial step's writes short.
+            await _completed_despite_cancel(spend.stopped(accumulator))
             return await _completed_despite_cancel(
                 self._persist_interrupted(tools, input, began, accumulator, publisher)
             )

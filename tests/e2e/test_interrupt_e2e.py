@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -9,8 +10,10 @@ from typing import Any
 import pytest
 from harness import SseEvent, Stack, StackFactory, sse_events
 from support.names import model_name
+from temporalio import activity
 
 import activities.model_step
+from activities.attempt_spend import AttemptSpend
 from chatd.fake_provider.script import (
     FakeError,
     FakeReasoning,
@@ -124,6 +127,26 @@ async def test_an_announced_interrupt_stops_the_stream_without_waiting_for_a_hea
     """With no heartbeat for a minute, the workflow's cancellation can't reach the step in
     time: only the gateway's announcement (Postgres NOTIFY) can cut the stream short."""
     monkeypatch.setattr(activities.model_step, "LIVENESS_EVERY_S", 60.0)
+    await _interrupt_mid_text(stack)
+
+
+async def test_the_cancellation_after_an_announced_interrupt_keeps_the_partial_step(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The announcement stops the stream first; the workflow's cancellation reaches the
+    step (with a heartbeat's answer) while it records the partial step's spend. That write,
+    and the step's, still finish: the cancellation must not drop the partial text."""
+    record = AttemptSpend.stopped
+
+    async def stopped_once_cancelled(self: AttemptSpend, accumulator: Any) -> None:
+        for _ in range(200):  # the cancellation comes with the next beat, a second apart
+            if activity.is_cancelled():
+                break
+            await asyncio.sleep(0.05)
+        assert activity.is_cancelled(), "the workflow's cancellation never reached the step"
+        await record(self, accumulator)
+
+    monkeypatch.setattr(AttemptSpend, "stopped", stopped_once_cancelled)
     await _interrupt_mid_text(stack)
 
 
