@@ -32,9 +32,9 @@ import uuid
 from dataclasses import dataclass, field
 
 import _stack
+from _history_size import payload_bytes
 from _stack import BenchStack, SseEvent, say
 from temporalio.api.enums.v1 import EventType
-from temporalio.api.history.v1 import History
 from temporalio.client import WorkflowHistory
 
 from activities.compaction import TITLE_INSTRUCTIONS
@@ -154,7 +154,7 @@ async def run_chat(stack: BenchStack, args: argparse.Namespace, model: str) -> l
         ).fetch_history()
         run.model_steps, run.compactions = _activity_counts(history)
         run.events = len(history.events)
-        run.proto_bytes = History(events=history.events).ByteSize()
+        run.proto_bytes = payload_bytes(history)
     return runs
 
 
@@ -207,7 +207,8 @@ def report(sent: list[Sent], runs: list[TurnRun], args: argparse.Namespace) -> b
     # Turn 0 also starts the title activity: compare the turns after it.
     plain = [r for r in runs if not r.compactions and r.model_steps and r.index > 0]
     with_c = [r for r in runs if r.compactions]
-    print("\nTemporal history bytes (protobuf) per model step, each turn's run:")
+    print("\nTemporal history bytes (protobuf, less the workflow tasks' own events) per model "
+          "step, each turn's run:")  # fmt: skip
     growth = _history_growth(plain)
     if with_c:
         print(

@@ -334,7 +334,10 @@ def report(samples: Samples, sizes: dict[int, dict[str, float]]) -> RunResult:
         print(
             f"  {statistics.median(values):7.1f} | {slowest.get(label, float('nan')):7.1f}  {label}"
         )
-    print("\nTemporal history of one more one-step turn, by transcript length:")
+    print(
+        "\nTemporal history of one more one-step turn, by transcript length (protobuf: less "
+        "the workflow tasks' own events):"
+    )
     for messages, size in sizes.items():
         print(
             f"  {messages:4d} messages: {size['proto_per_step']:7.0f} B/step protobuf, "
