@@ -7,14 +7,14 @@ import uuid
 
 from _stack import BenchStack
 from temporalio.api.enums.v1 import EventType
-from temporalio.api.history.v1 import History
+from temporalio.api.history.v1 import History, HistoryEvent
 from temporalio.client import WorkflowHistory
 
 from chatd.parts import Role, TextPart
 from chatd.store.transcript import TranscriptStore
 from workflows.constants import workflow_id
 
-__all__ = ["history_per_step", "payload_bytes"]
+__all__ = ["event_kinds", "history_per_step", "payload_bytes"]
 
 FILLER = "Seeded transcript text, long enough to notice if it ever lands in history. " * 6
 
@@ -48,8 +48,18 @@ def payload_bytes(history: WorkflowHistory) -> int:
     """The protobuf bytes of a run's events, less its workflow tasks' own: a loaded machine
     times a workflow task out and runs it again, which adds such events to one run and not
     the next. What would grow with the transcript is in the rest (inputs, results)."""
-    kept = [e for e in history.events if e.event_type not in _WORKFLOW_TASK_EVENTS]
-    return History(events=kept).ByteSize()
+    return History(events=_kept(history)).ByteSize()
+
+
+def event_kinds(history: WorkflowHistory) -> tuple[int, ...]:
+    """The types of the events `payload_bytes` counts, in order: runs that took the same
+    path have the same kinds (a send whose worker is behind starts its turn with a signal,
+    not an update: two events fewer, one more)."""
+    return tuple(e.event_type for e in _kept(history))
+
+
+def _kept(history: WorkflowHistory) -> list[HistoryEvent]:
+    return [e for e in history.events if e.event_type not in _WORKFLOW_TASK_EVENTS]
 
 
 def model_steps(history: WorkflowHistory) -> int:

@@ -29,10 +29,11 @@ import sys
 import threading
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 
 import _stack
-from _history_size import payload_bytes
+from _history_size import event_kinds, payload_bytes
 from _stack import BenchStack, SseEvent, say
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
@@ -104,6 +105,7 @@ class TurnRun:
     compactions: int = 0
     events: int = 0
     proto_bytes: int = 0
+    kinds: tuple[int, ...] = ()
 
     @property
     def per_step(self) -> float:
@@ -155,6 +157,7 @@ async def run_chat(stack: BenchStack, args: argparse.Namespace, model: str) -> l
         run.model_steps, run.compactions = _activity_counts(history)
         run.events = len(history.events)
         run.proto_bytes = payload_bytes(history)
+        run.kinds = event_kinds(history)
     return runs
 
 
@@ -165,10 +168,16 @@ def _series(values: list[int], points: int = 15) -> str:
 
 def _history_growth(plain: list[TurnRun]) -> float:
     """Print the plain turns' history bytes per step; the last tenth's growth over the first
-    tenth's (NaN, which fails the check, when no turn after the first ran without one)."""
+    tenth's, of the runs that took the most common path (NaN, which fails the check, when
+    no turn after the first ran without a compaction)."""
     if not plain:
         print("  no turn after the first ran without a compaction: nothing to compare")
         return math.nan
+    path = Counter(r.kinds for r in plain).most_common(1)[0][0]
+    other = [r.index for r in plain if r.kinds != path]
+    if other:
+        print(f"  turns {other} took another path (other events): compared without them")
+        plain = [r for r in plain if r.kinds == path]
     tenth = max(1, len(plain) // 10)
     first = statistics.mean(r.per_step for r in plain[:tenth])
     last = statistics.mean(r.per_step for r in plain[-tenth:])
