@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
 import re
 import shutil
 import tempfile
@@ -47,6 +48,18 @@ def _heap_frozen_after_each_test() -> Iterator[None]:
 def pytest_configure(config: pytest.Config) -> None:
     """Temp files in RAM, before anything makes one (support/scratch.py says why)."""
     use_ram_for_temp_files()
+
+
+WORKERS_PER_CORE = 3
+MOST_WORKERS = 8
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto` (pyproject's addopts): three workers per core the process may use, at most
+    eight. Most of a test's time is waiting (on servers, subprocesses, a browser, timers),
+    so on two cores six workers overlap those waits where three left the cores idle; each
+    worker starts its own servers, hence the cap."""
+    return min(WORKERS_PER_CORE * len(os.sched_getaffinity(0)), MOST_WORKERS)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
