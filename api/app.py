@@ -11,12 +11,7 @@ from fastapi import FastAPI
 
 from api.auth import install_key_gate
 from api.console import ConsoleConfig, console_router
-from api.errors import (
-    ERROR_RESPONSES,
-    OPENAI_ERROR_RESPONSES,
-    OPENAI_PREFIX,
-    install_error_handlers,
-)
+from api.errors import OPENAI_PREFIX, install_error_handlers
 from api.limits import BodySizeLimit
 from api.open_responses import conversations, model_catalog
 from api.open_responses import routes as open_responses
@@ -134,9 +129,9 @@ def create_app(config: GatewayConfig) -> FastAPI:
         webhooks,
     )
     for module in routers:
-        routes.include(module.router, prefix=API_PREFIX, responses=ERROR_RESPONSES)
+        routes.include(module.router, prefix=API_PREFIX)
     for openai_module in (open_responses, conversations, model_catalog):
-        routes.include(openai_module.router, responses=OPENAI_ERROR_RESPONSES)
+        routes.include(openai_module.router)
     routes.include(open_responses_sockets.router)
     if config.console:
         console = ConsoleConfig(

@@ -11,10 +11,27 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
 
+from api.errors import (
+    ERROR_RESPONSES,
+    OPENAI_ERROR_RESPONSES,
+    OPENAI_PREFIX,
+    ErrorBody,
+    OpenAIErrorBody,
+)
 from api.open_responses.model_names import MODEL_PATTERN
 
 __all__ = ["openapi_document"]
+
+_ERRORS: tuple[tuple[str, type[BaseModel], dict[int | str, dict[str, Any]]], ...] = (
+    ("/api/v1/", ErrorBody, ERROR_RESPONSES),
+    (OPENAI_PREFIX, OpenAIErrorBody, OPENAI_ERROR_RESPONSES),
+)
+"""The errors documented on every route under each prefix, and their body. Added to the
+document, not declared on the routes: FastAPI builds a pydantic field for each response a
+route declares, again for every app (each test makes one)."""
 
 _CHATS = "/api/v1/chats"
 _CHAT = f"{_CHATS}/{{chat_id}}"
@@ -80,6 +97,7 @@ def openapi_document(
             title=app.title, version=app.version, description=app.description, routes=app.routes
         )
         schema["info"]["description"] += _STRINGS
+        _document_errors(schema)
         _drop_assumed_validation_errors(schema)
         _document_reused_keys(schema)
         _add_links(schema)
@@ -87,6 +105,34 @@ def openapi_document(
         _document_responses_fields(schema, mcp_servers, model_aliases)
         app.openapi_schema = schema
     return app.openapi_schema
+
+
+def _document_errors(schema: dict[str, Any]) -> None:
+    """Each route's error responses (`_ERRORS`), where the route doesn't declare its own, in
+    the order of their status codes."""
+    _, definitions = models_json_schema(
+        [(body, "serialization") for _, body, _ in _ERRORS],
+        ref_template="#/components/schemas/{model}",
+    )
+    components = schema.setdefault("components", {}).setdefault("schemas", {})
+    for name, definition in definitions.get("$defs", {}).items():
+        components.setdefault(name, definition)
+    for path, operations in schema["paths"].items():
+        for prefix, body, errors in _ERRORS:
+            if not path.startswith(prefix):
+                continue
+            content = {"application/json": {"schema": {"$ref": _ref(body)}}}
+            for operation in operations.values():
+                responses = operation["responses"]
+                for status, error in errors.items():
+                    responses.setdefault(
+                        str(status), {"description": error["description"], "content": content}
+                    )
+                operation["responses"] = dict(sorted(responses.items()))
+
+
+def _ref(model: type[BaseModel]) -> str:
+    return f"#/components/schemas/{model.__name__}"
 
 
 def _drop_assumed_validation_errors(schema: dict[str, Any]) -> None:
