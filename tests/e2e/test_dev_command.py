@@ -73,6 +73,8 @@ def _children(process: subprocess.Popen[str]) -> list[psutil.Process]:
 
 
 _taken: set[int] = set()
+_PORT_PICKS = 3
+"""Starts of a `chatd dev` whose picked port another process took meanwhile."""
 
 
 def _port() -> int:
@@ -255,13 +257,24 @@ async def test_a_revoked_dev_key_is_not_revived(dev_database: str, tmp_path: Pat
 
 @contextmanager
 def _started(root: Path, env: dict[str, str]) -> Iterator[tuple[subprocess.Popen[str], str, int]]:
-    """`chatd dev` up to its banner: the process, its key and its API port."""
-    args, api_port = _dev_args(root)
-    seen: list[str] = []
-    with _chatd(*args, env=env) as dev:
-        key = _read_until(dev, r"api key\s+(\S+)", seen).group(1)
-        _read_until(dev, r"Ctrl-C stops everything", seen)
-        yield dev, key, api_port
+    """`chatd dev` up to its banner: the process, its key and its API port.
+
+    Its ports are picked free, not held: another test process's server may take one before
+    chatd binds it. chatd then refuses to start, naming the port, and starts again on others.
+    """
+    for attempt in range(1, _PORT_PICKS + 1):
+        args, api_port = _dev_args(root)
+        seen: list[str] = []
+        with _chatd(*args, env=env) as dev:
+            try:
+                key = _read_until(dev, r"api key\s+(\S+)", seen).group(1)
+            except AssertionError:
+                if attempt < _PORT_PICKS and any(" is in use: " in line for line in seen):
+                    continue
+                raise
+            _read_until(dev, r"Ctrl-C stops everything", seen)
+            yield dev, key, api_port
+            return
 
 
 def test_ctrl_c_with_an_open_stream_stops_promptly(tmp_path: Path) -> None:

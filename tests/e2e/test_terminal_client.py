@@ -9,6 +9,7 @@ import os
 import pty
 import re
 import select
+import signal
 import struct
 import subprocess
 import sys
@@ -55,7 +56,7 @@ loaded machine can deschedule the client between printing the prompt and `select
 
 def _client_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "CHATD_URL")}
-    return {**env, "TERM": "xterm-256color", "CHATD_API_KEY": ""}
+    return {**env, "TERM": "xterm-256color", "CHATD_API_KEY": "", "PYTHONFAULTHANDLER": "1"}
 
 
 class Terminal:
@@ -111,11 +112,18 @@ class Terminal:
         self._pos = match.end()
         return match
 
-    async def exit_code(self, timeout_s: float = 15.0) -> int:
-        """Read to the end and return the exit status."""
+    async def exit_code(self, timeout_s: float = 30.0) -> int:
+        """Read to the end and return the exit status. A client still running then is made
+        to print its threads' stacks (faulthandler, on SIGABRT), which the failure shows."""
         deadline = time.monotonic() + timeout_s
         while not self._eof and time.monotonic() < deadline:
             await asyncio.to_thread(self._read, 0.2)
+        if self.process.poll() is None and not self._eof:
+            self.process.send_signal(signal.SIGABRT)
+            with contextlib.suppress(AssertionError):
+                await self.expect(r"Current thread|Thread 0x", timeout_s=5.0)
+            await asyncio.to_thread(self._read, 1.0)
+            raise AssertionError(f"the client did not exit; screen:\n{self.screen}")
         return await asyncio.to_thread(self.process.wait, 30)
 
     async def close(self) -> None:
