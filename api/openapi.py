@@ -11,27 +11,21 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
-from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
-from api.errors import (
-    ERROR_RESPONSES,
-    OPENAI_ERROR_RESPONSES,
-    OPENAI_PREFIX,
-    ErrorBody,
-    OpenAIErrorBody,
-)
+from api.errors import ERROR_RESPONSES, OPENAI_ERROR_RESPONSES, OPENAI_PREFIX
 from api.open_responses.model_names import MODEL_PATTERN
 
 __all__ = ["openapi_document"]
 
-_ERRORS: tuple[tuple[str, type[BaseModel], dict[int | str, dict[str, Any]]], ...] = (
-    ("/api/v1/", ErrorBody, ERROR_RESPONSES),
-    (OPENAI_PREFIX, OpenAIErrorBody, OPENAI_ERROR_RESPONSES),
+_ERRORS: tuple[tuple[str, dict[int | str, dict[str, Any]]], ...] = (
+    ("/api/v1/", ERROR_RESPONSES),
+    (OPENAI_PREFIX, OPENAI_ERROR_RESPONSES),
 )
-"""The errors documented on every route under each prefix, and their body. Added to the
-document, not declared on the routes: FastAPI builds a pydantic field for each response a
-route declares, again for every app (each test makes one)."""
+"""The errors documented on every route under each prefix. Added to the document, not
+declared on the routes: FastAPI builds a pydantic field for each response a route declares,
+again for every app (each test makes one)."""
+_SCHEMA_REF = "#/components/schemas/{model}"
 
 _CHATS = "/api/v1/chats"
 _CHAT = f"{_CHATS}/{{chat_id}}"
@@ -108,31 +102,31 @@ def openapi_document(
 
 
 def _document_errors(schema: dict[str, Any]) -> None:
-    """Each route's error responses (`_ERRORS`), where the route doesn't declare its own, in
-    the order of their status codes."""
+    """Each route's error responses (`_ERRORS`), where the route doesn't declare its own;
+    its responses then in the order of their status codes."""
+    bodies = dict.fromkeys(error["model"] for _, errors in _ERRORS for error in errors.values())
     _, definitions = models_json_schema(
-        [(body, "serialization") for _, body, _ in _ERRORS],
-        ref_template="#/components/schemas/{model}",
+        [(body, "serialization") for body in bodies], ref_template=_SCHEMA_REF
     )
     components = schema.setdefault("components", {}).setdefault("schemas", {})
     for name, definition in definitions.get("$defs", {}).items():
         components.setdefault(name, definition)
     for path, operations in schema["paths"].items():
-        for prefix, body, errors in _ERRORS:
+        for prefix, errors in _ERRORS:
             if not path.startswith(prefix):
                 continue
-            content = {"application/json": {"schema": {"$ref": _ref(body)}}}
             for operation in operations.values():
                 responses = operation["responses"]
                 for status, error in errors.items():
+                    ref = _SCHEMA_REF.format(model=error["model"].__name__)
                     responses.setdefault(
-                        str(status), {"description": error["description"], "content": content}
+                        str(status),
+                        {
+                            "description": error["description"],
+                            "content": {"application/json": {"schema": {"$ref": ref}}},
+                        },
                     )
                 operation["responses"] = dict(sorted(responses.items()))
-
-
-def _ref(model: type[BaseModel]) -> str:
-    return f"#/components/schemas/{model.__name__}"
 
 
 def _drop_assumed_validation_errors(schema: dict[str, Any]) -> None:

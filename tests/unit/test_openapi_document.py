@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from api.app import GatewayConfig, create_app
+from api.errors import ERROR_RESPONSES, OPENAI_ERROR_RESPONSES
 from chatd.settings import TemporalSettings
 
 
@@ -66,3 +67,35 @@ def test_a_created_chat_links_to_its_routes(document: dict[str, Any]) -> None:
         "chat_id": "$request.path.chat_id",
         "queued_id": "$response.body#/message_id",
     }
+
+
+@pytest.mark.parametrize(
+    ("prefix", "errors", "body"),
+    [
+        ("/api/v1/", ERROR_RESPONSES, "ErrorBody"),
+        ("/v1/", OPENAI_ERROR_RESPONSES, "OpenAIErrorBody"),
+    ],
+)
+def test_every_route_documents_its_errors(
+    document: dict[str, Any], prefix: str, errors: dict[int | str, Any], body: str
+) -> None:
+    """Each status of its prefix's errors; a 401 (which no route declares itself) with the
+    prefix's error body."""
+    assert body in document["components"]["schemas"]
+    operations = [
+        operation
+        for path, item in document["paths"].items()
+        if path.startswith(prefix)
+        for operation in item.values()
+    ]
+    assert operations
+    for operation in operations:
+        responses = operation["responses"]
+        assert {str(status) for status in errors} <= set(responses)
+        schema = responses["401"]["content"]["application/json"]["schema"]
+        assert schema == {"$ref": f"#/components/schemas/{body}"}
+
+
+def test_a_routes_own_error_description_stands(document: dict[str, Any]) -> None:
+    responses = _operation(document, "/usage", "get")["responses"]
+    assert responses["400"]["description"].startswith("a bad `group_by`")
