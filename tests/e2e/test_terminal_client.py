@@ -112,7 +112,7 @@ class Terminal:
         self._pos = match.end()
         return match
 
-    async def exit_code(self, timeout_s: float = 30.0) -> int:
+    async def exit_code(self, timeout_s: float = 15.0) -> int:
         """Read to the end and return the exit status. A client still running then is made
         to print its threads' stacks (faulthandler, on SIGABRT), which the failure shows."""
         deadline = time.monotonic() + timeout_s
