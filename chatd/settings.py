@@ -38,6 +38,18 @@ def console_enabled() -> bool:
     return os.environ.get("CHATD_CONSOLE", "").lower() in ("1", "true", "yes")
 
 
+def workflow_sandbox_enabled() -> bool:
+    """CHATD_WORKFLOW_SANDBOX (default off): run workflow code in Temporal's sandbox.
+
+    The sandbox re-imports a workflow's module for every run and compiles a statement for
+    every activation and command payload, a large share of a busy worker's CPU
+    (bench/README.md, concurrency.py). What it guards is
+    the determinism of chatd's own workflow code, which the test suite runs sandboxed
+    (`tests/conftest.py` turns it on), so a deployed worker runs code that passed it.
+    """
+    return _flag(os.environ.get("CHATD_WORKFLOW_SANDBOX"))
+
+
 def temporal_ui_url() -> str | None:
     """CHATD_TEMPORAL_UI_URL: the Temporal UI the console links a turn's workflow to."""
     return os.environ.get("CHATD_TEMPORAL_UI_URL") or None

@@ -29,6 +29,11 @@ from chatd.store.db import migrate
 settings.register_profile("chatd", deadline=None)
 settings.load_profile("chatd")
 
+# Every test's worker, in process or a child, runs workflow code in Temporal's sandbox: a
+# deployed worker runs without it (its CPU), so the suite is where its checks of the
+# workflows' determinism are made.
+os.environ.setdefault("CHATD_WORKFLOW_SANDBOX", "1")
+
 
 @pytest.fixture(autouse=True)
 def _heap_frozen_after_each_test() -> Iterator[None]:

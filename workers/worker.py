@@ -20,10 +20,12 @@ from temporalio.worker import (
     Plugin,
     Replayer,
     ReplayerConfig,
+    UnsandboxedWorkflowRunner,
     Worker,
     WorkflowReplayResult,
 )
 from temporalio.worker import WorkerConfig as TemporalWorkerConfig
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities.agents import AgentActivities
 from activities.approvals import ApprovalActivities
@@ -39,7 +41,12 @@ from chatd.prices import Prices, load_prices
 from chatd.providers import import_sdks
 from chatd.reconciler import Reconciler
 from chatd.retention import Retention, RetentionSettings
-from chatd.settings import ProviderSettings, ReconcilerSettings, worker_max_activities
+from chatd.settings import (
+    ProviderSettings,
+    ReconcilerSettings,
+    worker_max_activities,
+    workflow_sandbox_enabled,
+)
 from chatd.store.db import connect_pool
 from chatd.store.listen_hub import ListenHub
 from chatd.store.turns import INTERRUPT_CHANNEL
@@ -89,6 +96,8 @@ class WorkerConfig:
     sticky_queue_timeout: timedelta = timedelta(seconds=2)
     """How long a turn's next workflow task waits for this worker before any worker may take
     it (a dead worker's turn stalls this long)."""
+    workflow_sandbox: bool = field(default_factory=workflow_sandbox_enabled)
+    """Whether workflow code runs in Temporal's sandbox (`CHATD_WORKFLOW_SANDBOX`)."""
     stream_timeouts: StreamTimeouts = field(default_factory=StreamTimeouts)
     generate_titles: bool = True
     reconciler: ReconcilerSettings = field(default_factory=ReconcilerSettings.from_env)
@@ -211,6 +220,9 @@ def tuned_worker(
         max_concurrent_activities=config.max_concurrent_activities,
         max_concurrent_workflow_tasks=config.max_concurrent_workflow_tasks,
         workflow_task_executor=workflow_threads,
+        workflow_runner=(
+            SandboxedWorkflowRunner() if config.workflow_sandbox else UnsandboxedWorkflowRunner()
+        ),
         max_cached_workflows=config.max_cached_workflows,
         sticky_queue_schedule_to_start_timeout=config.sticky_queue_timeout,
         plugins=[BackgroundPlugin(*background, ThreadsShutDown(workflow_threads))],

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 from harness import Stack, StackFactory
 from support.names import model_name
-from temporalio.worker import Worker
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 import api.sending
 from chatd.fake_provider.script import FakeResponse, FakeText, FakeToolCall, FakeUsage
@@ -117,6 +118,45 @@ async def test_a_two_step_turn_runs_a_built_in_tool_and_answers(stack: Stack) ->
         if block.get("type") == "tool_result"
     ]
     assert [b["tool_use_id"] for b in sent_results] == [call["id"]]
+
+
+async def test_the_suites_workers_run_workflows_in_the_sandbox(stack: Stack) -> None:
+    assert stack.worker is not None
+    assert isinstance(stack.worker.config()["workflow_runner"], SandboxedWorkflowRunner)
+
+
+async def test_a_deployed_worker_runs_a_tool_turn_outside_the_sandbox(
+    make_stack: StackFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The production default (`CHATD_WORKFLOW_SANDBOX` unset): every move of a tool turn,
+    and its continuation into a queued message, on the unsandboxed runner."""
+    monkeypatch.delenv("CHATD_WORKFLOW_SANDBOX")
+    model = _model(provider="anthropic")
+    responses = [
+        FakeResponse(parts=[FakeToolCall(name="current_time")]),
+        FakeResponse(parts=[FakeText(text="It is now.")]),
+        FakeResponse(parts=[FakeText(text="Still now.")]),
+    ]
+    async with make_stack() as stack:
+        assert stack.worker is not None
+        assert isinstance(stack.worker.config()["workflow_runner"], UnsandboxedWorkflowRunner)
+        stack.fake.script(model["name"], responses)
+        chat = await stack.create_chat(model=model)
+        await stack.send(chat["id"], "What time is it?")
+        await stack.send(chat["id"], "And now?")
+        await stack.events_until(
+            chat["id"], lambda e: e.event == "message" and _texts(e.data) == "Still now."
+        )
+        await stack.wait_status(chat["id"], "waiting", after=0)
+        messages = await stack.messages(chat["id"])
+    assert [m["role"] for m in messages] == [
+        "user", "assistant", "tool", "assistant", "user", "assistant"
+    ]  # fmt: skip
+    assert messages[2]["parts"][0]["is_error"] is False
+    assert [_texts(m) for m in messages if m["role"] == "assistant"][1:] == [
+        "It is now.",
+        "Still now.",
+    ]
 
 
 async def test_a_message_sent_during_a_turn_is_queued_and_runs_next(stack: Stack) -> None:
