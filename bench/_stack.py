@@ -158,7 +158,9 @@ async def services(
         say(f"starting Temporal dev server ({temporal.db_path or 'in memory'})")
         await asyncio.to_thread(temporal.start)
         fake.start()
-        database_url = await asyncio.to_thread(postgres.create_database, "bench")
+        await asyncio.to_thread(postgres.create_database, "bench")
+        # Over the unix socket, as `chatd dev`'s own worker and gateway reach its Postgres.
+        database_url = postgres.socket_dsn_for("bench")
         say(f"services up: postgres :{postgres.port}, temporal {temporal.address}, "
             f"fake provider {fake.base_url}")  # fmt: skip
         yield Services(postgres, temporal, fake, database_url)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import signal
@@ -9,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -140,6 +142,9 @@ def test_chatd_dev_runs_a_demo_chat_stops_cleanly_and_resumes(tmp_path: Path) ->
         chat_id, messages = _chat_turn(base, key, "hello there")
         assert [m["role"] for m in messages] == ["user", "assistant"]
         assert "[demo model]" in str(messages[1]["parts"])
+        database_url = (tmp_path / "data" / "database_url").read_text().strip()
+        transports = _transports(database_url)
+        assert transports["tcp"] == 0 and transports["unix"] > 0, transports
         children = _children(first)
         assert children, "Postgres and Temporal run as child processes"
         first.send_signal(signal.SIGINT)
@@ -179,6 +184,23 @@ def test_chatd_dev_runs_a_demo_chat_stops_cleanly_and_resumes(tmp_path: Path) ->
             assert int(frozen) > 100_000, "the provider SDKs are imported before the freeze"
             _, joined = _chat_turn(base, key, "served by a joined worker")
         assert [m["role"] for m in joined] == ["user", "assistant"]
+
+
+def _transports(dsn: str) -> Counter[str]:
+    """The connections of `chatd dev`'s worker and gateway to its Postgres, by transport
+    (this check's own aside): a unix socket's have no client address."""
+
+    async def read() -> list[asyncpg.Record]:
+        connection = await asyncpg.connect(dsn)
+        try:
+            return await connection.fetch(
+                "SELECT client_addr IS NULL AS unix FROM pg_stat_activity"
+                " WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()"
+            )
+        finally:
+            await connection.close()
+
+    return Counter("unix" if row["unix"] else "tcp" for row in asyncio.run(read()))
 
 
 def _dev_args(root: Path) -> tuple[list[str], int]:

@@ -100,8 +100,11 @@ async def test_postgres_survives_restart_crash_and_stale_pidfile(scratch_dir: Pa
         await conn.execute("CREATE TABLE t (v text); INSERT INTO t VALUES ('before')")
         await conn.close()
 
-        sock_conn = await asyncpg.connect(server.socket_dsn)
-        assert await sock_conn.fetchval("SELECT 1") == 1
+        sock_conn = await asyncpg.connect(server.socket_dsn_for("chaos"))
+        assert await sock_conn.fetchval("SELECT current_database()") == "chaos"
+        assert await sock_conn.fetchval(
+            "SELECT client_addr IS NULL FROM pg_stat_activity WHERE pid = pg_backend_pid()"
+        ), "connected over the unix socket, not TCP"
         await sock_conn.close()
 
         port = server.port
