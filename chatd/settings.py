@@ -43,9 +43,9 @@ def workflow_sandbox_enabled() -> bool:
 
     The sandbox re-imports a workflow's module for every run and compiles a statement for
     every activation and command payload, a large share of a busy worker's CPU
-    (bench/README.md, concurrency.py). What it guards is
-    the determinism of chatd's own workflow code, which the test suite runs sandboxed
-    (`tests/conftest.py` turns it on), so a deployed worker runs code that passed it.
+    (bench/README.md, concurrency.py). What it guards is the determinism of chatd's own
+    workflow code, which the test suite runs sandboxed (`tests/conftest.py` turns it on):
+    a deployed worker runs code that passed it.
     """
     return _flag(os.environ.get("CHATD_WORKFLOW_SANDBOX"))
 
