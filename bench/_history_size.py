@@ -14,7 +14,7 @@ from chatd.parts import Role, TextPart
 from chatd.store.transcript import TranscriptStore
 from workflows.constants import workflow_id
 
-__all__ = ["event_kinds", "history_per_step", "payload_bytes"]
+__all__ = ["HistorySize", "event_kinds", "history_per_step", "payload_bytes"]
 
 FILLER = "Seeded transcript text, long enough to notice if it ever lands in history. " * 6
 
@@ -72,8 +72,14 @@ def model_steps(history: WorkflowHistory) -> int:
     )
 
 
-async def history_per_step(stack: BenchStack, model: str, messages: int) -> dict[str, float]:
-    """Seed a chat with `messages` messages, run one more turn, size that run's history.
+HistorySize = dict[str, float]
+
+
+async def history_per_step(
+    stack: BenchStack, model: str, messages: int
+) -> tuple[HistorySize, tuple[int, ...]]:
+    """Seed a chat with `messages` messages, run one more turn, size that run's history; and
+    its `event_kinds`, the path it took.
 
     The chat has a title: a title activity would end before or after the run closes, and
     its events would be in one history and not the other.
@@ -88,9 +94,10 @@ async def history_per_step(stack: BenchStack, model: str, messages: int) -> dict
     history = await handle.fetch_history()
     steps = max(1, model_steps(history))
     proto = payload_bytes(history)
-    return {
+    size = {
         "events": len(history.events),
         "steps": steps,
         "proto_per_step": proto / steps,
         "json_per_step": len(history.to_json()) / steps,
     }
+    return size, event_kinds(history)
