@@ -8,6 +8,7 @@ the Temporal server and the fake provider. Everything is torn down when it exits
 from __future__ import annotations
 
 import asyncio
+import sys
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -220,6 +221,8 @@ async def running_stack(
     if prices is not None:
         config.prices = prices
     async with AsyncExitStack() as resources:
+        watch = TeardownWatch()
+        resources.callback(watch.stop)  # the last to run
         pool = await connect_pool(database_url)
         resources.push_async_callback(pool.close)
         client = await connect_temporal(settings)
@@ -247,7 +250,33 @@ async def running_stack(
         other = await resources.enter_async_context(_owner(base_url, other_key, http_timeout_s))
         if worker is not None:
             await resources.enter_async_context(worker)
+        resources.callback(watch.start)  # the first to run
         yield Stack(http, other, fake, pool, client, task_queue, base_url, key, worker)
+
+
+class TeardownWatch:
+    """Prints every asyncio task's stack when a stack's teardown (the worker's shutdown, the
+    gateway's stop, the pool's close) is still running after `REPORT_AFTER_S`: one hung in
+    CI until pytest's timeout, which shows the threads' stacks and not the tasks'."""
+
+    REPORT_AFTER_S = 60.0
+
+    def __init__(self) -> None:
+        self._timer: asyncio.TimerHandle | None = None
+
+    def start(self) -> None:
+        self._timer = asyncio.get_running_loop().call_later(self.REPORT_AFTER_S, self._report)
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+
+    def _report(self) -> None:
+        after = f"{self.REPORT_AFTER_S:.0f} s"
+        print(f"the stack's teardown is still running after {after}; its tasks:", file=sys.stderr)
+        for task in asyncio.all_tasks():
+            print(f"--- {task.get_name()}: {task.get_coro()!r}", file=sys.stderr)
+            task.print_stack(file=sys.stderr)
 
 
 async def _serve(resources: AsyncExitStack, config: GatewayConfig) -> str:
