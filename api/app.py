@@ -40,6 +40,7 @@ from chatd.settings import TemporalSettings, console_enabled, temporal_ui_url
 from chatd.store.db import connect_pool
 from chatd.store.events import NOTIFY_CHANNEL
 from chatd.store.listen_hub import ListenHub
+from chatd.store.recent_events import RecentEvents
 from chatd.temporal_client import connect_temporal
 
 __all__ = ["GatewayConfig", "create_app"]
@@ -79,7 +80,12 @@ def create_app(config: GatewayConfig) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         pool = await connect_pool(config.database_url)
         stream_pool = await connect_pool(config.database_url, min_size=1, max_size=10)
-        hub = ListenHub(config.database_url, NOTIFY_CHANNEL, wake_all_on_reconnect=True)
+        hub = ListenHub(
+            config.database_url,
+            NOTIFY_CHANNEL,
+            wake_all_on_reconnect=True,
+            recent=RecentEvents(),
+        )
         await hub.start()
         client = await connect_temporal(config.temporal)
         app.state.gateway = GatewayState(

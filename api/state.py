@@ -58,7 +58,7 @@ class GatewayState:
         self.transcript = TranscriptStore(self.pool)
         self.turns = TurnStore(self.pool)
         self.events = EventLog(self.stream_pool)
-        self.stream_reads = SharedReads(self.events)
+        self.stream_reads = SharedReads(self.events, self.hub.recent)
         self.keys = KeyStore(self.pool)
         self.decisions = ToolDecisionStore(self.pool)
         quotas = QuotaStore(self.pool)

@@ -14,6 +14,7 @@ import uuid
 from dataclasses import dataclass
 
 from chatd.store.events import ChatEvent, EventLog
+from chatd.store.recent_events import RecentEvents
 
 __all__ = ["Batch", "SharedReads"]
 
@@ -46,8 +47,11 @@ class SharedReads:
     when the stream cleared its wake-up flag: the query then sees at least what one of the
     stream's own would have."""
 
-    def __init__(self, events: EventLog) -> None:
+    def __init__(self, events: EventLog, recent: RecentEvents | None = None) -> None:
+        """`recent`: the events notified lately, answered from without a query when they
+        are all the stream lacks."""
         self._events = events
+        self._recent = recent
         self._ticks = itertools.count()
         self._reads: dict[tuple[uuid.UUID, int], _Read] = {}
 
@@ -74,7 +78,8 @@ class SharedReads:
 
     async def _read(self, read: _Read, chat_id: uuid.UUID, cursor: int) -> Batch:
         read.sent = self.mark()
-        page = await self._events.read_page(chat_id, cursor)
+        notified = self._recent.after(chat_id, cursor) if self._recent is not None else None
+        page = notified if notified is not None else await self._events.read_page(chat_id, cursor)
         if not page.events:
             return Batch("", cursor, more=False)
         return Batch("".join(_frame(e) for e in page.events), page.events[-1].seq, page.more)

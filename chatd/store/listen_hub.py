@@ -16,6 +16,8 @@ from typing import Any
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
+from chatd.store.recent_events import RecentEvents
+
 __all__ = ["ListenHub"]
 
 log = logging.getLogger("chatd.store.listen_hub")
@@ -25,9 +27,19 @@ _RECONNECT_DELAY_S = 1.0
 class ListenHub:
     """Wakes the subscribers of a key (the UUID a notification's payload starts with)."""
 
-    def __init__(self, dsn: str, channel: str, *, wake_all_on_reconnect: bool) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        channel: str,
+        *,
+        wake_all_on_reconnect: bool,
+        recent: RecentEvents | None = None,
+    ) -> None:
         """`wake_all_on_reconnect`: notifications sent while the connection was down are lost;
-        wake everyone so they look again (right for "re-read the log", wrong for "stop")."""
+        wake everyone so they look again (right for "re-read the log", wrong for "stop").
+        `recent` keeps the events notified for the keys subscribed to, taken in before their
+        subscribers wake."""
+        self.recent = recent
         self._dsn = dsn
         self._channel = channel
         self._wake_all_on_reconnect = wake_all_on_reconnect
@@ -64,6 +76,8 @@ class ListenHub:
                 waiters.discard(wake)
                 if not waiters:
                     del self._subscribers[key]
+                    if self.recent is not None:
+                        self.recent.forget(key)
 
     @property
     def subscriber_count(self) -> int:
@@ -84,8 +98,12 @@ class ListenHub:
         _channel: str,
         payload: object,
     ) -> None:
-        key = uuid.UUID(str(payload).split(":", 1)[0])
-        for wake in self._subscribers.get(key, ()):
+        head, _, rest = str(payload).partition(":")
+        key = uuid.UUID(head)
+        waiters = self._subscribers.get(key, ())
+        if waiters and self.recent is not None:
+            self.recent.add(key, rest)
+        for wake in waiters:
             wake.set()
 
     async def _supervise(self) -> None:
@@ -99,6 +117,8 @@ class ListenHub:
                     break
                 except (OSError, asyncpg.PostgresError):
                     await asyncio.sleep(_RECONNECT_DELAY_S)
+            if self.recent is not None:
+                self.recent.clear()
             if not self._wake_all_on_reconnect:
                 continue
             for waiters in self._subscribers.values():

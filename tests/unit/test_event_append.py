@@ -4,6 +4,7 @@ events with `chatd_message_event`: one numbering, one notification, one event sh
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from datetime import UTC, datetime, timedelta, timezone
 
@@ -71,9 +72,18 @@ async def test_every_writer_numbers_and_notifies_alike(
     ], start=1))  # fmt: skip
     assert [e.event for e in (await log.read_page(other, 0)).events] == ["a", "b"]
     assert await log.last_seq(chat_id) == 12
-    assert sorted(notified) == sorted(
+    heads = [":".join(payload.split(":", 2)[:2]) for payload in notified]
+    assert sorted(heads) == sorted(
         [f"{chat_id}:{n}" for n in (3, 4, 6, 7, 9, 10, 12)] + [f"{other}:2"]
     )
+    # Each notification carries its events (all fit here), as the log has them.
+    stored = {(c, e.seq): (e.event, e.data) for c in (chat_id, other) for e in
+              (await log.read_page(c, 0)).events}  # fmt: skip
+    for payload in notified:
+        chat, last, body = payload.split(":", 2)
+        first, _at, names, data = json.loads(body)
+        seqs = range(first, int(last) + 1)
+        assert [stored[uuid.UUID(chat), seq] for seq in seqs] == list(zip(names, data, strict=True))
 
 
 async def test_message_events_are_message_event_of_the_stored_message(pool: asyncpg.Pool) -> None:

@@ -159,7 +159,7 @@ async def test_a_childs_status_and_title_reach_its_parents_stream(
         await chats.update_settings(child.id, "o", tool_policy={"x": "deny"})  # neither
         await chats.update_settings(child.id, "o", title="renamed")
         last_seq = await EventLog(pool).last_seq(root.id)
-        while f"{root.id}:{last_seq}" not in notified:
+        while not any(p.startswith(f"{root.id}:{last_seq}:") for p in notified):
             newest.clear()
             await asyncio.wait_for(newest.wait(), 10)
     finally:
