@@ -19,9 +19,10 @@ from chatd.store.events import ChatEvent, EventPage
 
 __all__ = ["KEPT_PER_CHAT", "RecentEvents"]
 
-KEPT_PER_CHAT = 128
-"""Events kept per chat (each notification is under 8 kB: together, within a read's limits,
-`events.READ_BATCH_EVENTS` and `READ_BATCH_BYTES`): a stream further behind reads from the log."""
+KEPT_PER_CHAT = 32
+"""Events kept per chat: a woken stream lacks only those since its last read, a handful, and
+a gateway keeps this many for every chat it streams. A stream further behind reads from the
+log. (Each notification is under 8 kB: together, within a read's limits.)"""
 
 
 class RecentEvents:
