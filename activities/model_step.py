@@ -156,9 +156,9 @@ class ModelStepActivities:
                     raise ApplicationError(f"chat {chat_id} not found", non_retryable=True)
                 tools = await self._catalog.for_turn(chat, input.turn_id)
                 if done is not None:
+                    if (unbegun := await begin.unbegun()) is not None:
+                        return unbegun
                     began = await begin.result()
-                    if began is not None and not began.started:
-                        return StreamStepResult(message_id=None, began=began)
                     summary = await self._checked(
                         tools, input, self._summary(tools, done, interrupted=False), done.parts
                     )
@@ -167,9 +167,9 @@ class ModelStepActivities:
                 request = self._request(tools, config, context, input.opens_response)
                 allowed = await self._allowance(request, input, budgets)
                 if allowed.pending is not None:
+                    if (unbegun := await begin.unbegun()) is not None:
+                        return unbegun
                     began = await begin.result()
-                    if began is not None and not began.started:
-                        return StreamStepResult(message_id=None, began=began)
                     log.info("step paused on a budget: %s", allowed.pending.model_dump_json())
                     return StreamStepResult(
                         message_id=None, pending_budget=allowed.pending, began=began
@@ -225,9 +225,8 @@ class ModelStepActivities:
         turn did not begin after all, nothing (the stream is dropped before its first delta
         is published)."""
         if input.attempt > 1 or activity.info().attempt > 1:
-            began = await begin.result()
-            if began is not None and not began.started:
-                return StreamStepResult(message_id=None, began=began)
+            if (unbegun := await begin.unbegun()) is not None:
+                return unbegun
             publisher.add("reset", {"turn_id": input.turn_id, "step": input.step})
         spend.estimate()  # written while the request goes out
         log.info(
@@ -242,7 +241,7 @@ class ModelStepActivities:
             return await _unless_stopped(stream, interrupt_requested)
         except _NotBegun as not_begun:
             await _completed_despite_cancel(spend.stopped(accumulator))
-            return StreamStepResult(message_id=None, began=not_begun.began)
+            return not_begun.result
         except ProviderError as err:
             await publisher.drain()
             await spend.failed(accumulator)
@@ -433,9 +432,8 @@ class ModelStepActivities:
                     elapsed_ms = (time.monotonic() - started) * 1000
                     METRICS.time_to_first_token.record(elapsed_ms, {"model": model})
                     first = False
-                    began = await begin.result()  # no delta of a turn that did not begin
-                    if began is not None and not began.started:
-                        raise _NotBegun(began)
+                    if (unbegun := await begin.unbegun()) is not None:
+                        raise _NotBegun(unbegun)  # no delta of a turn that did not begin
                 if isinstance(event, PartDelta):
                     accumulator.apply(event)
                     publisher.add(
@@ -503,9 +501,9 @@ class ModelStepActivities:
     ) -> StreamStepResult:
         """Persist the partial step and an interrupted result for each of its tool calls
         (none if the turn did not begin after all)."""
+        if (unbegun := await begin.unbegun()) is not None:
+            return unbegun
         began = await begin.result()
-        if began is not None and not began.started:
-            return StreamStepResult(message_id=None, began=began)
         await publisher.drain()
         parts = accumulator.parts()
         if not parts:
@@ -624,6 +622,14 @@ class _TurnBegin:
         _chat, began = await _completed_despite_cancel(self._write)
         return began
 
+    async def unbegun(self) -> StreamStepResult | None:
+        """The step's result if its turn did not begin after all (its message went, or
+        another run took it): the step then streams and saves nothing. None otherwise."""
+        began = await self.result()
+        if began is None or began.started:
+            return None
+        return StreamStepResult(message_id=None, began=began)
+
     async def ended(self) -> None:
         """Wait until the write has ended, however the step ends. A failure the step did
         not read (it failed first) is not raised over the step's own."""
@@ -635,12 +641,12 @@ class _TurnBegin:
 
 
 class _NotBegun(Exception):
-    """The step's turn did not begin (its message went, or another run took it): the
-    stream is dropped before its first delta is published."""
+    """The step's turn did not begin (`_TurnBegin.unbegun`): the stream is dropped before
+    its first delta is published."""
 
-    def __init__(self, began: BeginTurnResult) -> None:
+    def __init__(self, result: StreamStepResult) -> None:
         super().__init__("the turn did not begin")
-        self.began = began
+        self.result = result
 
 
 class _InterruptRequested(Exception):
