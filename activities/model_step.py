@@ -201,7 +201,7 @@ class ModelStepActivities:
                 )
                 if isinstance(sent, StreamStepResult):
                     return sent
-                began = await begin.result()  # committed before the first delta was published
+                began = await begin.result()  # committed before the request went out
         # The stream is complete: an interrupt arriving now finds the whole step, kept as is.
         # Its settled cost goes in first: a crash between the two streams the step again,
         # which is billed again.
@@ -222,11 +222,12 @@ class ModelStepActivities:
         interrupt_requested: asyncio.Event | None,
     ) -> StepFinish | StreamStepResult:
         """Stream the step: its finish, or the partial step an interrupt kept; or, if the
-        turn did not begin after all, nothing (the stream is dropped before its first delta
-        is published)."""
+        turn did not begin after all, nothing."""
+        # Not before the turn has begun: a message deleted meanwhile (or taken by another
+        # run) must not cost a request.
+        if (unbegun := await begin.unbegun()) is not None:
+            return unbegun
         if input.attempt > 1 or activity.info().attempt > 1:
-            if (unbegun := await begin.unbegun()) is not None:
-                return unbegun
             publisher.add("reset", {"turn_id": input.turn_id, "step": input.step})
         spend.estimate()  # written while the request goes out
         log.info(
@@ -237,11 +238,8 @@ class ModelStepActivities:
             input.attempt,
         )
         try:
-            stream = self._stream(request, accumulator, publisher, begin)
+            stream = self._stream(request, accumulator, publisher)
             return await _unless_stopped(stream, interrupt_requested)
-        except _NotBegun as not_begun:
-            await _completed_despite_cancel(spend.stopped(accumulator))
-            return not_begun.result
         except ProviderError as err:
             await publisher.drain()
             await spend.failed(accumulator)
@@ -417,7 +415,6 @@ class ModelStepActivities:
         request: ModelRequest,
         accumulator: StepAccumulator,
         publisher: DeltaPublisher,
-        begin: _TurnBegin,
     ) -> StepFinish:
         model = request.model.label
         with TRACER.start_as_current_span(
@@ -432,8 +429,6 @@ class ModelStepActivities:
                     elapsed_ms = (time.monotonic() - started) * 1000
                     METRICS.time_to_first_token.record(elapsed_ms, {"model": model})
                     first = False
-                    if (unbegun := await begin.unbegun()) is not None:
-                        raise _NotBegun(unbegun)  # no delta of a turn that did not begin
                 if isinstance(event, PartDelta):
                     accumulator.apply(event)
                     publisher.add(
@@ -607,9 +602,9 @@ async def _completed_despite_cancel(work: Awaitable[T]) -> T:
 
 
 class _TurnBegin:
-    """A first step's begin of its turn, written while the step's request goes out (the
-    request needs only reads): its result is awaited before the step publishes its first
-    delta or returns, so no client sees a delta of a turn that did not begin."""
+    """A first step's begin of its turn, written while the step reads its chat, context and
+    budgets: its result is awaited before the request goes out and before the step
+    returns, however it ends."""
 
     def __init__(self, write: Awaitable[tuple[ChatRecord | None, BeginTurnResult]] | None) -> None:
         self._write = asyncio.ensure_future(write) if write is not None else None
@@ -638,15 +633,6 @@ class _TurnBegin:
         await _completed_despite_cancel(asyncio.wait({self._write}))
         if not self._write.cancelled():
             self._write.exception()
-
-
-class _NotBegun(Exception):
-    """The step's turn did not begin (`_TurnBegin.unbegun`): the stream is dropped before
-    its first delta is published."""
-
-    def __init__(self, result: StreamStepResult) -> None:
-        super().__init__("the turn did not begin")
-        self.result = result
 
 
 class _InterruptRequested(Exception):

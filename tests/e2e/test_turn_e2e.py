@@ -295,56 +295,6 @@ async def test_a_first_steps_context_has_its_message_once_before_or_after_the_pr
     assert all(texts(c) == ["earlier", "now", "raced"] for c in contexts)
 
 
-async def test_a_first_steps_request_goes_out_while_its_turn_begins_and_its_deltas_wait(
-    stack: Stack,
-) -> None:
-    """The begin's commit is not on the way of the provider's request (the request needs
-    only reads); no delta of the turn is published before the turn has begun. The begin is
-    held here by a trigger on its promotion of the message, which waits on a lock the test
-    holds: the delta writes don't touch that row."""
-    model = _model()
-    answer = "Asked while the turn began."
-    stack.fake.script(model["name"], [FakeResponse(parts=[FakeText(text=answer, chunk_size=5)])])
-    chat = await stack.create_chat(model=model)
-    chat_id = uuid.UUID(chat["id"])
-    lock = await stack.pool.fetchval("SELECT hashtext($1::text)", str(chat_id))
-    trigger = f"hold_begin_{chat_id.hex}"
-    await stack.pool.execute(
-        f"""CREATE FUNCTION {trigger}() RETURNS trigger LANGUAGE plpgsql AS $$
-            BEGIN PERFORM pg_advisory_lock_shared({lock});
-                  PERFORM pg_advisory_unlock_shared({lock}); RETURN NEW; END $$;
-            CREATE TRIGGER {trigger} BEFORE UPDATE OF promoted_at ON queued_messages
-            FOR EACH ROW WHEN (NEW.chat_id = '{chat_id}' AND OLD.promoted_at IS NULL)
-            EXECUTE FUNCTION {trigger}();"""
-    )
-    try:
-        async with stack.pool.acquire() as holder:
-            await holder.execute("SELECT pg_advisory_lock($1)", lock)
-            send = asyncio.create_task(stack.send(chat["id"], "Begin while you ask."))
-            async with asyncio.timeout(30):
-                while not stack.fake.requests(model["name"]):  # noqa: ASYNC110 (another thread)
-                    await asyncio.sleep(0.01)
-            await asyncio.sleep(0.5)  # the provider's stream reaches the worker meanwhile
-            published = await stack.pool.fetchval(
-                "SELECT count(*) FROM chat_events WHERE chat_id = $1 AND event = 'message_part'",
-                chat_id,
-            )
-            assert published == 0, "deltas were published before the turn began"
-            assert (await stack.http.get(f"/chats/{chat_id}")).json()["status"] != "running"
-            await holder.execute("SELECT pg_advisory_unlock($1)", lock)
-        assert (await asyncio.wait_for(send, 30))["queued"] is False
-        events = await stack.wait_status(chat["id"], "waiting")
-    finally:
-        await stack.pool.execute(
-            f"DROP TRIGGER IF EXISTS {trigger} ON queued_messages; DROP FUNCTION {trigger}()"
-        )
-    running = next(
-        i for i, e in enumerate(events) if e.event == "status" and e.data["status"] == "running"
-    )
-    assert running < next(i for i, e in enumerate(events) if e.event == "message_part")
-    assert "".join(e.data["part"]["text"] for e in events if e.event == "message_part") == answer
-
-
 async def test_message_events_finished_in_sql_are_the_ones_python_writes(stack: Stack) -> None:
     """Beginning a turn builds the user message's `message` event in SQL, and saving a step
     sets its event's id and time there: each must be what `message_event` makes of the
