@@ -133,32 +133,26 @@ class ModelStepActivities:
         # heard from the start. Not sooner unless begun late: the server's timeout timer,
         # reset by a beat just after the start, fires about a second late, so an early beat
         # slows the resume of a step killed in its first second (bench/chaos.py).
-        async with (
-            heartbeating(LIVENESS_EVERY_S, first=first_liveness_beat()),
-            self._turn_begin(chat_id, input) as (begin, chat_read),
-        ):
+        async with heartbeating(LIVENESS_EVERY_S, first=first_liveness_beat()):
             with self._interrupt_requests(input.turn_id) as interrupt_requested:
                 step_key = StepKey.assistant(input.step)
-                # Read together (the turn's begin is written meanwhile): the chat, whether a
-                # lost attempt saved this step already, and the context (with the turn's
-                # message, promoted or not yet).
-                chat, done, context, budgets = await asyncio.gather(
-                    chat_read,
+                # Read together: the chat (beginning the turn first, if asked), whether a lost
+                # attempt saved this step already, and the context (with the turn's message,
+                # promoted or not yet).
+                (chat, began), done, context, budgets = await asyncio.gather(
+                    self._chat(chat_id, input),
                     self._transcript.find(chat_id, input.turn_id, step_key),
                     self._transcript.for_model(
                         chat_id, turn_message=uuid.UUID(input.turn_id) if input.begin else None
                     ),
                     self._spend.budgets(chat_id, input.turn_id),
                 )
+                if began is not None and not began.started:
+                    return StreamStepResult(message_id=None, began=began)
                 if chat is None:
-                    if input.begin:  # the begin says why: the chat or its message is gone
-                        return StreamStepResult(message_id=None, began=await begin.result())
                     raise ApplicationError(f"chat {chat_id} not found", non_retryable=True)
                 tools = await self._catalog.for_turn(chat, input.turn_id)
                 if done is not None:
-                    if (unbegun := await begin.unbegun()) is not None:
-                        return unbegun
-                    began = await begin.result()
                     summary = await self._checked(
                         tools, input, self._summary(tools, done, interrupted=False), done.parts
                     )
@@ -167,9 +161,6 @@ class ModelStepActivities:
                 request = self._request(tools, config, context, input.opens_response)
                 allowed = await self._allowance(request, input, budgets)
                 if allowed.pending is not None:
-                    if (unbegun := await begin.unbegun()) is not None:
-                        return unbegun
-                    began = await begin.result()
                     log.info("step paused on a budget: %s", allowed.pending.model_dump_json())
                     return StreamStepResult(
                         message_id=None, pending_budget=allowed.pending, began=began
@@ -192,7 +183,7 @@ class ModelStepActivities:
                 sent = await self._send(
                     tools,
                     input,
-                    begin,
+                    began,
                     request,
                     spend,
                     accumulator,
@@ -201,7 +192,6 @@ class ModelStepActivities:
                 )
                 if isinstance(sent, StreamStepResult):
                     return sent
-                began = await begin.result()  # committed before the request went out
         # The stream is complete: an interrupt arriving now finds the whole step, kept as is.
         # Its settled cost goes in first: a crash between the two streams the step again,
         # which is billed again.
@@ -214,22 +204,17 @@ class ModelStepActivities:
         self,
         tools: TurnTools,
         input: StreamStepInput,
-        begin: _TurnBegin,
+        began: BeginTurnResult | None,
         request: ModelRequest,
         spend: AttemptSpend,
         accumulator: StepAccumulator,
         publisher: DeltaPublisher,
         interrupt_requested: asyncio.Event | None,
     ) -> StepFinish | StreamStepResult:
-        """Stream the step: its finish, or the partial step an interrupt kept; or, if the
-        turn did not begin after all, nothing."""
-        # Not before the turn has begun: a message deleted meanwhile (or taken by another
-        # run) must not cost a request.
-        if (unbegun := await begin.unbegun()) is not None:
-            return unbegun
+        """Stream the step: its finish, or the partial step an interrupt kept."""
+        spend.estimate()  # written while the request goes out
         if input.attempt > 1 or activity.info().attempt > 1:
             publisher.add("reset", {"turn_id": input.turn_id, "step": input.step})
-        spend.estimate()  # written while the request goes out
         log.info(
             "streaming step: chat=%s turn=%s step=%d attempt=%d",
             input.chat_id,
@@ -249,7 +234,7 @@ class ModelStepActivities:
             # answer): it must not cut the partial step's writes short.
             await _completed_despite_cancel(spend.stopped(accumulator))
             return await _completed_despite_cancel(
-                self._persist_interrupted(tools, input, begin, accumulator, publisher)
+                self._persist_interrupted(tools, input, began, accumulator, publisher)
             )
         except asyncio.CancelledError:
             if not _interrupted():
@@ -257,25 +242,8 @@ class ModelStepActivities:
             # An interrupt: keep what was produced, even if cancelled again meanwhile.
             await _completed_despite_cancel(spend.stopped(accumulator))
             return await _completed_despite_cancel(
-                self._persist_interrupted(tools, input, begin, accumulator, publisher)
+                self._persist_interrupted(tools, input, began, accumulator, publisher)
             )
-
-    @contextlib.asynccontextmanager
-    async def _turn_begin(
-        self, chat_id: uuid.UUID, input: StreamStepInput
-    ) -> AsyncIterator[tuple[_TurnBegin, asyncio.Future[ChatRecord | None]]]:
-        """The turn's begin (with `input.begin`) under way, and the chat being read, which
-        the begin shares. The begin is not cancelled with the step: it ends before the step."""
-        chat_read = asyncio.ensure_future(self._chats.get(chat_id))
-        begin = _TurnBegin(
-            self._edges.begin(chat_id, input.turn_id, input.run_id, chat_read=chat_read)
-            if input.begin
-            else None
-        )
-        try:
-            yield begin, chat_read
-        finally:
-            await begin.ended()
 
     @contextlib.contextmanager
     def _interrupt_requests(self, turn_id: str) -> Iterator[asyncio.Event | None]:
@@ -289,6 +257,14 @@ class ModelStepActivities:
             return
         with self._interrupts.subscribe(key) as requested:
             yield requested
+
+    async def _chat(
+        self, chat_id: uuid.UUID, input: StreamStepInput
+    ) -> tuple[ChatRecord | None, BeginTurnResult | None]:
+        """The chat; with `input.begin`, beginning the turn first."""
+        if input.begin:
+            return await self._edges.begin(chat_id, input.turn_id, input.run_id)
+        return await self._chats.get(chat_id), None
 
     async def _close(
         self,
@@ -411,10 +387,7 @@ class ModelStepActivities:
         )
 
     async def _stream(
-        self,
-        request: ModelRequest,
-        accumulator: StepAccumulator,
-        publisher: DeltaPublisher,
+        self, request: ModelRequest, accumulator: StepAccumulator, publisher: DeltaPublisher
     ) -> StepFinish:
         model = request.model.label
         with TRACER.start_as_current_span(
@@ -490,15 +463,11 @@ class ModelStepActivities:
         self,
         tools: TurnTools,
         input: StreamStepInput,
-        begin: _TurnBegin,
+        began: BeginTurnResult | None,
         accumulator: StepAccumulator,
         publisher: DeltaPublisher,
     ) -> StreamStepResult:
-        """Persist the partial step and an interrupted result for each of its tool calls
-        (none if the turn did not begin after all)."""
-        if (unbegun := await begin.unbegun()) is not None:
-            return unbegun
-        began = await begin.result()
+        """Persist the partial step and an interrupted result for each of its tool calls."""
         await publisher.drain()
         parts = accumulator.parts()
         if not parts:
@@ -599,40 +568,6 @@ async def _completed_despite_cancel(work: Awaitable[T]) -> T:
         return await asyncio.shield(task)
     except asyncio.CancelledError:
         return await task
-
-
-class _TurnBegin:
-    """A first step's begin of its turn, written while the step reads its chat, context and
-    budgets: its result is awaited before the request goes out and before the step
-    returns, however it ends."""
-
-    def __init__(self, write: Awaitable[tuple[ChatRecord | None, BeginTurnResult]] | None) -> None:
-        self._write = asyncio.ensure_future(write) if write is not None else None
-
-    async def result(self) -> BeginTurnResult | None:
-        """The begin's result, even if the step is cancelled meanwhile; None for a step
-        that doesn't begin its turn."""
-        if self._write is None:
-            return None
-        _chat, began = await _completed_despite_cancel(self._write)
-        return began
-
-    async def unbegun(self) -> StreamStepResult | None:
-        """The step's result if its turn did not begin after all (its message went, or
-        another run took it): the step then streams and saves nothing. None otherwise."""
-        began = await self.result()
-        if began is None or began.started:
-            return None
-        return StreamStepResult(message_id=None, began=began)
-
-    async def ended(self) -> None:
-        """Wait until the write has ended, however the step ends. A failure the step did
-        not read (it failed first) is not raised over the step's own."""
-        if self._write is None:
-            return
-        await _completed_despite_cancel(asyncio.wait({self._write}))
-        if not self._write.cancelled():
-            self._write.exception()
 
 
 class _InterruptRequested(Exception):
