@@ -48,7 +48,6 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from chatd.devstack.ports import (
-    free_port,
     pdeathsig_preexec,
     register_child,
     unregister_child,
@@ -148,7 +147,7 @@ async def services(
         headless=True,
         dynamic_config={**DEFAULT_DYNAMIC_CONFIG, **(dynamic_config or {})},
         sqlite_pragmas=sqlite_pragmas,
-        metrics_port=free_port(),
+        metrics_port=0,
     )
     fake = FakeProviderServer(demo_model=None)
     try:

@@ -82,6 +82,15 @@ class TemporalDevServerError(RuntimeError):
     """The Temporal dev server could not be found, started or reached."""
 
 
+class _PortTaken(TemporalDevServerError):
+    """The dev server exited at startup because a port it was given was already bound."""
+
+
+_PORT_ATTEMPTS = 3
+_ADDRESS_IN_USE = "address already in use"
+_START_MARKER = "--- chatd: "
+
+
 def temporal_binary() -> Path:
     """Locate the `temporal` CLI: next to sys.executable (venv bin dir) or on PATH."""
     candidates = [Path(sys.executable).parent / "temporal"]
@@ -102,7 +111,8 @@ class TemporalDevServer:
     With `data_dir`, state is kept in `data_dir/temporal.db` (survives restarts) and the log
     goes to `data_dir/temporal.log`; without it the server is in-memory with a temp log file.
     `sqlite_pragmas` apply to that file (default `DURABLE_SQLITE_PRAGMAS`). With
-    `metrics_port`, Prometheus metrics are served at `http://ip:metrics_port/metrics`.
+    `metrics_port`, Prometheus metrics are served at `http://ip:metrics_port/metrics`
+    (0 picks a free port at start, like the other ports left unset).
     """
 
     def __init__(
@@ -213,16 +223,25 @@ class TemporalDevServer:
             os.close(fd)
             self.log_path = Path(name)
             self._tmp_log = True
-        if self.port is None:
-            self.port = free_port(self.ip)
-        if not self.headless and self.ui_port is None:
-            self.ui_port = free_port(self.ip)
-        self._spawn()
-        try:
-            run_coro_in_thread(lambda: self._wait_ready(started))
-        except BaseException:
-            self.kill()
-            raise
+        # A port we pick is free when picked, but another process can bind it before the
+        # server does (another stack starting beside it picks from the same range): then
+        # the server exits "address already in use", and we pick again.
+        to_pick = self._unset_ports()
+        for attempt in range(1, _PORT_ATTEMPTS + 1):
+            for name in to_pick:
+                setattr(self, name, free_port(self.ip))
+            self._spawn()
+            try:
+                run_coro_in_thread(lambda: self._wait_ready(started))
+            except _PortTaken:
+                self.kill()
+                if not to_pick or attempt == _PORT_ATTEMPTS:
+                    raise
+                continue
+            except BaseException:
+                self.kill()
+                raise
+            break
         self.last_startup_seconds = time.monotonic() - started
 
     def stop(self, timeout: float = 15.0) -> None:
@@ -257,11 +276,20 @@ class TemporalDevServer:
 
     # internals
 
+    def _unset_ports(self) -> list[str]:
+        """The port attributes this start picks: unset ones (and a metrics port of 0)."""
+        names = [] if self.port is not None else ["port"]
+        if not self.headless and self.ui_port is None:
+            names.append("ui_port")
+        if self.metrics_port == 0:
+            names.append("metrics_port")
+        return names
+
     def _spawn(self) -> None:
         assert self.log_path is not None
         cmd = self.command()
         with self.log_path.open("ab") as log:
-            log.write(f"\n--- chatd: {' '.join(cmd)} ---\n".encode())
+            log.write(f"\n{_START_MARKER}{' '.join(cmd)} ---\n".encode())
             log.flush()
             self._proc = spawn_child(
                 cmd,
@@ -295,7 +323,12 @@ class TemporalDevServer:
             assert self._proc is not None
             code = self._proc.poll()
             if code is not None:
-                raise TemporalDevServerError(
+                failure = (
+                    _PortTaken
+                    if _ADDRESS_IN_USE in self._this_start_log()
+                    else (TemporalDevServerError)
+                )
+                raise failure(
                     f"temporal dev server exited with code {code} during startup; log tail "
                     f"({self.log_path}):\n{log_tail(self.log_path)}"
                 )
@@ -315,6 +348,11 @@ class TemporalDevServer:
                     return
                 last_error = f"search attributes not visible yet: {sorted(missing)}"
             await asyncio.sleep(0.1)
+
+    def _this_start_log(self) -> str:
+        """What the server logged since its last start (the log file is appended to)."""
+        tail = log_tail(self.log_path, lines=200)
+        return tail.rsplit(_START_MARKER, 1)[-1]
 
     async def _missing_attributes(self) -> set[str]:
         client = await Client.connect(self.address, namespace=self.namespace)

@@ -23,7 +23,11 @@ from temporalio.client import Client, WorkflowExecutionStatus
 
 from chatd.devstack.ports import bound_socket, free_port, pid_alive
 from chatd.devstack.postgres import PostgresError, PostgresProcess
-from chatd.devstack.temporal import CHAT_SEARCH_ATTRIBUTES, TemporalDevServer
+from chatd.devstack.temporal import (
+    CHAT_SEARCH_ATTRIBUTES,
+    TemporalDevServer,
+    TemporalDevServerError,
+)
 from chatd.store.db import migrate
 
 TEST_PG_SETTINGS = {"fsync": "off", "synchronous_commit": "off"}
@@ -222,3 +226,40 @@ async def _values(dsn: str) -> list[str]:
         return [row["v"] for row in await conn.fetch("SELECT v FROM t ORDER BY v")]
     finally:
         await conn.close()
+
+
+def test_a_port_taken_before_the_server_binds_it_is_picked_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A picked port is free only when picked: a stack starting beside this one can bind it
+    first, and the server then exits "address already in use". The start picks again."""
+    taken = bound_socket()
+    taken.listen()
+    picks = iter([free_port(), taken.getsockname()[1]])
+    monkeypatch.setattr(
+        "chatd.devstack.temporal.free_port", lambda host: next(picks, None) or free_port(host)
+    )
+    server = TemporalDevServer(headless=True, metrics_port=0)
+    try:
+        server.start()
+        assert server.running
+        assert server.metrics_port not in (0, taken.getsockname()[1])
+        assert server.log_path is not None
+        assert "address already in use" in server.log_path.read_text()
+    finally:
+        server.cleanup()
+        taken.close()
+
+
+def test_a_port_given_by_the_caller_is_not_replaced_when_taken() -> None:
+    """The caller chose that port (a client may already be told it): fail, naming it."""
+    taken = bound_socket()
+    taken.listen()
+    server = TemporalDevServer(headless=True, metrics_port=taken.getsockname()[1])
+    try:
+        with pytest.raises(TemporalDevServerError, match="address already in use"):
+            server.start()
+        assert not server.running
+    finally:
+        server.cleanup()
+        taken.close()
