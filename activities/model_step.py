@@ -133,34 +133,46 @@ class ModelStepActivities:
         # heard from the start. Not sooner unless begun late: the server's timeout timer,
         # reset by a beat just after the start, fires about a second late, so an early beat
         # slows the resume of a step killed in its first second (bench/chaos.py).
-        async with heartbeating(LIVENESS_EVERY_S, first=first_liveness_beat()):
+        async with (
+            heartbeating(LIVENESS_EVERY_S, first=first_liveness_beat()),
+            self._turn_begin(chat_id, input) as (begin, chat_read),
+        ):
             with self._interrupt_requests(input.turn_id) as interrupt_requested:
                 step_key = StepKey.assistant(input.step)
-                # Read together: the chat (beginning the turn first, if asked), whether a lost
-                # attempt saved this step already, and the context (with the turn's message,
-                # promoted or not yet).
-                (chat, began), done, context, budgets = await asyncio.gather(
-                    self._chat(chat_id, input),
+                # Read together (the turn's begin is written meanwhile): the chat, whether a
+                # lost attempt saved this step already, and the context (with the turn's
+                # message, promoted or not yet).
+                chat, done, context, budgets = await asyncio.gather(
+                    chat_read,
                     self._transcript.find(chat_id, input.turn_id, step_key),
-                    self._transcript.for_model(
-                        chat_id, turn_message=uuid.UUID(input.turn_id) if input.begin else None
+                    self._transcript.for_turn(
+                        chat_id, uuid.UUID(input.turn_id) if input.begin else None
                     ),
                     self._spend.budgets(chat_id, input.turn_id),
                 )
-                if began is not None and not began.started:
-                    return StreamStepResult(message_id=None, began=began)
                 if chat is None:
+                    if input.begin:  # the begin says why: the chat or its message is gone
+                        return StreamStepResult(message_id=None, began=await begin.result())
                     raise ApplicationError(f"chat {chat_id} not found", non_retryable=True)
                 tools = await self._catalog.for_turn(chat, input.turn_id)
+                # The request goes out before the begin commits only if the turn's message
+                # was still waiting: one deleted from the queue must not cost a request.
+                if done is not None or not context.message_waiting:
+                    if (unbegun := await begin.unbegun()) is not None:
+                        return unbegun
                 if done is not None:
+                    began = await begin.result()
                     summary = await self._checked(
                         tools, input, self._summary(tools, done, interrupted=False), done.parts
                     )
                     return await _completed_despite_cancel(self._close(chat, input, began, summary))
                 config = _model_in_use(chat, input.model_index)
-                request = self._request(tools, config, context, input.opens_response)
+                request = self._request(tools, config, context.messages, input.opens_response)
                 allowed = await self._allowance(request, input, budgets)
                 if allowed.pending is not None:
+                    if (unbegun := await begin.unbegun()) is not None:
+                        return unbegun
+                    began = await begin.result()
                     log.info("step paused on a budget: %s", allowed.pending.model_dump_json())
                     return StreamStepResult(
                         message_id=None, pending_budget=allowed.pending, began=began
@@ -183,7 +195,7 @@ class ModelStepActivities:
                 sent = await self._send(
                     tools,
                     input,
-                    began,
+                    begin,
                     request,
                     spend,
                     accumulator,
@@ -192,6 +204,7 @@ class ModelStepActivities:
                 )
                 if isinstance(sent, StreamStepResult):
                     return sent
+                began = await begin.result()  # committed before the first delta was published
         # The stream is complete: an interrupt arriving now finds the whole step, kept as is.
         # Its settled cost goes in first: a crash between the two streams the step again,
         # which is billed again.
@@ -204,17 +217,21 @@ class ModelStepActivities:
         self,
         tools: TurnTools,
         input: StreamStepInput,
-        began: BeginTurnResult | None,
+        begin: _TurnBegin,
         request: ModelRequest,
         spend: AttemptSpend,
         accumulator: StepAccumulator,
         publisher: DeltaPublisher,
         interrupt_requested: asyncio.Event | None,
     ) -> StepFinish | StreamStepResult:
-        """Stream the step: its finish, or the partial step an interrupt kept."""
-        spend.estimate()  # written while the request goes out
+        """Stream the step: its finish, or the partial step an interrupt kept; or, if the
+        turn did not begin after all, nothing (the stream is dropped before its first delta
+        is published)."""
         if input.attempt > 1 or activity.info().attempt > 1:
+            if (unbegun := await begin.unbegun()) is not None:
+                return unbegun
             publisher.add("reset", {"turn_id": input.turn_id, "step": input.step})
+        spend.estimate()  # written while the request goes out
         log.info(
             "streaming step: chat=%s turn=%s step=%d attempt=%d",
             input.chat_id,
@@ -223,8 +240,11 @@ class ModelStepActivities:
             input.attempt,
         )
         try:
-            stream = self._stream(request, accumulator, publisher)
+            stream = self._stream(request, accumulator, publisher, begin)
             return await _unless_stopped(stream, interrupt_requested)
+        except _NotBegun as not_begun:
+            await _completed_despite_cancel(spend.stopped(accumulator))
+            return not_begun.result
         except ProviderError as err:
             await publisher.drain()
             await spend.failed(accumulator)
@@ -234,7 +254,7 @@ class ModelStepActivities:
             # answer): it must not cut the partial step's writes short.
             await _completed_despite_cancel(spend.stopped(accumulator))
             return await _completed_despite_cancel(
-                self._persist_interrupted(tools, input, began, accumulator, publisher)
+                self._persist_interrupted(tools, input, begin, accumulator, publisher)
             )
         except asyncio.CancelledError:
             if not _interrupted():
@@ -242,8 +262,25 @@ class ModelStepActivities:
             # An interrupt: keep what was produced, even if cancelled again meanwhile.
             await _completed_despite_cancel(spend.stopped(accumulator))
             return await _completed_despite_cancel(
-                self._persist_interrupted(tools, input, began, accumulator, publisher)
+                self._persist_interrupted(tools, input, begin, accumulator, publisher)
             )
+
+    @contextlib.asynccontextmanager
+    async def _turn_begin(
+        self, chat_id: uuid.UUID, input: StreamStepInput
+    ) -> AsyncIterator[tuple[_TurnBegin, asyncio.Future[ChatRecord | None]]]:
+        """The turn's begin (with `input.begin`) under way, and the chat being read, which
+        the begin shares. The begin is not cancelled with the step: it ends before the step."""
+        chat_read = asyncio.ensure_future(self._chats.get(chat_id))
+        begin = _TurnBegin(
+            self._edges.begin(chat_id, input.turn_id, input.run_id, chat_read=chat_read)
+            if input.begin
+            else None
+        )
+        try:
+            yield begin, chat_read
+        finally:
+            await begin.ended()
 
     @contextlib.contextmanager
     def _interrupt_requests(self, turn_id: str) -> Iterator[asyncio.Event | None]:
@@ -257,14 +294,6 @@ class ModelStepActivities:
             return
         with self._interrupts.subscribe(key) as requested:
             yield requested
-
-    async def _chat(
-        self, chat_id: uuid.UUID, input: StreamStepInput
-    ) -> tuple[ChatRecord | None, BeginTurnResult | None]:
-        """The chat; with `input.begin`, beginning the turn first."""
-        if input.begin:
-            return await self._edges.begin(chat_id, input.turn_id, input.run_id)
-        return await self._chats.get(chat_id), None
 
     async def _close(
         self,
@@ -387,7 +416,11 @@ class ModelStepActivities:
         )
 
     async def _stream(
-        self, request: ModelRequest, accumulator: StepAccumulator, publisher: DeltaPublisher
+        self,
+        request: ModelRequest,
+        accumulator: StepAccumulator,
+        publisher: DeltaPublisher,
+        begin: _TurnBegin,
     ) -> StepFinish:
         model = request.model.label
         with TRACER.start_as_current_span(
@@ -402,6 +435,8 @@ class ModelStepActivities:
                     elapsed_ms = (time.monotonic() - started) * 1000
                     METRICS.time_to_first_token.record(elapsed_ms, {"model": model})
                     first = False
+                    if (unbegun := await begin.unbegun()) is not None:
+                        raise _NotBegun(unbegun)  # no delta of a turn that did not begin
                 if isinstance(event, PartDelta):
                     accumulator.apply(event)
                     publisher.add(
@@ -463,11 +498,15 @@ class ModelStepActivities:
         self,
         tools: TurnTools,
         input: StreamStepInput,
-        began: BeginTurnResult | None,
+        begin: _TurnBegin,
         accumulator: StepAccumulator,
         publisher: DeltaPublisher,
     ) -> StreamStepResult:
-        """Persist the partial step and an interrupted result for each of its tool calls."""
+        """Persist the partial step and an interrupted result for each of its tool calls
+        (none if the turn did not begin after all)."""
+        if (unbegun := await begin.unbegun()) is not None:
+            return unbegun
+        began = await begin.result()
         await publisher.drain()
         parts = accumulator.parts()
         if not parts:
@@ -568,6 +607,49 @@ async def _completed_despite_cancel(work: Awaitable[T]) -> T:
         return await asyncio.shield(task)
     except asyncio.CancelledError:
         return await task
+
+
+class _TurnBegin:
+    """A first step's begin of its turn, written while the step's request goes out (the
+    request needs only reads): its result is awaited before the step publishes its first
+    delta or returns, so no client sees a delta of a turn that did not begin."""
+
+    def __init__(self, write: Awaitable[tuple[ChatRecord | None, BeginTurnResult]] | None) -> None:
+        self._write = asyncio.ensure_future(write) if write is not None else None
+
+    async def result(self) -> BeginTurnResult | None:
+        """The begin's result, even if the step is cancelled meanwhile; None for a step
+        that doesn't begin its turn."""
+        if self._write is None:
+            return None
+        _chat, began = await _completed_despite_cancel(self._write)
+        return began
+
+    async def unbegun(self) -> StreamStepResult | None:
+        """The step's result if its turn did not begin after all (its message went, or
+        another run took it): the step then streams and saves nothing. None otherwise."""
+        began = await self.result()
+        if began is None or began.started:
+            return None
+        return StreamStepResult(message_id=None, began=began)
+
+    async def ended(self) -> None:
+        """Wait until the write has ended, however the step ends. A failure the step did
+        not read (it failed first) is not raised over the step's own."""
+        if self._write is None:
+            return
+        await _completed_despite_cancel(asyncio.wait({self._write}))
+        if not self._write.cancelled():
+            self._write.exception()
+
+
+class _NotBegun(Exception):
+    """The step's turn did not begin (`_TurnBegin.unbegun`): the stream is dropped before
+    its first delta is published."""
+
+    def __init__(self, result: StreamStepResult) -> None:
+        super().__init__("the turn did not begin")
+        self.result = result
 
 
 class _InterruptRequested(Exception):

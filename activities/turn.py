@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from collections.abc import Awaitable
 from typing import Any
 
 import asyncpg
@@ -56,15 +57,21 @@ class TurnLifecycleWrites:
         self._webhooks = WebhookStore(pool)
 
     async def begin(
-        self, chat_id: uuid.UUID, turn_id: str, run_id: str | None
+        self,
+        chat_id: uuid.UUID,
+        turn_id: str,
+        run_id: str | None,
+        *,
+        chat_read: Awaitable[ChatRecord | None] | None = None,
     ) -> tuple[ChatRecord | None, BeginTurnResult]:
         """Move the turn's queued message into the transcript and mark the chat running,
         unless another workflow run took it (`TurnStore.begin`).
 
-        Returns the chat too (read alongside: the plan is made from it).
+        Returns the chat too (read alongside: the plan is made from it); `chat_read`, the
+        caller's read of it under way, spares a second one.
         """
         (chat, webhook_events, limits), began = await asyncio.gather(
-            self._plan_inputs(chat_id), self._turns.begin(chat_id, turn_id, run_id)
+            self._plan_inputs(chat_id, chat_read), self._turns.begin(chat_id, turn_id, run_id)
         )
         if chat is None or began is None:
             return chat, BeginTurnResult(
@@ -90,12 +97,12 @@ class TurnLifecycleWrites:
         return chat, BeginTurnResult(started=True, plan=plan)
 
     async def _plan_inputs(
-        self, chat_id: uuid.UUID
+        self, chat_id: uuid.UUID, chat_read: Awaitable[ChatRecord | None] | None
     ) -> tuple[ChatRecord | None, list[str], list[int]]:
         """The chat, then the events its owner's webhooks take and its models' context
         windows: read while the turn begins (reads that wait for its commit would add a
         round trip to every first step)."""
-        chat = await self._chats.get(chat_id)
+        chat = await (chat_read if chat_read is not None else self._chats.get(chat_id))
         if chat is None:
             return None, [], []
         events, limits = await asyncio.gather(

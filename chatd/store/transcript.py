@@ -104,6 +104,14 @@ def user_message_event_sql(row: str) -> str:
     return f"chatd_message_event(jsonb_populate_record(NULL::messages, to_jsonb({row})))"
 
 
+class TurnContext(NamedTuple):
+    """A turn's context, and whether its message was still waiting in the queue when read
+    (then it is the context's last message)."""
+
+    messages: list[Message]
+    message_waiting: bool
+
+
 class TranscriptStore:
     """Reads and writes a chat's messages."""
 
@@ -315,22 +323,22 @@ class TranscriptStore:
         rows = await self._pool.fetch(_PAGE, chat_id, after_id, limit, max_bytes)
         return Page([_stored(r) for r in rows], bool(rows[0]["more"]) if rows else False)
 
-    async def for_model(
-        self,
-        chat_id: uuid.UUID,
-        *,
-        turn_message: uuid.UUID | None = None,
-        through: int | None = None,
-    ) -> list[Message]:
+    async def for_model(self, chat_id: uuid.UUID, *, through: int | None = None) -> list[Message]:
         """The messages the model sees: not compressed, in order (up to message `through`),
-        every tool call answered (`chatd.answered_calls`).
+        every tool call answered (`chatd.answered_calls`)."""
+        return (await self._context(chat_id, None, through)).messages
 
-        With `turn_message`, that queued message comes last if it is not in the transcript
-        yet: a turn's first step reads its context while it promotes the message. One
-        statement, so it sees the message exactly once, before or after the promotion.
-        """
+    async def for_turn(self, chat_id: uuid.UUID, turn_message: uuid.UUID | None) -> TurnContext:
+        """`for_model`, with the queued message `turn_message` last if it is not in the
+        transcript yet: a turn's first step reads its context while it promotes the message.
+        One statement, so it sees the message exactly once, before or after the promotion."""
+        return await self._context(chat_id, turn_message, None)
+
+    async def _context(
+        self, chat_id: uuid.UUID, turn_message: uuid.UUID | None, through: int | None
+    ) -> TurnContext:
         rows = await self._pool.fetch(
-            f"""SELECT role, parts, response_id FROM (
+            f"""SELECT role, parts, response_id, id IS NULL AS queued FROM (
                    SELECT id, role, parts, response_id FROM messages
                    WHERE chat_id = $1 AND NOT compressed AND ($3::bigint IS NULL OR id <= $3)
                    UNION ALL
@@ -341,16 +349,16 @@ class TranscriptStore:
             turn_message,
             through,
         )
-        return every_call_answered(
-            [
-                Message(
-                    role=r["role"],
-                    parts=_parts_adapter.validate_python(r["parts"]),
-                    response_id=r["response_id"],
-                )
-                for r in rows
-            ]
-        )
+        messages = [
+            Message(
+                role=r["role"],
+                parts=_parts_adapter.validate_python(r["parts"]),
+                response_id=r["response_id"],
+            )
+            for r in rows
+        ]
+        waiting = bool(rows) and rows[-1]["queued"]
+        return TurnContext(every_call_answered(messages), message_waiting=waiting)
 
 
 # Walks the transcript a row at a time (one index probe each) and stops at the first row that

@@ -279,20 +279,73 @@ async def test_a_first_steps_context_has_its_message_once_before_or_after_the_pr
     def texts(context: list[Message]) -> list[str]:
         return [p.text for m in context for p in m.parts if isinstance(p, TextPart)]
 
-    before = await transcript.for_model(chat_id, turn_message=queued.id)
-    assert texts(before) == ["earlier", "now"]
-    assert before[-1].role == "user"
+    before = await transcript.for_turn(chat_id, queued.id)
+    assert texts(before.messages) == ["earlier", "now"]
+    assert before.messages[-1].role == "user"
+    assert before.message_waiting
     assert texts(await transcript.for_model(chat_id)) == ["earlier"]
     await turns.begin(chat_id, str(queued.id))
-    after = await transcript.for_model(chat_id, turn_message=queued.id)
-    assert texts(after) == ["earlier", "now"]
+    after = await transcript.for_turn(chat_id, queued.id)
+    assert texts(after.messages) == ["earlier", "now"]
+    assert not after.message_waiting
     raced, _ = await transcript.enqueue(chat_id, [TextPart(text="raced")], None)
     *contexts, began = await asyncio.gather(
-        *(transcript.for_model(chat_id, turn_message=raced.id) for _ in range(4)),
+        *(transcript.for_turn(chat_id, raced.id) for _ in range(4)),
         turns.begin(chat_id, str(raced.id)),
     )
     assert began is True
-    assert all(texts(c) == ["earlier", "now", "raced"] for c in contexts)
+    assert all(texts(c.messages) == ["earlier", "now", "raced"] for c in contexts)
+    assert not (await transcript.for_turn(chat_id, uuid.uuid4())).message_waiting
+
+
+async def test_a_first_steps_request_goes_out_while_its_turn_begins_and_its_deltas_wait(
+    stack: Stack,
+) -> None:
+    """The begin's commit is not on the way of the provider's request (the request needs
+    only reads); no delta of the turn is published before the turn has begun. The begin is
+    held here by a trigger on its promotion of the message, which waits on a lock the test
+    holds: the delta writes don't touch that row."""
+    model = _model()
+    answer = "Asked while the turn began."
+    stack.fake.script(model["name"], [FakeResponse(parts=[FakeText(text=answer, chunk_size=5)])])
+    chat = await stack.create_chat(model=model)
+    chat_id = uuid.UUID(chat["id"])
+    lock = await stack.pool.fetchval("SELECT hashtext($1::text)", str(chat_id))
+    trigger = f"hold_begin_{chat_id.hex}"
+    await stack.pool.execute(
+        f"""CREATE FUNCTION {trigger}() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN PERFORM pg_advisory_lock_shared({lock});
+                  PERFORM pg_advisory_unlock_shared({lock}); RETURN NEW; END $$;
+            CREATE TRIGGER {trigger} BEFORE UPDATE OF promoted_at ON queued_messages
+            FOR EACH ROW WHEN (NEW.chat_id = '{chat_id}' AND OLD.promoted_at IS NULL)
+            EXECUTE FUNCTION {trigger}();"""
+    )
+    try:
+        async with stack.pool.acquire() as holder:
+            await holder.execute("SELECT pg_advisory_lock($1)", lock)
+            send = asyncio.create_task(stack.send(chat["id"], "Begin while you ask."))
+            async with asyncio.timeout(30):
+                while not stack.fake.requests(model["name"]):  # noqa: ASYNC110 (another thread)
+                    await asyncio.sleep(0.01)
+            await asyncio.sleep(0.5)  # the provider's stream reaches the worker meanwhile
+            published = await stack.pool.fetchval(
+                "SELECT count(*) FROM chat_events WHERE chat_id = $1 AND event = 'message_part'",
+                chat_id,
+            )
+            assert published == 0, "deltas were published before the turn began"
+            assert (await stack.http.get(f"/chats/{chat_id}")).json()["status"] != "running"
+            await holder.execute("SELECT pg_advisory_unlock($1)", lock)
+        assert (await asyncio.wait_for(send, 30))["queued"] is False
+        events = await stack.wait_status(chat["id"], "waiting")
+    finally:
+        await stack.pool.execute(
+            f"DROP TRIGGER IF EXISTS {trigger} ON queued_messages; DROP FUNCTION {trigger}()"
+        )
+    running = next(
+        i for i, e in enumerate(events) if e.event == "status" and e.data["status"] == "running"
+    )
+    assert running < next(i for i, e in enumerate(events) if e.event == "message_part")
+    assert "".join(e.data["part"]["text"] for e in events if e.event == "message_part") == answer
 
 
 async def test_message_events_finished_in_sql_are_the_ones_python_writes(stack: Stack) -> None:
