@@ -38,7 +38,7 @@ __all__ = [
     "user_message_event_sql",
 ]
 
-_parts_adapter: TypeAdapter[list[Part]] = TypeAdapter(list[Part])
+_messages_adapter: TypeAdapter[list[Message]] = TypeAdapter(list[Message])
 
 
 class StoredMessage(BaseModel):
@@ -337,27 +337,28 @@ class TranscriptStore:
     async def _context(
         self, chat_id: uuid.UUID, turn_message: uuid.UUID | None, through: int | None
     ) -> TurnContext:
-        rows = await self._pool.fetch(
-            f"""SELECT role, parts, response_id, id IS NULL AS queued FROM (
+        # Built as one JSON text by Postgres and validated in one pass: a long chat's
+        # context is read at every step, and decoding and validating it row by row costs
+        # more than the query.
+        row = await self._pool.fetchrow(
+            f"""SELECT coalesce(json_agg(json_build_object(
+                       'role', role, 'parts', parts, 'response_id', response_id
+                   ) ORDER BY id NULLS LAST), '[]')::text AS messages,
+                   coalesce(bool_or(id IS NULL), false) AS waiting
+               FROM (
                    SELECT id, role, parts, response_id FROM messages
                    WHERE chat_id = $1 AND NOT compressed AND ($3::bigint IS NULL OR id <= $3)
                    UNION ALL
                    SELECT NULL, {QUEUED_ROLE_SQL}, parts, NULL FROM queued_messages
                    WHERE id = $2 AND chat_id = $1 AND promoted_at IS NULL
-               ) AS context ORDER BY id NULLS LAST""",
+               ) AS context""",
             chat_id,
             turn_message,
             through,
         )
-        messages = [
-            Message(
-                role=r["role"],
-                parts=_parts_adapter.validate_python(r["parts"]),
-                response_id=r["response_id"],
-            )
-            for r in rows
-        ]
-        waiting = bool(rows) and rows[-1]["queued"]
+        assert row is not None  # an aggregate always has its row
+        messages = _messages_adapter.validate_json(row["messages"])
+        waiting: bool = row["waiting"]
         return TurnContext(every_call_answered(messages), message_waiting=waiting)
 
 
