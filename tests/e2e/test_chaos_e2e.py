@@ -120,6 +120,13 @@ async def test_a_worker_killed_later_in_a_turn_hands_the_turn_to_another(
     chat = await stack.create_chat(model=model)
     await stack.send(chat["id"], "work")
     seen = await stack.events_until(chat["id"], running, within_s=60)
+    # The summary's `running` is published before its request goes out: the kill must land
+    # while the slow answer streams, or the retry takes it and the script runs one behind.
+    for _ in range(600):
+        if len(stack.fake.requests(name)) == 2:
+            break
+        await asyncio.sleep(0.01)
+    assert len(stack.fake.requests(name)) == 2, "the slow answer was never asked for"
     cluster.start_worker()
     await asyncio.to_thread(first.signal, signal.SIGKILL)
     events = await stack.wait_status(chat["id"], "waiting", after=seen[-1].id or 0, within_s=120)
