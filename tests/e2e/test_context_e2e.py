@@ -179,6 +179,7 @@ async def test_usage_is_recorded_per_step_and_summed_per_chat(stack: Stack) -> N
         [
             FakeResponse(parts=[FakeToolCall(name="current_time")], usage=usage),
             FakeResponse(parts=[FakeText(text="ok")], usage=usage),
+            FakeResponse(parts=[FakeText(text="again")], usage=usage),
         ],
     )
     chat = await stack.create_chat(model={"provider": "anthropic", "name": name})
@@ -191,6 +192,13 @@ async def test_usage_is_recorded_per_step_and_summed_per_chat(stack: Stack) -> N
     total = (await stack.http.get(f"/chats/{chat['id']}")).json()["usage"]
     assert (total["input_tokens"], total["output_tokens"]) == (20, 10)
     assert (total["cache_read_tokens"], total["cache_write_tokens"]) == (6, 4)
+
+    await stack.send(chat["id"], "more")
+    events = await stack.wait_status(chat["id"], "waiting", after=events[-1].id or 0)
+    turn = events[-1].data["usage"]
+    assert (turn["input_tokens"], turn["output_tokens"]) == (10, 5), "only this turn's step"
+    total = (await stack.http.get(f"/chats/{chat['id']}")).json()["usage"]
+    assert (total["input_tokens"], total["output_tokens"]) == (30, 15), "every turn's steps"
 
 
 async def test_editing_a_user_message_drops_what_followed_and_reruns(stack: Stack) -> None:
