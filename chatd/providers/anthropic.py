@@ -5,11 +5,14 @@ from __future__ import annotations
 import base64
 import json
 import re
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any, cast
 
 import anthropic
 import httpx2
+import pydantic_core
+from anthropic._constants import RAW_RESPONSE_HEADER
+from anthropic._response import AsyncAPIResponse, AsyncResponseContextManager
 
 from chatd.models import ErrorKind, ModelConfig, ModelError
 from chatd.parts import (
@@ -99,14 +102,34 @@ class AnthropicProvider(ModelProvider):
                 async for event in stream:
                     yield event.to_dict()
             return
-        create = self._client.messages.with_streaming_response.create
-        async with create(**kwargs, stream=True) as response:
+        async with self._streamed(kwargs) as response:
             async for sse in parse_sse(response.iter_lines()):
                 if sse.event == "error":  # as the SDK's stream raises it
                     raise anthropic.APIStatusError(
                         str(sse.data), response=response.http_response, body=sse.data
                     )
                 yield sse.data
+
+    def _streamed(
+        self, kwargs: dict[str, Any]
+    ) -> AsyncResponseContextManager[AsyncAPIResponse[object]]:
+        """`messages.create(**kwargs, stream=True)`'s raw response, its body serialized here
+        for Anthropic's own API: the SDK copies a body's every container, then encodes it,
+        which for a long chat's messages costs more than the rest of the request. Vertex
+        AI's client builds its URL from the body's model, so it gets the body to build it."""
+        if type(self._client) is not anthropic.AsyncAnthropic:
+            create = self._client.messages.with_streaming_response.create
+            return create(**kwargs, stream=True)
+        body = {k: v for k, v in kwargs.items() if k != "extra_body"}
+        body.update(kwargs.get("extra_body", {}), stream=True)
+        headers = {RAW_RESPONSE_HEADER: "stream", "Content-Type": "application/json"}
+        posted = self._client.post(
+            "/v1/messages",
+            content=pydantic_core.to_json(body),
+            cast_to=object,
+            options={"headers": headers},
+        )
+        return AsyncResponseContextManager(cast(Awaitable[AsyncAPIResponse[object]], posted))
 
     async def count_input_tokens(self, request: ModelRequest) -> int | None:
         """`messages.count_tokens` of the step's own request (model, system, messages, tools,

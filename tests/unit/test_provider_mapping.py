@@ -525,6 +525,25 @@ async def test_anthropic_stream_mapping() -> None:
     ]
 
 
+async def test_anthropic_request_is_what_the_sdks_create_sends() -> None:
+    """The provider serializes its request's body itself (the SDK's copy of a long chat's
+    messages costs more than the rest): the API must get what `messages.create` sends."""
+    seen: list[httpx2.Request] = []
+    provider = anthropic_provider(answer(sse(anthropic_events()), seen))
+    req = request(transcript(), temperature=0.3, top_p=0.9)
+    await run(provider, req)
+    client = anthropic_provider(answer(sse(anthropic_events()), seen))._client
+    create = client.messages.with_streaming_response.create
+    async with create(**build_anthropic_request(req), stream=True):
+        pass
+    ours, sdks = seen
+    assert (ours.method, ours.url) == (sdks.method, sdks.url)
+    assert json.loads(ours.content) == json.loads(sdks.content)
+    assert json.loads(ours.content)["temperature"] == 0.3, "extra_body is merged in"
+    for header in ("x-api-key", "anthropic-version", "content-type", "accept", "user-agent"):
+        assert ours.headers.get(header) == sdks.headers.get(header), header
+
+
 async def test_anthropic_mid_stream_error_event() -> None:
     events = anthropic_events()[:5]
     events.append(
