@@ -228,7 +228,10 @@ async def test_a_send_that_starts_a_turn_answers_202_with_the_chat_running(
     """
     model = _model()
     async with make_stack(with_worker=False) as stack:
-        stack.fake.script(model["name"], [FakeResponse(parts=[FakeText(text="Done.")])])
+        # Twice: the late worker runs in this busy process, and a step whose heartbeats came
+        # late under load is retried (its abandoned stream saves nothing).
+        done = FakeResponse(parts=[FakeText(text="Done.")])
+        stack.fake.script(model["name"], [done, done])
         chat = await stack.create_chat(model=model)
         # Workflow tasks run, activities don't: the turn's first step can't begin it.
         async with Worker(stack.temporal, task_queue=stack.task_queue, workflows=[ChatTurn]):
