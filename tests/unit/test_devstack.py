@@ -263,3 +263,38 @@ def test_a_port_given_by_the_caller_is_not_replaced_when_taken() -> None:
     finally:
         server.cleanup()
         taken.close()
+
+
+def test_postgres_picks_its_port_again_when_it_was_taken_first(
+    scratch_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As the Temporal dev server does: a picked port taken before the server binds it."""
+    taken = bound_socket()
+    taken.listen()
+    picks = iter([taken.getsockname()[1]])
+    monkeypatch.setattr(
+        "chatd.devstack.postgres.free_port", lambda host: next(picks, None) or free_port(host)
+    )
+    pg = PostgresProcess(scratch_dir / "pg", settings=TEST_PG_SETTINGS)
+    try:
+        pg.start()
+        assert pg.running
+        assert pg.port != taken.getsockname()[1]
+        assert "Address already in use" in pg.log_path.read_text()
+        assert pg.psql("SELECT 1").strip() == "1"
+    finally:
+        pg.stop()
+        taken.close()
+
+
+def test_postgres_keeps_a_port_given_by_the_caller(scratch_dir: Path) -> None:
+    taken = bound_socket()
+    taken.listen()
+    pg = PostgresProcess(scratch_dir / "pg", port=taken.getsockname()[1], settings=TEST_PG_SETTINGS)
+    try:
+        with pytest.raises(PostgresError, match="Address already in use"):
+            pg.start()
+        assert not pg.running
+    finally:
+        pg.stop()
+        taken.close()
