@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 __all__ = [
+    "PORT_ATTEMPTS",
     "bound_socket",
     "clear_orphan",
     "free_port",
@@ -29,10 +30,12 @@ __all__ = [
     "pdeathsig_preexec",
     "pid_alive",
     "port_accepts",
+    "port_was_taken",
     "process_cmdline",
     "register_child",
     "run_coro_in_thread",
     "spawn_child",
+    "start_picking_ports_again",
     "stop_child",
     "unregister_child",
     "wait_exit",
@@ -126,6 +129,36 @@ def log_tail(path: Path | None, lines: int = 40) -> str:
         return f"<cannot read {path}: {exc}>"
     text = data.decode("utf-8", errors="replace")
     return "\n".join(text.splitlines()[-lines:]) or "<empty log>"
+
+
+PORT_ATTEMPTS = 3
+"""How many times a server whose picked port was taken first is started on new ports."""
+
+
+def port_was_taken(log: Path | None, start_marker: str) -> bool:
+    """Whether a server's log since its last start (its last line starting `start_marker`:
+    the log is appended to) says a port it was given was already bound."""
+    since_start = log_tail(log, lines=200).rsplit(start_marker, 1)[-1]
+    return "address already in use" in since_start.lower()
+
+
+def start_picking_ports_again(
+    pick: Callable[[], None] | None, start: Callable[[], None], taken: type[Exception]
+) -> None:
+    """`pick()` ports, then `start()`; again while the start raises `taken`, up to
+    `PORT_ATTEMPTS` times. A port is free when picked, but another process can bind it
+    before the server does. Without `pick` (the caller chose every port, and a client may
+    already have them) `taken` is raised at once."""
+    for attempt in range(1, PORT_ATTEMPTS + 1):
+        if pick is not None:
+            pick()
+        try:
+            start()
+        except taken:
+            if pick is None or attempt == PORT_ATTEMPTS:
+                raise
+        else:
+            return
 
 
 def pdeathsig_preexec(sig: int) -> Callable[[], None] | None:

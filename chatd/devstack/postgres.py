@@ -22,8 +22,10 @@ from chatd.devstack.ports import (
     kill_child,
     log_tail,
     port_accepts,
+    port_was_taken,
     register_child,
     spawn_child,
+    start_picking_ports_again,
     stop_child,
     unregister_child,
     write_owner_file,
@@ -52,8 +54,6 @@ class _PortTaken(PostgresError):
     """The server exited at startup because its port was already bound."""
 
 
-_PORT_ATTEMPTS = 3
-_ADDRESS_IN_USE = "Address already in use"
 _START_MARKER = "--- chatd: starting postgres on port "
 
 
@@ -207,22 +207,18 @@ class PostgresProcess:
         except RuntimeError as exc:
             raise PostgresError(str(exc)) from None
         self._clear_stale_pidfile()
-        # A port we pick is free when picked, but another process can bind it before the
-        # server does: then it exits "Address already in use", and we pick again. A port
-        # the caller chose is kept (a client may already have it).
-        pick = self.port is None
-        for attempt in range(1, _PORT_ATTEMPTS + 1):
-            if pick:
-                self.port = free_port(self.host)
-            self.socket_dir = self._make_socket_dir()  # a failed start's exit removed it
-            self._spawn()
-            try:
-                self._wait_ready(started)
-            except _PortTaken:
-                if not pick or attempt == _PORT_ATTEMPTS:
-                    raise
-                continue
-            return
+
+        def pick() -> None:
+            self.port = free_port(self.host)
+
+        start_picking_ports_again(
+            pick if self.port is None else None, lambda: self._start_once(started), _PortTaken
+        )
+
+    def _start_once(self, started: float) -> None:
+        self.socket_dir = self._make_socket_dir()  # a failed start's exit removed it
+        self._spawn()
+        self._wait_ready(started)
 
     def stop(self, timeout: float = 30.0) -> None:
         """Fast shutdown (SIGINT), escalating to SIGQUIT and SIGKILL after `timeout`."""
@@ -374,9 +370,8 @@ class PostgresProcess:
             code = self._proc.poll()
             if code is not None:
                 self._reap()
-                this_start = log_tail(self.log_path, lines=200).rsplit(_START_MARKER, 1)[-1]
-                failure = _PortTaken if _ADDRESS_IN_USE in this_start else PostgresError
-                raise failure(
+                taken = port_was_taken(self.log_path, _START_MARKER)
+                raise (_PortTaken if taken else PostgresError)(
                     f"postgres exited with code {code} during startup; log tail "
                     f"({self.log_path}):\n{log_tail(self.log_path)}"
                 )

@@ -22,9 +22,11 @@ from chatd.devstack.ports import (
     free_port,
     kill_child,
     log_tail,
+    port_was_taken,
     register_child,
     run_coro_in_thread,
     spawn_child,
+    start_picking_ports_again,
     stop_child,
     unregister_child,
     write_owner_file,
@@ -86,8 +88,6 @@ class _PortTaken(TemporalDevServerError):
     """The dev server exited at startup because a port it was given was already bound."""
 
 
-_PORT_ATTEMPTS = 3
-_ADDRESS_IN_USE = "address already in use"
 _START_MARKER = "--- chatd: "
 
 
@@ -223,25 +223,15 @@ class TemporalDevServer:
             os.close(fd)
             self.log_path = Path(name)
             self._tmp_log = True
-        # A port we pick is free when picked, but another process can bind it before the
-        # server does (another stack starting beside it picks from the same range): then
-        # the server exits "address already in use", and we pick again.
         to_pick = self._unset_ports()
-        for attempt in range(1, _PORT_ATTEMPTS + 1):
+
+        def pick() -> None:
             for name in to_pick:
                 setattr(self, name, free_port(self.ip))
-            self._spawn()
-            try:
-                run_coro_in_thread(lambda: self._wait_ready(started))
-            except _PortTaken:
-                self.kill()
-                if not to_pick or attempt == _PORT_ATTEMPTS:
-                    raise
-                continue
-            except BaseException:
-                self.kill()
-                raise
-            break
+
+        start_picking_ports_again(
+            pick if to_pick else None, lambda: self._start_once(started), _PortTaken
+        )
         self.last_startup_seconds = time.monotonic() - started
 
     def stop(self, timeout: float = 15.0) -> None:
@@ -275,6 +265,14 @@ class TemporalDevServer:
         self.cleanup()
 
     # internals
+
+    def _start_once(self, started: float) -> None:
+        self._spawn()
+        try:
+            run_coro_in_thread(lambda: self._wait_ready(started))
+        except BaseException:
+            self.kill()
+            raise
 
     def _unset_ports(self) -> list[str]:
         """The port attributes this start picks: unset ones (and a metrics port of 0)."""
@@ -323,12 +321,8 @@ class TemporalDevServer:
             assert self._proc is not None
             code = self._proc.poll()
             if code is not None:
-                failure = (
-                    _PortTaken
-                    if _ADDRESS_IN_USE in self._this_start_log()
-                    else (TemporalDevServerError)
-                )
-                raise failure(
+                taken = port_was_taken(self.log_path, _START_MARKER)
+                raise (_PortTaken if taken else TemporalDevServerError)(
                     f"temporal dev server exited with code {code} during startup; log tail "
                     f"({self.log_path}):\n{log_tail(self.log_path)}"
                 )
@@ -348,11 +342,6 @@ class TemporalDevServer:
                     return
                 last_error = f"search attributes not visible yet: {sorted(missing)}"
             await asyncio.sleep(0.1)
-
-    def _this_start_log(self) -> str:
-        """What the server logged since its last start (the log file is appended to)."""
-        tail = log_tail(self.log_path, lines=200)
-        return tail.rsplit(_START_MARKER, 1)[-1]
 
     async def _missing_attributes(self) -> set[str]:
         client = await Client.connect(self.address, namespace=self.namespace)

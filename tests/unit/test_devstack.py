@@ -228,14 +228,21 @@ async def _values(dsn: str) -> list[str]:
         await conn.close()
 
 
+@pytest.fixture
+def taken_port() -> Iterator[int]:
+    """A port another process listens on, as one that took it between its pick and the
+    server's bind would."""
+    with bound_socket() as taken:
+        taken.listen()
+        yield taken.getsockname()[1]
+
+
 def test_a_port_taken_before_the_server_binds_it_is_picked_again(
-    monkeypatch: pytest.MonkeyPatch,
+    taken_port: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A picked port is free only when picked: a stack starting beside this one can bind it
     first, and the server then exits "address already in use". The start picks again."""
-    taken = bound_socket()
-    taken.listen()
-    picks = iter([free_port(), taken.getsockname()[1]])
+    picks = iter([free_port(), taken_port])
     monkeypatch.setattr(
         "chatd.devstack.temporal.free_port", lambda host: next(picks, None) or free_port(host)
     )
@@ -243,35 +250,29 @@ def test_a_port_taken_before_the_server_binds_it_is_picked_again(
     try:
         server.start()
         assert server.running
-        assert server.metrics_port not in (0, taken.getsockname()[1])
+        assert server.metrics_port not in (0, taken_port)
         assert server.log_path is not None
         assert "address already in use" in server.log_path.read_text()
     finally:
         server.cleanup()
-        taken.close()
 
 
-def test_a_port_given_by_the_caller_is_not_replaced_when_taken() -> None:
+def test_a_port_given_by_the_caller_is_not_replaced_when_taken(taken_port: int) -> None:
     """The caller chose that port (a client may already be told it): fail, naming it."""
-    taken = bound_socket()
-    taken.listen()
-    server = TemporalDevServer(headless=True, metrics_port=taken.getsockname()[1])
+    server = TemporalDevServer(headless=True, metrics_port=taken_port)
     try:
         with pytest.raises(TemporalDevServerError, match="address already in use"):
             server.start()
         assert not server.running
     finally:
         server.cleanup()
-        taken.close()
 
 
 def test_postgres_picks_its_port_again_when_it_was_taken_first(
-    scratch_dir: Path, monkeypatch: pytest.MonkeyPatch
+    scratch_dir: Path, taken_port: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """As the Temporal dev server does: a picked port taken before the server binds it."""
-    taken = bound_socket()
-    taken.listen()
-    picks = iter([taken.getsockname()[1]])
+    picks = iter([taken_port])
     monkeypatch.setattr(
         "chatd.devstack.postgres.free_port", lambda host: next(picks, None) or free_port(host)
     )
@@ -279,22 +280,18 @@ def test_postgres_picks_its_port_again_when_it_was_taken_first(
     try:
         pg.start()
         assert pg.running
-        assert pg.port != taken.getsockname()[1]
+        assert pg.port != taken_port
         assert "Address already in use" in pg.log_path.read_text()
         assert pg.psql("SELECT 1").strip() == "1"
     finally:
         pg.stop()
-        taken.close()
 
 
-def test_postgres_keeps_a_port_given_by_the_caller(scratch_dir: Path) -> None:
-    taken = bound_socket()
-    taken.listen()
-    pg = PostgresProcess(scratch_dir / "pg", port=taken.getsockname()[1], settings=TEST_PG_SETTINGS)
+def test_postgres_keeps_a_port_given_by_the_caller(scratch_dir: Path, taken_port: int) -> None:
+    pg = PostgresProcess(scratch_dir / "pg", port=taken_port, settings=TEST_PG_SETTINGS)
     try:
         with pytest.raises(PostgresError, match="Address already in use"):
             pg.start()
         assert not pg.running
     finally:
         pg.stop()
-        taken.close()
