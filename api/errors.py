@@ -29,6 +29,7 @@ __all__ = [
     "install_error_handlers",
     "invalid_request",
     "openai_error_body",
+    "update_dropped",
 ]
 
 log = logging.getLogger("chatd.api")
@@ -199,6 +200,14 @@ _WORKFLOW_TASK_FAILED = "workflow task failure"
 FAILED_PRECONDITION: "... due to unexpected workflow task failure"). The task is retried."""
 
 
+def update_dropped(err: RPCError) -> bool:
+    """Temporal dropped the update: the workflow task that carried it failed on the server
+    (a signal landing while the task closed the run, a command it refused). The task is
+    retried without the update, so the workflow never saw it; the same call again is a new
+    update."""
+    return err.status is RPCStatusCode.FAILED_PRECONDITION and _WORKFLOW_TASK_FAILED in err.message
+
+
 def as_api_error(err: Exception) -> ApiError:
     """What the client is told of an exception raised while serving it (for the HTTP
     handlers and the WebSocket alike): an outage of a backing service is a 503, never a
@@ -241,7 +250,7 @@ def _temporal_error(err: RPCError) -> ApiError:
     if err.status in _TEMPORAL_OUTAGES:
         log.warning("temporal unavailable: %s", err)
         return ApiError(503, "temporal_unavailable", "Temporal is unreachable", detail)
-    if err.status is RPCStatusCode.FAILED_PRECONDITION and _WORKFLOW_TASK_FAILED in err.message:
+    if update_dropped(err):
         log.warning("an update's workflow task failed: %s", err)
         message = "no worker completed the request's workflow task; retry"
         return ApiError(503, "worker_unavailable", message, detail, headers={"Retry-After": "1"})

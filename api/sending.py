@@ -21,7 +21,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from api.background import in_background
 from api.budgets import refuse_unpriced
-from api.errors import ApiError
+from api.errors import ApiError, update_dropped
 from api.hand_overs import HandOvers
 from api.idempotency import check_same_request, request_digest
 from api.schemas import SendMessage, SendMessageResult
@@ -67,8 +67,9 @@ async def submit_message(
     hand_overs: HandOvers,
 ) -> SubmitMessageResult | None:
     """Start a turn for this message or queue it in the running one; None if no worker took
-    it in time (or the workers are behind, `HandOvers`), so its signal-with-start goes in the
-    background: it starts or joins the chat's turns as soon as a worker runs the workflow.
+    it in time (or the workers are behind, `HandOvers`, or Temporal dropped the update), so
+    its signal-with-start goes in the background: it starts or joins the chat's turns as
+    soon as a worker runs the workflow.
 
     The chat's older messages Temporal may not have (their gateway died after storing them)
     are handed over first, so messages are taken in the order sent. `update_id` makes a
@@ -85,7 +86,9 @@ async def submit_message(
                     HAND_OVER_WAIT_S,
                 )
         except RPCError as err:
-            if err.status != RPCStatusCode.RESOURCE_EXHAUSTED:  # the run's in-flight updates
+            # Too many updates in flight on the run, or this one dropped with its workflow
+            # task: the message is stored, so its signal hands it over.
+            if err.status != RPCStatusCode.RESOURCE_EXHAUSTED and not update_dropped(err):
                 raise
         except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):
             # Our deadline, or the server's (cancelling the call surfaces as the SDK's error).

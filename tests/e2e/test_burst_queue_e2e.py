@@ -4,6 +4,7 @@ starts exactly one turn however many ways it was handed over."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,14 @@ from typing import Any
 import pytest
 from harness import Stack, StackFactory
 from support.names import model_name
+from temporalio.api.command.v1 import Command, ScheduleActivityTaskCommandAttributes
+from temporalio.api.enums.v1 import CommandType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import (
+    PollWorkflowTaskQueueRequest,
+    RespondWorkflowTaskCompletedRequest,
+)
+from temporalio.service import RPCError
 
 import api.hand_overs
 import api.sending
@@ -215,3 +224,57 @@ async def test_a_message_its_gateway_never_handed_over_runs_before_the_next_one_
         uuid.UUID(created["id"]),
     )
     assert unmarked == 0, "both are recorded as handed over"
+
+
+async def test_a_send_whose_update_temporal_dropped_is_queued_and_runs_once(
+    make_stack: StackFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The workflow task carrying the send's update fails on the server (here a worker's
+    command it refuses; in production, a signal landing while the task ends the run):
+    Temporal drops the update. The message is stored, so the send is answered 202 and its
+    signal hands it over; it is not a 503 asking the client to send it again."""
+    monkeypatch.setattr(api.sending, "HAND_OVER_WAIT_S", 3600.0)  # no timeout fallback
+    async with make_stack(with_worker=False) as stack:
+        model = stack.scripted_model(_reply("a1"))
+        chat = await stack.create_chat(model=model)
+        sending = asyncio.create_task(
+            stack.http.post(f"/chats/{chat['id']}/messages", json={"content": "m1"})
+        )
+        carried = await _fail_one_workflow_task(stack)
+        assert carried, "the failed task carried the send's update"
+        sent = await asyncio.wait_for(sending, 60)
+        assert sent.status_code == 202, sent.text
+        assert sent.json()["queued"] is True
+        async with stack.late_worker(tmp_path):
+            messages = await _until_transcript(stack, chat["id"], 2)
+        assert _texts(messages) == [("user", "m1"), ("assistant", "a1")]
+        assert len(stack.fake.requests(model["name"])) == 1
+
+
+async def _fail_one_workflow_task(stack: Stack) -> int:
+    """Poll the stack's task queue as a worker would and answer its first workflow task
+    with a command the server refuses (an activity without an id): the server fails the
+    task. How many protocol messages (updates) the task carried."""
+    service = stack.temporal.workflow_service
+    namespace = stack.temporal.namespace
+    task = await service.poll_workflow_task_queue(
+        PollWorkflowTaskQueueRequest(
+            namespace=namespace,
+            task_queue=TaskQueue(name=stack.task_queue),
+            identity="refusing-worker",
+        )
+    )
+    refused = Command(
+        command_type=CommandType.COMMAND_TYPE_SCHEDULE_ACTIVITY_TASK,
+        schedule_activity_task_command_attributes=ScheduleActivityTaskCommandAttributes(),
+    )
+    with contextlib.suppress(RPCError):  # the server may answer the refusal as an error
+        await service.respond_workflow_task_completed(
+            RespondWorkflowTaskCompletedRequest(
+                namespace=namespace,
+                task_token=task.task_token,
+                identity="refusing-worker",
+                commands=[refused],
+            )
+        )
+    return len(task.messages)
