@@ -10,6 +10,7 @@ the log as before.
 
 from __future__ import annotations
 
+import itertools
 import json
 import uuid
 from collections import deque
@@ -58,7 +59,8 @@ class RecentEvents:
         kept = self._chats.get(chat_id)
         if not kept or cursor < kept[0].seq - 1 or cursor > kept[-1].seq:
             return None
-        return EventPage([e for e in kept if e.seq > cursor], more=False)
+        # Contiguous: the event after the cursor is at its distance from the first kept.
+        return EventPage(list(itertools.islice(kept, cursor - kept[0].seq + 1, None)), more=False)
 
     def forget(self, chat_id: uuid.UUID) -> None:
         """Drop a chat no stream watches any longer."""
