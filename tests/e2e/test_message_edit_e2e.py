@@ -98,9 +98,13 @@ async def test_an_edit_no_worker_takes_is_queued_durably_and_answered_once(
         retried = await stack.http.patch(path, **edit)
         assert retried.status_code == 202, retried.text
         assert retried.json() == first.json()
-        stack.fake.script(name, [FakeResponse(parts=[FakeText(text="second answer")])])
+        # Twice: the late worker runs in this busy process, and a step whose heartbeats came
+        # late under load is retried (announced by a reset).
+        second_answer = FakeResponse(parts=[FakeText(text="second answer")])
+        stack.fake.script(name, [second_answer, second_answer])
         async with stack.late_worker(tmp_path):
-            await stack.wait_status(chat_id, "waiting", after=await _last_event(stack, chat_id))
+            after = await _last_event(stack, chat_id)
+            events = await stack.wait_status(chat_id, "waiting", after=after)
             again = await stack.http.patch(path, **edit)
         assert again.status_code == 202, again.text
         message_id = first.json()["message_id"]
@@ -111,7 +115,9 @@ async def test_an_edit_no_worker_takes_is_queued_durably_and_answered_once(
             ("assistant", "second answer"),
         ]
         assert message_id == messages[0]["turn_id"]
-        assert len(stack.fake.requests(name)) == 2, "one model call per turn"
+        resets = [e for e in events if e.event == "reset"]
+        requests = len(stack.fake.requests(name))
+        assert 2 <= requests <= 2 + len(resets), "one model call per turn"
         other = await stack.http.patch(path, json={"content": "x"})
         assert other.status_code == 404, "without the key, the edited message is gone"
 
