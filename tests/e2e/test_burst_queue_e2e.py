@@ -58,6 +58,20 @@ async def _stored(stack: Stack, chat_id: str, text: str) -> tuple[ChatRecord, st
     return chat, str(queued.id)
 
 
+async def _resets_until_ended(stack: Stack, chat_id: str, turn_id: str) -> int:
+    """The chat's `reset` events (a step's abandoned attempt, which sent a request of its
+    own) up to the end of turn `turn_id`."""
+    events = await stack.events_until(
+        chat_id,
+        lambda e: (
+            e.event == "status"
+            and e.data["status"] == "waiting"
+            and e.data.get("turn_id") == turn_id
+        ),
+    )
+    return sum(1 for e in events if e.event == "reset")
+
+
 async def _until_transcript(stack: Stack, chat_id: str, count: int) -> list[dict[str, Any]]:
     for _ in range(600):
         messages = await stack.messages(chat_id)
@@ -96,18 +110,9 @@ async def test_sends_no_worker_takes_are_queued_and_each_runs_once_in_order(
             ("assistant", "a3"),
         ]
         assert [m["turn_id"] for m in messages[::2]] == [a["message_id"] for a in sent]
-        last_turn = sent[-1]["message_id"]
-        events = await stack.events_until(
-            chat["id"],
-            lambda e: (
-                e.event == "status"
-                and e.data["status"] == "waiting"
-                and e.data.get("turn_id") == last_turn
-            ),
-        )
-        resets = [e for e in events if e.event == "reset"]
+        resets = await _resets_until_ended(stack, chat["id"], sent[-1]["message_id"])
         # One model request a turn; an abandoned attempt (announced by a reset) may add one.
-        assert 3 <= len(stack.fake.requests(name)) <= 3 + len(resets)
+        assert 3 <= len(stack.fake.requests(name)) <= 3 + resets
 
 
 def _answer_by_message(request: FakeRequest) -> FakeResponse:
@@ -143,16 +148,8 @@ async def test_once_a_hand_over_timed_out_the_next_sends_queue_without_waiting(
             ("user", "m2"),
             ("assistant", "a2"),
         ]
-        events = await stack.events_until(
-            chat["id"],
-            lambda e: (
-                e.event == "status"
-                and e.data["status"] == "waiting"
-                and e.data.get("turn_id") == second["message_id"]
-            ),
-        )
-        resets = [e for e in events if e.event == "reset"]
-        assert 2 <= len(stack.fake.requests(name)) <= 2 + len(resets)
+        resets = await _resets_until_ended(stack, chat["id"], second["message_id"])
+        assert 2 <= len(stack.fake.requests(name)) <= 2 + resets
 
 
 async def test_a_message_handed_over_both_ways_in_the_same_run_turns_once(stack: Stack) -> None:
@@ -261,18 +258,9 @@ async def test_a_send_whose_update_temporal_dropped_is_queued_and_runs_once(
         async with stack.late_worker(tmp_path):
             messages = await _until_transcript(stack, chat["id"], 2)
         assert _texts(messages) == [("user", "m1"), ("assistant", "a1")]
-        turn = sent.json()["message_id"]
-        events = await stack.events_until(
-            chat["id"],
-            lambda e: (
-                e.event == "status"
-                and e.data["status"] == "waiting"
-                and e.data.get("turn_id") == turn
-            ),
-        )
-        resets = [e for e in events if e.event == "reset"]
+        resets = await _resets_until_ended(stack, chat["id"], sent.json()["message_id"])
         # One model request; an abandoned attempt (announced by a reset) may add one.
-        assert 1 <= len(stack.fake.requests(model["name"])) <= 1 + len(resets)
+        assert 1 <= len(stack.fake.requests(model["name"])) <= 1 + resets
 
 
 async def _fail_one_workflow_task(stack: Stack) -> int:
