@@ -195,6 +195,8 @@ class ToolCallRef(_Payload):
     stop_after: bool = False
     policy: ToolPolicyDecision = "auto"
     """The chat's approval policy for this call, as it stood when the step was generated."""
+    inline: bool = False
+    """The tool is quick and local (`Tool.inline`): the workflow runs it as a local activity."""
 
 
 class StreamStepResult(_Payload):

@@ -30,7 +30,7 @@ with workflow.unsafe.imports_passed_through():
         ToolCallRef,
         TurnPlan,
     )
-    from workflows.retries import activity_error, retry_policy
+    from workflows.retries import activity_error, retries_within, retry_policy
     from workflows.tool_batch import (
         INTERRUPTED_RESULT,
         POLICY_DENIED,
@@ -146,21 +146,34 @@ class ToolStep:
         }
 
     def _start(self, call: ToolCallRef) -> asyncio.Task[ExecuteToolResult]:
-        """The call's activity; or, for `wait_agent`, the workflow's own wait."""
+        """The call's activity (a local one for an inline tool); or, for `wait_agent`, the
+        workflow's own wait."""
         if call.kind == "wait":
             wait = AgentWait(self._chat_id, self._turn_id, self._step, self._controls)
             return asyncio.create_task(wait.run(call))
+        input = ExecuteToolInput(
+            chat_id=self._chat_id, turn_id=self._turn_id, step=self._step, call=call
+        )
+        summary = f"tool {short_name(call.name)} (step {self._step})"
+        if call.inline:
+            return workflow.start_local_activity_method(
+                ToolActivities.execute_tool_call,
+                input,
+                start_to_close_timeout=min(self._deadline, LOCAL_TIMEOUT),
+                schedule_to_close_timeout=self._deadline,
+                retry_policy=retries_within(self._deadline),
+                cancellation_type=ActivityCancellationType.TRY_CANCEL,
+                summary=summary,
+            )
         return workflow.start_activity_method(
             ToolActivities.execute_tool_call,
-            ExecuteToolInput(
-                chat_id=self._chat_id, turn_id=self._turn_id, step=self._step, call=call
-            ),
+            input,
             start_to_close_timeout=min(self._deadline, timedelta(minutes=30)),
             schedule_to_close_timeout=self._deadline,
             heartbeat_timeout=timedelta(seconds=10),
             retry_policy=_TOOL_RETRY,
             cancellation_type=ActivityCancellationType.TRY_CANCEL,
-            summary=f"tool {short_name(call.name)} (step {self._step})",
+            summary=summary,
         )
 
     async def _await_answers(self, plan: ToolPlan) -> ToolsOutcome:

@@ -85,6 +85,10 @@ class Tool(Generic[ArgsT]):
     """Must be the only tool call in its step."""
     stop_after: bool = False
     """A successful call ends the turn."""
+    inline: bool = False
+    """Quick and local (well under a second, no I/O that can hang): runs as a local activity
+    in the workflow's own task, which saves the server's schedule, start and completion of an
+    activity and a workflow task. Not heartbeated, so never for a tool that can run long."""
     read_only: bool = False
     """Declared safe: it changes nothing. Shown to whoever approves a call; the chat's
     policy still decides whether it is asked."""

@@ -24,4 +24,5 @@ current_time: Tool[_NoArgs] = Tool(
     description="The current date and time in UTC.",
     args=_NoArgs,
     run=_current_time,
+    inline=True,
 )

@@ -46,11 +46,13 @@ def _text(text: str = "fine", tokens: int = 10) -> FakeResponse:
     return FakeResponse(parts=[FakeText(text=text)], usage=FakeUsage(input_tokens=tokens))
 
 
-_TOOL_STEP = FakeResponse(parts=[FakeToolCall(name="current_time")])
+_TOOL_STEP = FakeResponse(parts=[FakeToolCall(name="list_files")])
+_INLINE_TOOL_STEP = FakeResponse(parts=[FakeToolCall(name="current_time")])
 TARGETS = {
     "first step": Target("stream_model_step", (_text(),), turn_fails=True, step=0),
     "later step": Target("stream_model_step", (_TOOL_STEP, _text()), turn_fails=True, step=1),
     "tool": Target("execute_tool_call", (_TOOL_STEP, _text()), turn_fails=False),
+    "inline tool": Target("execute_tool_call", (_INLINE_TOOL_STEP, _text()), turn_fails=False),
     "compaction": Target("compact_context", (_text("long", 700), _text()), turn_fails=True),
     "title": Target("generate_title", (_text(), _text()), turn_fails=False),
     "finish": Target(

@@ -180,7 +180,7 @@ async def test_secrets_never_enter_temporal_history(stack: Stack) -> None:
     stack.fake.script(
         name,
         [
-            FakeResponse(parts=[FakeToolCall(name="current_time")]),
+            FakeResponse(parts=[FakeToolCall(name="list_files")]),
             FakeResponse(parts=[FakeText(text="done")]),
         ],
     )

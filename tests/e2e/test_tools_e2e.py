@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
@@ -14,6 +15,7 @@ from support.names import model_name
 
 from chatd.fake_provider.script import FakeResponse, FakeText, FakeToolCall
 from chatd.tools.base import Tool, ToolContext, ToolOutput, ToolRegistry
+from workflows.constants import workflow_id
 
 _b_started = asyncio.Event()
 
@@ -62,6 +64,8 @@ TEST_TOOLS = [
     _tool("bad_output", _bad_output),
     _tool("solo", _done, exclusive=True),
     _tool("finish_task", _done, stop_after=True),
+    _tool("quick", _done, inline=True),
+    _tool("quick_boom", _boom, inline=True),
 ]
 
 
@@ -105,6 +109,40 @@ async def test_parallel_calls_run_concurrently_and_results_keep_call_order(
     results = _results(messages)
     assert [r["tool_call_id"] for r in results] == [c["id"] for c in calls]
     assert [r["output"] for r in results] == ["slow:a", "fast:b"]
+
+
+async def test_inline_calls_run_in_the_workflow_task_and_keep_call_order(
+    tool_stack: Stack,
+) -> None:
+    """Inline tools run as local activities: the server schedules an activity only for the
+    regular call, and every result (an inline tool's error too) comes in call order."""
+    chat_id, _ = await _turn(
+        tool_stack,
+        [
+            FakeResponse(
+                parts=[
+                    FakeToolCall(name="quick", arguments={"word": "a"}),
+                    FakeToolCall(name="fast_echo", arguments={"word": "b"}),
+                    FakeToolCall(name="quick_boom", arguments={"word": "c"}),
+                ]
+            ),
+            FakeResponse(parts=[FakeText(text="done")]),
+        ],
+    )
+    await tool_stack.wait_status(chat_id, "waiting")
+    results = _results(await tool_stack.messages(chat_id))
+    assert [(r["output"], r["is_error"]) for r in results][:2] == [
+        ("finished", False),
+        ("fast:b", False),
+    ]
+    assert results[2]["is_error"] and "the disk is on fire" in results[2]["output"]
+    handle = tool_stack.temporal.get_workflow_handle(workflow_id(chat_id))
+    scheduled = [
+        json.loads(event.user_metadata.summary.data)
+        async for event in handle.fetch_history_events()
+        if event.HasField("activity_task_scheduled_event_attributes")
+    ]
+    assert [s for s in scheduled if s.startswith("tool ")] == ["tool fast_echo (step 0)"]
 
 
 async def test_every_failure_becomes_an_error_result_and_the_turn_goes_on(
