@@ -84,7 +84,15 @@ export class ChatList {
     this.render();
   }
 
-  async onEvent(frame) {
+  /** Events apply one at a time, in stream order: a new chat's first event waits for its
+   * read, and the events behind it must not overtake it (a stale "running" after "waiting"). */
+  onEvent(frame) {
+    this.applied = (this.applied || Promise.resolve())
+      .then(() => this.apply(frame))
+      .catch((err) => console.error(err));
+  }
+
+  async apply(frame) {
     const data = frame.data || {};
     const id = data.chat_id;
     if (!id) return;
