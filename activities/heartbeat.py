@@ -66,7 +66,7 @@ async def heartbeating(
             activity.heartbeat()
             await asyncio.sleep(every)
 
-    if activity.info().is_local:  # a local activity has no heartbeat: its task's timeout
+    if activity.info().is_local:  # nothing to beat to: its start-to-close timeout bounds it
         yield
         return
     beater = asyncio.create_task(beat())

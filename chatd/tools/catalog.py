@@ -104,7 +104,7 @@ class TurnTools:
             kind="mcp" if mcp_tool else "builtin",
             exclusive=tool.exclusive,
             stop_after=tool.stop_after,
-            inline=tool.inline and mcp_tool is None,
+            inline=tool.inline,
             policy=decide(call.name, self.chat.tool_policy, self.operator_policy, default),
         )
 
