@@ -41,10 +41,11 @@ from chatd.providers.base import (
     default_output_tokens,
 )
 from chatd.settings import ProviderSettings
-from chatd.store.chats import ChatRecord, ChatStore
+from chatd.store.chats import ChatRecord
 from chatd.store.events import EventLog
 from chatd.store.listen_hub import ListenHub
 from chatd.store.spend import AttemptKey, SpendStore
+from chatd.store.step_inputs import StepInputs, read_step_inputs
 from chatd.store.step_keys import StepKey, stored_key
 from chatd.store.transcript import NewMessage, StoredMessage, TranscriptStore
 from chatd.telemetry import METRICS, TRACER
@@ -94,7 +95,7 @@ class ModelStepActivities:
         the gateway announces an interrupt; without it, the next heartbeat brings it."""
         self._interrupts = interrupts
         self._edges = edges
-        self._chats = ChatStore(pool)
+        self._pool = pool
         self._transcript = TranscriptStore(pool)
         self._spend = SpendStore(pool)
         self._prices = prices or Prices()
@@ -135,21 +136,14 @@ class ModelStepActivities:
         # slows the resume of a step killed in its first second (bench/chaos.py).
         async with (
             heartbeating(LIVENESS_EVERY_S, first=first_liveness_beat()),
-            self._turn_begin(chat_id, input) as (begin, chat_read),
+            self._turn_begin(chat_id, input) as (begin, reads),
         ):
             with self._interrupt_requests(input.turn_id) as interrupt_requested:
-                step_key = StepKey.assistant(input.step)
-                # Read together (the turn's begin is written meanwhile): the chat, whether a
-                # lost attempt saved this step already, and the context (with the turn's
-                # message, promoted or not yet).
-                chat, done, context, budgets = await asyncio.gather(
-                    chat_read,
-                    self._transcript.find(chat_id, input.turn_id, step_key),
-                    self._transcript.for_turn(
-                        chat_id, uuid.UUID(input.turn_id) if input.begin else None
-                    ),
-                    self._spend.budgets(chat_id, input.turn_id),
-                )
+                # Read while the turn's begin is written: the chat, whether a lost attempt
+                # saved this step already, the context (with the turn's message, promoted
+                # or not yet) and the budgets.
+                inputs = await reads
+                chat, done, context = inputs.chat, inputs.saved, inputs.context
                 if chat is None:
                     if input.begin:  # the begin says why: the chat or its message is gone
                         return StreamStepResult(message_id=None, began=await begin.result())
@@ -168,7 +162,7 @@ class ModelStepActivities:
                     return await _completed_despite_cancel(self._close(chat, input, began, summary))
                 config = _model_in_use(chat, input.model_index)
                 request = self._request(tools, config, context.messages, input.opens_response)
-                allowed = await self._allowance(request, input, budgets)
+                allowed = await self._allowance(request, input, inputs.budgets)
                 if allowed.pending is not None:
                     if (unbegun := await begin.unbegun()) is not None:
                         return unbegun
@@ -268,17 +262,26 @@ class ModelStepActivities:
     @contextlib.asynccontextmanager
     async def _turn_begin(
         self, chat_id: uuid.UUID, input: StreamStepInput
-    ) -> AsyncIterator[tuple[_TurnBegin, asyncio.Future[ChatRecord | None]]]:
-        """The turn's begin (with `input.begin`) under way, and the chat being read, which
-        the begin shares. The begin is not cancelled with the step: it ends before the step."""
-        chat_read = asyncio.ensure_future(self._chats.get(chat_id))
+    ) -> AsyncIterator[tuple[_TurnBegin, asyncio.Future[StepInputs]]]:
+        """The turn's begin (with `input.begin`) under way, and the step's inputs being read,
+        whose chat the begin shares. The begin is not cancelled with the step: it ends before
+        the step."""
+        reads = asyncio.ensure_future(
+            read_step_inputs(
+                self._pool,
+                chat_id,
+                input.turn_id,
+                StepKey.assistant(input.step),
+                uuid.UUID(input.turn_id) if input.begin else None,
+            )
+        )
         begin = _TurnBegin(
-            self._edges.begin(chat_id, input.turn_id, input.run_id, chat_read=chat_read)
+            self._edges.begin(chat_id, input.turn_id, input.run_id, chat_read=_chat_of(reads))
             if input.begin
             else None
         )
         try:
-            yield begin, chat_read
+            yield begin, reads
         finally:
             await begin.ended()
 
@@ -607,6 +610,11 @@ async def _completed_despite_cancel(work: Awaitable[T]) -> T:
         return await asyncio.shield(task)
     except asyncio.CancelledError:
         return await task
+
+
+async def _chat_of(reads: Awaitable[StepInputs]) -> ChatRecord | None:
+    """The chat of the step's inputs (the begin plans the turn from it)."""
+    return (await reads).chat
 
 
 class _TurnBegin:

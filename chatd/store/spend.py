@@ -14,7 +14,7 @@ from datetime import datetime
 import asyncpg
 from pydantic import BaseModel
 
-from chatd.budgets import BudgetState, PendingBudget
+from chatd.budgets import PendingBudget
 from chatd.parts import Usage
 from chatd.store.events import Conn
 
@@ -26,6 +26,7 @@ __all__ = [
     "BudgetDecision",
     "DecidedBudget",
     "SpendStore",
+    "budgets_sql",
 ]
 
 
@@ -103,16 +104,19 @@ TURN_COST = """(SELECT sum(s.cost_usd) FROM step_spend s
 """SQL: what a turn cost, its subagents' steps included; NULL when nothing was priced
 (`.format(turn=<its id, as text>)`)."""
 
-# Every budget over chat $1's step in turn $2: the turn's and the chat's, those of
-# the chats above it (a subagent's spend counts toward them), and the owner's day and month.
-_BUDGETS = f"""
+
+def budgets_sql(chat: str, turn: str) -> str:
+    """Every budget over chat `chat`'s step in turn `turn` (SQL expressions: parameters),
+    a row each, as `BudgetState`: the turn's and the chat's, those of the chats above it (a
+    subagent's spend counts toward them), and the owner's day and month."""
+    return f"""
 WITH RECURSIVE chain (id, parent_chat_id, budget_usd, turn_id) AS (
-    SELECT id, parent_chat_id, budget_usd, $2::text FROM chats WHERE id = $1
+    SELECT id, parent_chat_id, budget_usd, {turn}::text FROM chats WHERE id = {chat}
     UNION ALL
     SELECT c.id, c.parent_chat_id, c.budget_usd, c.turn_id
     FROM chats c JOIN chain ON c.id = chain.parent_chat_id
 ), me AS (
-    SELECT owner FROM chats WHERE id = $1
+    SELECT owner FROM chats WHERE id = {chat}
 ), limits AS (
     SELECT coalesce(own.usd_per_day, dflt.usd_per_day) AS per_day,
            coalesce(own.usd_per_month, dflt.usd_per_month) AS per_month
@@ -140,6 +144,7 @@ SELECT 'owner_month', limits.per_month, me.owner, NULL,
                   WHERE u.owner = me.owner AND u.day >= date_trunc('month', today.day)::date), 0)
 FROM limits, me WHERE limits.per_month IS NOT NULL
 """
+
 
 _DECIDED = """
 INSERT INTO budget_decisions (chat_id, turn_id, pause, budget, add_usd, decision, key_id)
@@ -175,11 +180,6 @@ class SpendStore:
             cost_usd,
             estimated,
         )
-
-    async def budgets(self, chat_id: uuid.UUID, turn_id: str) -> list[BudgetState]:
-        """Every budget over a step of this chat's turn, with what was spent against it."""
-        rows = await self._pool.fetch(_BUDGETS, chat_id, turn_id)
-        return [BudgetState.model_validate(dict(r)) for r in rows]
 
     async def chat_cost(self, chat_id: uuid.UUID) -> float:
         """What the chat and its subagents cost."""

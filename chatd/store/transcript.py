@@ -34,7 +34,10 @@ __all__ = [
     "QueuedMessage",
     "StoredMessage",
     "TranscriptStore",
+    "TurnContext",
+    "context_sql",
     "message_event",
+    "turn_context",
     "user_message_event_sql",
 ]
 
@@ -110,6 +113,38 @@ class TurnContext(NamedTuple):
 
     messages: list[Message]
     message_waiting: bool
+
+
+def context_sql(chat: str, turn_message: str, through: str) -> str:
+    """The read of a turn's context: chat `chat`'s messages the model sees (up to message
+    `through`, if not NULL), then the queued message `turn_message` if it is still waiting,
+    as one JSON text (`messages`), and whether it was (`waiting`). Each argument is a SQL
+    expression (a parameter). One statement, so it sees the queued message exactly once,
+    before or after a turn's begin promotes it. Built as one JSON text by Postgres and
+    validated in one pass (`turn_context`): a long chat's context is read at every step, and
+    decoding and validating it row by row costs more than the query."""
+    return f"""SELECT coalesce(json_agg(json_build_object(
+                   'role', role, 'parts', parts, 'response_id', response_id
+               ) ORDER BY id NULLS LAST), '[]')::text AS messages,
+               coalesce(bool_or(id IS NULL), false) AS waiting
+           FROM (
+               SELECT id, role, parts, response_id FROM messages
+               WHERE chat_id = {chat} AND NOT compressed
+                   AND ({through}::bigint IS NULL OR id <= {through}::bigint)
+               UNION ALL
+               SELECT NULL, {QUEUED_ROLE_SQL}, parts, NULL FROM queued_messages
+               WHERE id = {turn_message}::uuid AND chat_id = {chat} AND promoted_at IS NULL
+           ) AS context"""
+
+
+def turn_context(messages: str, waiting: bool) -> TurnContext:
+    """The `TurnContext` of a `context_sql` row: every tool call answered."""
+    return TurnContext(
+        every_call_answered(_messages_adapter.validate_json(messages)), message_waiting=waiting
+    )
+
+
+_MODEL_CONTEXT = context_sql("$1", "NULL", "$2")
 
 
 class TranscriptStore:
@@ -326,40 +361,9 @@ class TranscriptStore:
     async def for_model(self, chat_id: uuid.UUID, *, through: int | None = None) -> list[Message]:
         """The messages the model sees: not compressed, in order (up to message `through`),
         every tool call answered (`chatd.answered_calls`)."""
-        return (await self._context(chat_id, None, through)).messages
-
-    async def for_turn(self, chat_id: uuid.UUID, turn_message: uuid.UUID | None) -> TurnContext:
-        """`for_model`, with the queued message `turn_message` last if it is not in the
-        transcript yet: a turn's first step reads its context while it promotes the message.
-        One statement, so it sees the message exactly once, before or after the promotion."""
-        return await self._context(chat_id, turn_message, None)
-
-    async def _context(
-        self, chat_id: uuid.UUID, turn_message: uuid.UUID | None, through: int | None
-    ) -> TurnContext:
-        # Built as one JSON text by Postgres and validated in one pass: a long chat's
-        # context is read at every step, and decoding and validating it row by row costs
-        # more than the query.
-        row = await self._pool.fetchrow(
-            f"""SELECT coalesce(json_agg(json_build_object(
-                       'role', role, 'parts', parts, 'response_id', response_id
-                   ) ORDER BY id NULLS LAST), '[]')::text AS messages,
-                   coalesce(bool_or(id IS NULL), false) AS waiting
-               FROM (
-                   SELECT id, role, parts, response_id FROM messages
-                   WHERE chat_id = $1 AND NOT compressed AND ($3::bigint IS NULL OR id <= $3)
-                   UNION ALL
-                   SELECT NULL, {QUEUED_ROLE_SQL}, parts, NULL FROM queued_messages
-                   WHERE id = $2 AND chat_id = $1 AND promoted_at IS NULL
-               ) AS context""",
-            chat_id,
-            turn_message,
-            through,
-        )
+        row = await self._pool.fetchrow(_MODEL_CONTEXT, chat_id, through)
         assert row is not None  # an aggregate always has its row
-        messages = _messages_adapter.validate_json(row["messages"])
-        waiting: bool = row["waiting"]
-        return TurnContext(every_call_answered(messages), message_waiting=waiting)
+        return turn_context(row["messages"], row["waiting"]).messages
 
 
 # Walks the transcript a row at a time (one index probe each) and stops at the first row that

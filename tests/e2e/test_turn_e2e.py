@@ -19,9 +19,13 @@ import api.sending
 from chatd.fake_provider.script import FakeResponse, FakeText, FakeToolCall, FakeUsage
 from chatd.models import ModelError
 from chatd.parts import Message, Part, ReasoningPart, TextPart, Usage
+from chatd.store.chats import ChatStore
+from chatd.store.step_inputs import read_step_inputs
+from chatd.store.step_keys import StepKey
 from chatd.store.transcript import (
     NewMessage,
     TranscriptStore,
+    TurnContext,
     message_event,
     user_message_event_sql,
 )
@@ -282,23 +286,60 @@ async def test_a_first_steps_context_has_its_message_once_before_or_after_the_pr
     def texts(context: list[Message]) -> list[str]:
         return [p.text for m in context for p in m.parts if isinstance(p, TextPart)]
 
-    before = await transcript.for_turn(chat_id, queued.id)
+    async def first_step_context(message: uuid.UUID) -> TurnContext:
+        step = StepKey.assistant(0)
+        return (await read_step_inputs(stack.pool, chat_id, str(message), step, message)).context
+
+    before = await first_step_context(queued.id)
     assert texts(before.messages) == ["earlier", "now"]
     assert before.messages[-1].role == "user"
     assert before.message_waiting
     assert texts(await transcript.for_model(chat_id)) == ["earlier"]
     await turns.begin(chat_id, str(queued.id))
-    after = await transcript.for_turn(chat_id, queued.id)
+    after = await first_step_context(queued.id)
     assert texts(after.messages) == ["earlier", "now"]
     assert not after.message_waiting
     raced, _ = await transcript.enqueue(chat_id, [TextPart(text="raced")], None)
     *contexts, began = await asyncio.gather(
-        *(transcript.for_turn(chat_id, raced.id) for _ in range(4)),
+        *(first_step_context(raced.id) for _ in range(4)),
         turns.begin(chat_id, str(raced.id)),
     )
     assert began is True
     assert all(texts(c.messages) == ["earlier", "now", "raced"] for c in contexts)
-    assert not (await transcript.for_turn(chat_id, uuid.uuid4())).message_waiting
+    assert not (await first_step_context(uuid.uuid4())).message_waiting
+
+
+async def test_a_steps_inputs_are_what_the_chat_and_transcript_hold(stack: Stack) -> None:
+    """The step's one read decodes the chat and a saved step from Postgres's JSON: they must
+    be what the row readers make of the same rows, budgets included."""
+    chat = await stack.create_chat(model=_model(), budget_usd=0.25, title="kept")
+    chat_id = uuid.UUID(chat["id"])
+    transcript, turns = TranscriptStore(stack.pool), TurnStore(stack.pool)
+    queued, _ = await transcript.enqueue(chat_id, [TextPart(text="hi")], None)
+    turn_id = str(queued.id)
+    await turns.begin(chat_id, turn_id)
+    step = StepKey.assistant(0)
+    saved = await transcript.save(
+        chat_id,
+        turn_id=turn_id,
+        step_key=step,
+        role="assistant",
+        parts=[TextPart(text="hello"), ReasoningPart(text="why", signature="sig")],
+        usage=Usage(input_tokens=3, output_tokens=2),
+    )
+
+    inputs = await read_step_inputs(stack.pool, chat_id, turn_id, step, None)
+
+    assert inputs.chat == await ChatStore(stack.pool).get(chat_id)
+    assert inputs.saved == saved == await transcript.find(chat_id, turn_id, step)
+    assert [m.role for m in inputs.context.messages] == ["user", "assistant"]
+    assert [(b.budget, b.limit_usd, b.holder) for b in inputs.budgets] == [
+        ("chat", 0.25, str(chat_id))
+    ]
+    later = await read_step_inputs(stack.pool, chat_id, turn_id, StepKey.assistant(1), None)
+    assert later.saved is None
+    gone = await read_step_inputs(stack.pool, uuid.uuid4(), turn_id, step, None)
+    assert gone.chat is None and gone.saved is None and gone.context.messages == []
 
 
 async def test_a_first_steps_request_goes_out_while_its_turn_begins_and_its_deltas_wait(
