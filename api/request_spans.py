@@ -9,6 +9,7 @@ builds every route's dependencies and fields on an app's first request.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,9 +18,11 @@ from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
 from opentelemetry.semconv.attributes.http_attributes import HTTP_ROUTE
 from opentelemetry.util.http import parse_excluded_urls, sanitize_method
 from starlette.routing import BaseRoute, Route, WebSocketRoute, compile_path
-from starlette.types import ASGIApp, Scope
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-__all__ = ["RouteTemplates", "install_request_spans"]
+from chatd.telemetry import recording
+
+__all__ = ["RouteTemplates", "SpansWhileRecording", "install_request_spans"]
 
 UNTRACED_PATHS = parse_excluded_urls("healthz,readyz")
 """Probes: a span per health check would drown the requests."""
@@ -82,15 +85,33 @@ class RouteTemplates:
 def install_request_spans(app: FastAPI, routes: RouteTemplates) -> None:
     """Trace every request but the probes, around all of the app's middleware (its error
     handlers' responses included); one span per request, not one per ASGI message (an SSE
-    stream sends thousands)."""
+    stream sends thousands). Only while telemetry is recorded (`SpansWhileRecording`)."""
     build = app.build_middleware_stack
 
     def build_traced() -> ASGIApp:
-        return OpenTelemetryMiddleware(
-            build(),
+        inner = build()
+        traced = OpenTelemetryMiddleware(
+            inner,
             excluded_urls=UNTRACED_PATHS,
             default_span_details=routes.span_details,
             exclude_spans=["receive", "send"],
         )
+        return SpansWhileRecording(traced, inner)
 
     app.build_middleware_stack = build_traced  # type: ignore[method-assign]
+
+
+class SpansWhileRecording:
+    """Sends a request through the tracing middleware only while an OpenTelemetry provider
+    records (`chatd.telemetry.recording`, asked per request: a provider may be installed
+    after the app is built). Without one its spans and metrics are no-ops, yet it still
+    costs a tenth or more of a simple request's CPU, and wraps every message of a stream."""
+
+    def __init__(self, traced: ASGIApp, plain: ASGIApp, on: Callable[[], bool] = recording) -> None:
+        self._inner = traced
+        self._plain = plain
+        self._on = on
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        app = self._inner if self._on() else self._plain
+        await app(scope, receive, send)

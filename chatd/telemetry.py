@@ -13,8 +13,10 @@ from dataclasses import dataclass
 
 from opentelemetry import metrics, trace
 from opentelemetry.metrics import Counter, Histogram, UpDownCounter
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.trace import TracerProvider
 
-__all__ = ["METRICS", "TRACER", "Metrics", "setup_telemetry"]
+__all__ = ["METRICS", "TRACER", "Metrics", "recording", "setup_telemetry"]
 
 log = logging.getLogger("chatd.telemetry")
 TRACER = trace.get_tracer("chatd")
@@ -84,16 +86,22 @@ class Metrics:
 METRICS = Metrics.create()
 
 
+def recording() -> bool:
+    """Whether an OpenTelemetry SDK provider is installed for traces or metrics. Without one
+    every span and instrument is a no-op, and work done only to feed them can be skipped."""
+    return isinstance(trace.get_tracer_provider(), TracerProvider) or isinstance(
+        metrics.get_meter_provider(), MeterProvider
+    )
+
+
 def setup_telemetry(service_name: str) -> None:
     """Export traces and metrics with OTLP/HTTP when `OTEL_EXPORTER_OTLP_ENDPOINT` is set."""
     if not os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
         return
     from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
     from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", service_name)})

@@ -9,10 +9,10 @@ import pytest
 from fastapi import APIRouter, FastAPI, WebSocket
 from fastapi.routing import iter_route_contexts
 from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
-from starlette.types import ASGIApp
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.app import GatewayConfig, create_app
-from api.request_spans import RouteTemplates
+from api.request_spans import RouteTemplates, SpansWhileRecording
 from chatd.settings import TemporalSettings
 
 
@@ -104,3 +104,30 @@ def test_a_websocket_is_named_by_its_route_alone(routes: RouteTemplates) -> None
 
 def test_a_path_no_route_takes_is_named_by_its_method(routes: RouteTemplates) -> None:
     assert routes.span_details({"type": "http", "path": "/nowhere", "method": "GET"}) == ("GET", {})
+
+
+@pytest.mark.parametrize("on", [True, False])
+async def test_requests_go_through_the_tracing_middleware_only_while_telemetry_records(
+    on: bool,
+) -> None:
+    reached: list[str] = []
+
+    def app_named(name: str) -> ASGIApp:
+        async def app(scope: Scope, receive: Receive, send: Send) -> None:
+            reached.append(name)
+
+        return app
+
+    spans = SpansWhileRecording(app_named("traced"), app_named("plain"), on=lambda: on)
+    for _ in range(2):
+        await spans({"type": "http", "path": "/"}, _never_receive, _never_send)
+
+    assert reached == ["traced" if on else "plain"] * 2
+
+
+async def _never_receive() -> Message:
+    raise AssertionError("not read")
+
+
+async def _never_send(message: Message) -> None:
+    raise AssertionError("not sent")
