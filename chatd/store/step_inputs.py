@@ -1,9 +1,9 @@
 """What a model step reads before its request, in one statement: the chat, the step as a lost
 attempt saved it (if one did), the turn's context and the budgets over the step.
 
-Every step needs all four before it can send its request. Read as four statements at once,
-each took a pooled connection and a round trip, and the slowest of them set the step's
-pace; one statement is one round trip, and one Postgres backend's work.
+Every step needs all four before it can send its request. Four statements at once would each
+take a pooled connection and a round trip, and the slowest would set the step's pace; one
+statement is one round trip, and one Postgres backend's work, from one snapshot.
 """
 
 from __future__ import annotations
