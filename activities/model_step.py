@@ -14,7 +14,8 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import Any, NamedTuple, TypeVar
 
 import asyncpg
 from temporalio import activity
@@ -24,6 +25,7 @@ from activities.attempt_spend import AttemptSpend
 from activities.failures import STEP_ABANDONED, classified_failures, model_failure
 from activities.heartbeat import LIVENESS_EVERY_S, first_liveness_beat, heartbeating
 from activities.publishing import DeltaPublisher, EventBatcher
+from activities.tools import run_quick_calls
 from activities.turn import TurnLifecycleWrites
 from chatd.budgets import BudgetState, StepAllowance, allowance
 from chatd.context import estimate_message_tokens, estimate_tokens
@@ -51,7 +53,7 @@ from chatd.store.transcript import NewMessage, StoredMessage, TranscriptStore
 from chatd.telemetry import METRICS, TRACER
 from chatd.tools.advisor import advisor_gate
 from chatd.tools.catalog import ToolCatalog, TurnTools
-from workflows.decide import step_finishes_turn
+from workflows.decide import continues_in_activity, step_finishes_turn
 from workflows.payloads import BeginTurnResult, StreamStepInput, StreamStepResult
 from workflows.tool_batch import INTERRUPTED_RESULT
 
@@ -87,13 +89,17 @@ class ModelStepActivities:
         edges: TurnLifecycleWrites,
         timeouts: StreamTimeouts | None = None,
         *,
+        workspace_root: Path,
         prices: Prices | None = None,
         delta_pool: asyncpg.Pool | None = None,
         interrupts: ListenHub | None = None,
     ) -> None:
         """`interrupts` (on `turns.INTERRUPT_CHANNEL`) lets a streaming step stop as soon as
-        the gateway announces an interrupt; without it, the next heartbeat brings it."""
+        the gateway announces an interrupt; without it, the next heartbeat brings it.
+        `workspace_root` is where the quick tools a step runs itself find their chat's
+        workspace (as `ToolActivities`)."""
         self._interrupts = interrupts
+        self._workspace_root = workspace_root
         self._edges = edges
         self._pool = pool
         self._transcript = TranscriptStore(pool)
@@ -115,7 +121,7 @@ class ModelStepActivities:
         started = time.monotonic()
         try:
             async with classified_failures(f"model step {input.step}"):
-                return await self._stream_step(input)
+                return await self._stream_steps(input)
         except asyncio.CancelledError:
             if _interrupted():
                 raise
@@ -127,85 +133,126 @@ class ModelStepActivities:
                 raise
             raise _abandoned(input, started, "the worker is shutting down") from None
 
-    async def _stream_step(self, input: StreamStepInput) -> StreamStepResult:
-        chat_id = uuid.UUID(input.chat_id)
+    async def _stream_steps(self, input: StreamStepInput) -> StreamStepResult:
+        """Step `input.step`, then each step after one whose calls were all quick, while the
+        turn may go on (`decide.continues_in_activity`): a retried attempt finds the steps
+        and results saved before, and goes on from the first that is not."""
         # Heartbeats a beat in (a wait for a pooled connection under load must not look like
-        # a dead worker) until the stream ends; the gateway's announcements carry interrupts,
-        # heard from the start. Not sooner unless begun late: the server's timeout timer,
-        # reset by a beat just after the start, fires about a second late, so an early beat
-        # slows the resume of a step killed in its first second (bench/chaos.py).
-        async with (
-            heartbeating(LIVENESS_EVERY_S, first=first_liveness_beat()),
-            self._turn_begin(chat_id, input) as (begin, reads),
-        ):
+        # a dead worker) until the last stream ends; the gateway's announcements carry
+        # interrupts, heard from the start. Not sooner unless begun late: the server's timeout
+        # timer, reset by a beat just after the start, fires about a second late, so an early
+        # beat slows the resume of a step killed in its first second (bench/chaos.py).
+        async with heartbeating(LIVENESS_EVERY_S, first=first_liveness_beat()):
             with self._interrupt_requests(input.turn_id) as interrupt_requested:
-                # Read while the turn's begin is written: the chat, whether a lost attempt
-                # saved this step already, the context (with the turn's message, promoted
-                # or not yet) and the budgets.
-                inputs = await reads
-                chat, done, context = inputs.chat, inputs.saved, inputs.context
-                if chat is None:
-                    if input.begin:  # the begin says why: the chat or its message is gone
-                        return StreamStepResult(message_id=None, began=await begin.result())
-                    raise ApplicationError(f"chat {chat_id} not found", non_retryable=True)
-                tools = await self._catalog.for_turn(chat, input.turn_id)
-                # The request goes out before the begin commits only if the turn's message
-                # was still waiting: one deleted from the queue must not cost a request.
-                if done is not None or not context.message_waiting:
-                    if (unbegun := await begin.unbegun()) is not None:
-                        return unbegun
-                if done is not None:
-                    began = await begin.result()
-                    summary = await self._checked(
-                        tools, input, self._summary(tools, done, interrupted=False), done.parts
+                result, calls = await self._stream_step(input, interrupt_requested)
+                began = result.began
+                going_on = _going_on(input, began)
+                step = input.step
+                while (
+                    calls is not None
+                    and calls.quick
+                    and continues_in_activity(
+                        result,
+                        step=step,
+                        steps_before=going_on.steps_before,
+                        compact_at_tokens=going_on.compact_at_tokens,
                     )
-                    return await _completed_despite_cancel(self._close(chat, input, began, summary))
-                config = _model_in_use(chat, input.model_index)
-                request = self._request(tools, config, context.messages, input.opens_response)
-                allowed = await self._allowance(request, input, inputs.budgets)
-                if allowed.pending is not None:
-                    if (unbegun := await begin.unbegun()) is not None:
-                        return unbegun
-                    began = await begin.result()
-                    log.info("step paused on a budget: %s", allowed.pending.model_dump_json())
-                    return StreamStepResult(
-                        message_id=None, pending_budget=allowed.pending, began=began
+                ):
+                    await _completed_despite_cancel(
+                        run_quick_calls(
+                            calls.tools,
+                            input.turn_id,
+                            step,
+                            result.tool_calls,
+                            calls.parts,
+                            self._workspace_root,
+                            self._transcript,
+                        )
                     )
-                if allowed.max_output_tokens is not None:
-                    capped = config.model_copy(
-                        update={"max_output_tokens": allowed.max_output_tokens}
-                    )
-                    request = request.model_copy(update={"model": capped})
-                spend = AttemptSpend(
-                    self._spend,
-                    self._prices,
-                    self._attempt(chat_id, input),
-                    chat.owner,
-                    request.model,
-                    allowed.estimated_input_tokens,
+                    if _stopped(interrupt_requested):
+                        result = result.model_copy(update={"interrupted": True})
+                        break
+                    step += 1
+                    following = going_on.model_copy(update={"step": step})
+                    result, calls = await self._stream_step(following, interrupt_requested)
+        if step == input.step:
+            return result
+        return result.model_copy(update={"began": began, "step": step})
+
+    async def _stream_step(
+        self, input: StreamStepInput, interrupt_requested: asyncio.Event | None
+    ) -> tuple[StreamStepResult, _StepCalls | None]:
+        """One step, and its calls if it is saved and made some."""
+        chat_id = uuid.UUID(input.chat_id)
+        async with self._turn_begin(chat_id, input) as (begin, reads):
+            # Read while the turn's begin is written: the chat, whether a lost attempt
+            # saved this step already, the context (with the turn's message, promoted
+            # or not yet) and the budgets.
+            inputs = await reads
+            chat, done, context = inputs.chat, inputs.saved, inputs.context
+            if chat is None:
+                if input.begin:  # the begin says why: the chat or its message is gone
+                    return StreamStepResult(message_id=None, began=await begin.result()), None
+                raise ApplicationError(f"chat {chat_id} not found", non_retryable=True)
+            tools = await self._catalog.for_turn(chat, input.turn_id)
+            # The request goes out before the begin commits only if the turn's message
+            # was still waiting: one deleted from the queue must not cost a request.
+            if done is not None or not context.message_waiting:
+                if (unbegun := await begin.unbegun()) is not None:
+                    return unbegun, None
+            if done is not None:
+                began = await begin.result()
+                summary = await self._checked(
+                    tools, input, self._summary(tools, done, interrupted=False), done.parts
                 )
-                publisher = DeltaPublisher(self._batcher(), chat_id)
-                accumulator = StepAccumulator()
-                sent = await self._send(
-                    tools,
-                    input,
-                    begin,
-                    request,
-                    spend,
-                    accumulator,
-                    publisher,
-                    interrupt_requested,
+                closed = await _completed_despite_cancel(self._close(chat, input, began, summary))
+                return closed, _StepCalls.of(tools, done.parts)
+            config = _model_in_use(chat, input.model_index)
+            request = self._request(tools, config, context.messages, input.opens_response)
+            allowed = await self._allowance(request, input, inputs.budgets)
+            if allowed.pending is not None:
+                if (unbegun := await begin.unbegun()) is not None:
+                    return unbegun, None
+                began = await begin.result()
+                log.info("step paused on a budget: %s", allowed.pending.model_dump_json())
+                paused = StreamStepResult(
+                    message_id=None, pending_budget=allowed.pending, began=began
                 )
-                if isinstance(sent, StreamStepResult):
-                    return sent
-                began = await begin.result()  # committed before the first delta was published
+                return paused, None
+            if allowed.max_output_tokens is not None:
+                capped = config.model_copy(update={"max_output_tokens": allowed.max_output_tokens})
+                request = request.model_copy(update={"model": capped})
+            spend = AttemptSpend(
+                self._spend,
+                self._prices,
+                self._attempt(chat_id, input),
+                chat.owner,
+                request.model,
+                allowed.estimated_input_tokens,
+            )
+            publisher = DeltaPublisher(self._batcher(), chat_id)
+            accumulator = StepAccumulator()
+            sent = await self._send(
+                tools,
+                input,
+                begin,
+                request,
+                spend,
+                accumulator,
+                publisher,
+                interrupt_requested,
+            )
+            if isinstance(sent, StreamStepResult):
+                return sent, None
+            began = await begin.result()  # committed before the first delta was published
         # The stream is complete: an interrupt arriving now finds the whole step, kept as is.
         # Its settled cost goes in first: a crash between the two streams the step again,
         # which is billed again.
         await _completed_despite_cancel(spend.settled(sent.usage))
-        return await _completed_despite_cancel(
+        saved = await _completed_despite_cancel(
             self._save_step(tools, input, began, accumulator, sent, publisher)
         )
+        return saved, _StepCalls.of(tools, accumulator.parts())
 
     async def _send(
         self,
@@ -568,6 +615,53 @@ def _model_in_use(chat: ChatRecord, index: int) -> ModelConfig:
         message = f"the chat has no fallback model {index} (it has {len(chat.fallback_models)})"
         raise ProviderError(ModelError(message=message, kind="config"))
     return model
+
+
+def _going_on(input: StreamStepInput, began: BeginTurnResult | None) -> StreamStepInput:
+    """The input of the steps the activity goes on to: none begins the turn or opens a
+    response, and the plan the first step began the turn with (if it did) sets their
+    limits."""
+    going_on = input.model_copy(update={"begin": False, "run_id": None, "opens_response": False})
+    plan = began.plan if began is not None else None
+    if plan is None:
+        return going_on
+    return going_on.model_copy(
+        update={
+            "compact_at_tokens": plan.compact_at_tokens,
+            "steps_before": min(input.steps_before, plan.max_steps),
+        }
+    )
+
+
+class _StepCalls(NamedTuple):
+    """A saved step's tool calls, with its turn's tools, which would run them."""
+
+    tools: TurnTools
+    parts: list[ToolCallPart]
+
+    @classmethod
+    def of(cls, tools: TurnTools, parts: list[Part]) -> _StepCalls:
+        calls = [p for p in parts if isinstance(p, ToolCallPart) and not p.provider_executed]
+        return cls(tools, calls)
+
+    @property
+    def quick(self) -> bool:
+        """Every call is of a quick tool that may run again (`Tool.inline`, idempotent)."""
+        return all(
+            (tool := self.tools.tool(call.name)) is not None and tool.inline and tool.idempotent
+            for call in self.parts
+        )
+
+
+def _stopped(interrupt_requested: asyncio.Event | None) -> bool:
+    """Whether an interrupt stops the steps going on (asked for by the workflow's cancel, or
+    announced). A cancellation that is not an interrupt (a timed-out attempt, a worker
+    shutdown) is raised: the attempt is retried, and goes on from the steps saved."""
+    if activity.cancellation_details() is not None:
+        if not _interrupted():
+            raise asyncio.CancelledError
+        return True
+    return interrupt_requested is not None and interrupt_requested.is_set()
 
 
 def _interrupted() -> bool:

@@ -7,7 +7,7 @@ import json
 import logging
 import uuid
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import asyncpg
 from pydantic import BaseModel
@@ -20,9 +20,9 @@ from chatd.store.chats import ChatRecord, ChatStore
 from chatd.store.step_keys import StepKey
 from chatd.store.tool_calls import CallKey, Start, ToolCallStore
 from chatd.store.transcript import TranscriptStore
-from chatd.telemetry import METRICS
+from chatd.telemetry import METRICS, TRACER
 from chatd.tools.base import InvalidArguments, MediaOutput, Tool, ToolContext, ToolOutput
-from chatd.tools.catalog import ToolCatalog
+from chatd.tools.catalog import ToolCatalog, TurnTools
 from workflows.payloads import (
     ExecuteToolInput,
     ExecuteToolResult,
@@ -31,7 +31,7 @@ from workflows.payloads import (
     ToolCallRef,
 )
 
-__all__ = ["ToolActivities", "error_result"]
+__all__ = ["ToolActivities", "error_result", "run_quick_calls"]
 
 log = logging.getLogger("chatd.tools")
 REPEATED_ID = (
@@ -130,51 +130,13 @@ class ToolActivities:
             chat_id, input.turn_id, input.step, [c.id for c in input.calls]
         )
         parts = _in_call_order(input.calls, input.errors, staged)
-        await self._transcript.save(
-            chat_id,
-            turn_id=input.turn_id,
-            step_key=StepKey.tool_results(input.step, input.part),
-            role="tool",
-            parts=list(parts),
-            extra_events=[
-                ("message_part", {"role": "tool", "part": p.model_dump(exclude_none=True)})
-                for p in parts
-            ],
-        )
+        await _save_results(self._transcript, chat_id, input.turn_id, input.step, input.part, parts)
 
     async def _prepare(
         self, chat: ChatRecord, key: CallKey, call: ToolCallPart
     ) -> _Prepared | ToolResultPart:
-        """Everything before the tool starts; any failure is a result the model sees (the
-        tool never ran, so there is nothing for a retry to be unsure about)."""
         tools = await self._catalog.for_turn(chat, key.turn_id)
-        tool = tools.tool(call.name)
-        if tool is None:
-            return error_result(call, f"Tool not found: {call.name}")
-        if not tools.active(call.name):
-            return error_result(call, f"Tool not active in this turn: {call.name}")
-        try:
-            args = tool.parse_arguments(call.arguments)
-        except InvalidArguments as err:
-            return error_result(call, f"Invalid arguments for {call.name}: {err}")
-        workspace = self._workspace_root / str(chat.id)
-        try:
-            await asyncio.to_thread(workspace.mkdir, parents=True, exist_ok=True)
-        except OSError as err:
-            return error_result(
-                call, f"{call.name} was not run: its workspace could not be created: {err}"
-            )
-        context = ToolContext(
-            chat_id=str(chat.id),
-            tool_call_id=call.id,
-            workspace=workspace,
-            owner=chat.owner,
-            turn_id=key.turn_id,
-            step=key.step,
-            chat=chat,
-            transcript=self._transcript,
-        )
-        return _Prepared(tool, call, args, context)
+        return await _prepared(tools, key, call, self._workspace_root, self._transcript)
 
     async def _start(
         self, key: CallKey, prepared: _Prepared, shared: bool
@@ -211,6 +173,111 @@ class _Prepared(NamedTuple):
         except Exception as err:  # the model sees every tool failure as a result
             return error_result(call, f"{call.name} failed: {type(err).__name__}: {err}")
         return _result_part(call, output)
+
+
+async def _prepared(
+    tools: TurnTools,
+    key: CallKey,
+    call: ToolCallPart,
+    workspace_root: Path,
+    transcript: TranscriptStore,
+) -> _Prepared | ToolResultPart:
+    """Everything before the tool starts; any failure is a result the model sees (the tool
+    never ran, so there is nothing for a retry to be unsure about)."""
+    chat = tools.chat
+    tool = tools.tool(call.name)
+    if tool is None:
+        return error_result(call, f"Tool not found: {call.name}")
+    if not tools.active(call.name):
+        return error_result(call, f"Tool not active in this turn: {call.name}")
+    try:
+        args = tool.parse_arguments(call.arguments)
+    except InvalidArguments as err:
+        return error_result(call, f"Invalid arguments for {call.name}: {err}")
+    workspace = workspace_root / str(chat.id)
+    try:
+        await asyncio.to_thread(workspace.mkdir, parents=True, exist_ok=True)
+    except OSError as err:
+        return error_result(
+            call, f"{call.name} was not run: its workspace could not be created: {err}"
+        )
+    context = ToolContext(
+        chat_id=str(chat.id),
+        tool_call_id=call.id,
+        workspace=workspace,
+        owner=chat.owner,
+        turn_id=key.turn_id,
+        step=key.step,
+        chat=chat,
+        transcript=transcript,
+    )
+    return _Prepared(tool, call, args, context)
+
+
+async def run_quick_calls(
+    tools: TurnTools,
+    turn_id: str,
+    step: int,
+    calls: list[ToolCallRef],
+    parts: list[ToolCallPart],
+    workspace_root: Path,
+    transcript: TranscriptStore,
+) -> None:
+    """Run a step's quick calls (`Tool.inline`, idempotent) inside the model-step activity and
+    record their results in call order, as one tool message.
+
+    Unlike `execute_tool_call`, nothing is staged or marked started: a retried attempt runs
+    them again, and the message is saved once (its first results stand).
+    """
+    first: dict[str, ToolCallPart] = {}
+    for part in parts:
+        first.setdefault(part.id, part)
+
+    async def result(call: ToolCallPart) -> ToolResultPart:
+        log.info(
+            "tool call: chat=%s turn=%s step=%d tool=%s call=%s (in the model step)",
+            tools.chat.id,
+            turn_id,
+            step,
+            call.name,
+            call.id,
+        )
+        key = CallKey(tools.chat.id, turn_id, step, call.id)
+        with TRACER.start_as_current_span("tool.call", attributes={"chatd.tool": call.name}):
+            prepared = await _prepared(tools, key, call, workspace_root, transcript)
+            done = prepared if isinstance(prepared, ToolResultPart) else await prepared.run()
+        METRICS.tool_calls.add(1, {"tool": call.name})
+        if done.is_error:
+            METRICS.tool_errors.add(1, {"tool": call.name})
+        return done
+
+    results = await asyncio.gather(*(result(call) for call in first.values()))
+    by_id = {r.tool_call_id: r for r in results}
+    await _save_results(
+        transcript, tools.chat.id, turn_id, step, "tools", _in_call_order(calls, {}, by_id)
+    )
+
+
+async def _save_results(
+    transcript: TranscriptStore,
+    chat_id: uuid.UUID,
+    turn_id: str,
+    step: int,
+    part: Literal["tools", "approved", "client-tools"],
+    parts: list[ToolResultPart],
+) -> None:
+    """The step's results as one tool message (once), each published to the chat's stream."""
+    await transcript.save(
+        chat_id,
+        turn_id=turn_id,
+        step_key=StepKey.tool_results(step, part),
+        role="tool",
+        parts=list(parts),
+        extra_events=[
+            ("message_part", {"role": "tool", "part": p.model_dump(exclude_none=True)})
+            for p in parts
+        ],
+    )
 
 
 def _in_call_order(

@@ -153,6 +153,7 @@ def build_worker(
         config.providers,
         edges,
         config.stream_timeouts,
+        workspace_root=config.workspace_root,
         prices=config.prices,
         delta_pool=delta_pool,
         interrupts=interrupts,

@@ -312,8 +312,10 @@ class ChatTurn:
             match move:
                 case Generate(step=step):
                     await self._continue_long_turn(first_step, step, progress)
-                    progress.step = step
-                    outcome = await self._generate(turn_id, step, opens_response=answered)
+                    outcome = await self._generate(
+                        turn_id, step, first_step + STEPS_PER_RUN, opens_response=answered
+                    )
+                    progress.step = self._step
                     move, answered = next_move(progress, outcome), False
                 case RunTools(result=result):
                     assert self._plan is not None
@@ -343,11 +345,11 @@ class ChatTurn:
                 compacts_on_overflow=plan.compacts_on_overflow,
             )
             return progress, Generate(resume.next_step)
-        outcome = await self._generate(turn_id, 0, opens_response=True)
+        outcome = await self._generate(turn_id, 0, STEPS_PER_RUN, opens_response=True)
         if self._plan is None:
             return None
         progress = TurnProgress(
-            0,
+            self._step,
             self._plan.max_steps,
             self._plan.compact_at_tokens,
             compacts_on_overflow=self._plan.compacts_on_overflow,
@@ -366,11 +368,21 @@ class ChatTurn:
             workflow.info().typed_search_attributes.get(CHAT_MODEL) or "model"
         )
 
-    async def _generate(self, turn_id: str, step: int, *, opens_response: bool) -> StepOutcome:
-        """One model step; the turn's first begins the turn and brings its plan."""
+    async def _generate(
+        self, turn_id: str, step: int, steps_before: int, *, opens_response: bool
+    ) -> StepOutcome:
+        """Model step `step` (and any the activity went on to, before `steps_before` and the
+        plan's limit: `self._step` is then the last); the turn's first begins the turn and
+        brings its plan."""
         self._step = step
-        outcome = await self._generation.step(turn_id, step, self._plan, opens_response)
+        if self._plan is not None:
+            steps_before = min(steps_before, self._plan.max_steps)
+        outcome = await self._generation.step(
+            turn_id, step, self._plan, opens_response, steps_before
+        )
         result = outcome.result if isinstance(outcome, Streamed) else None
+        if result is not None and result.step is not None:
+            self._step = result.step
         self._end_recorded = result is not None and result.finished_turn
         if self._plan is None:
             began = (result.began if result else None) or self._generation.began

@@ -15,6 +15,7 @@ from workflows.payloads import (
     StreamStepInput,
     StreamStepResult,
 )
+from workflows.tool_batch import exclusive_violation
 
 __all__ = [
     "EXPIRED",
@@ -35,6 +36,7 @@ __all__ = [
     "ToolsDone",
     "ToolsOutcome",
     "TurnProgress",
+    "continues_in_activity",
     "ends_turn",
     "misfit_error",
     "next_move",
@@ -275,4 +277,31 @@ def step_finishes_turn(
             input_tokens=result.input_tokens,
             compact_at_tokens=plan.compact_at_tokens if plan else input.compact_at_tokens,
         )
+    )
+
+
+def continues_in_activity(
+    result: StreamStepResult, *, step: int, steps_before: int, compact_at_tokens: int
+) -> bool:
+    """Whether the model-step activity runs step `step`'s calls itself and streams the next
+    step: every call is a quick built-in (`Tool.inline`) the policy lets run, so nothing
+    waits, asks a person, stops the turn or must run alone; and after them `next_move` would
+    answer `Generate(step + 1)`, which must come before `steps_before` (the turn's step limit,
+    or where a long turn continues as a new run). The turn then costs the server one
+    activity for such a run of steps, not one per step and one per call.
+    """
+    calls = result.tool_calls
+    return (
+        bool(calls)
+        and result.message_id is not None
+        and not result.interrupted
+        and result.format_error is None
+        and result.pending_budget is None
+        and all(
+            c.inline and c.kind == "builtin" and c.policy == "auto" and not c.stop_after
+            for c in calls
+        )
+        and not exclusive_violation(calls)
+        and step + 1 < steps_before
+        and not over_threshold(result.input_tokens, compact_at_tokens)
     )

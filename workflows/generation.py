@@ -85,9 +85,18 @@ class Generation:
         """The turn's beginning, once `begin` was asked for it."""
 
     async def step(
-        self, turn_id: str, step: int, plan: TurnPlan | None, opens_response: bool
+        self,
+        turn_id: str,
+        step: int,
+        plan: TurnPlan | None,
+        opens_response: bool,
+        steps_before: int,
     ) -> StepOutcome:
         """One model step, retried with workflow-timer backoff on retryable model errors.
+
+        The activity may go on past steps whose calls were all quick, but not to
+        `steps_before`; its result then names the step it ended on. A retry asks for `step`
+        again, and the activity goes on from the first step not saved.
 
         Without a `plan` yet, the step begins the turn and brings the plan
         (`StreamStepResult.began`); if it fails, `begin` is asked for the plan instead.
@@ -112,6 +121,7 @@ class Generation:
                         compact_at_tokens=plan.compact_at_tokens if plan is not None else 0,
                         model_index=self.model_index,
                         opens_response=opens_response,
+                        steps_before=steps_before,
                     ),
                     self._deadline - (workflow.now() - (failing_since or attempt_started)),
                     self._label(plan),

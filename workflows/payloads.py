@@ -174,6 +174,10 @@ class StreamStepInput(_Payload):
     """The first step after the client's input (the turn's first, or the first after its
     function results or approvals): a forced tool choice binds only this one
     (`chatd.tool_use`)."""
+    steps_before: int = 0
+    """The activity goes on past a step whose calls are all quick (it runs them and streams
+    the next step: `decide.continues_in_activity`), but not to this step: the turn's step
+    limit, or where a long turn continues as a new run. 0: it streams `step` only."""
 
 
 ToolPolicyDecision = Literal["auto", "ask", "deny"]
@@ -209,9 +213,13 @@ class StreamStepResult(_Payload):
     """The whole prompt, cached parts included."""
     output_tokens: int = 0
     interrupted: bool = False
-    """The step was cut short by an interrupt; its partial parts are persisted."""
+    """The step was cut short by an interrupt; its partial parts are persisted. (A step whose
+    calls the activity ran before an interrupt stopped it going on is whole, results too.)"""
     began: BeginTurnResult | None = None
     """With `begin`: the turn's beginning, as the `begin_turn` activity would have answered."""
+    step: int | None = None
+    """The step this result is of, when the activity went on past the one it was asked for
+    (`StreamStepInput.steps_before`); the steps before it are saved, their results too."""
     finished_turn: bool = False
     """With `may_finish`: the step ended the turn and recorded it (status `waiting`)."""
     format_error: str | None = None

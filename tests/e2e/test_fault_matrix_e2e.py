@@ -40,6 +40,8 @@ class Target:
     """The fault ends the turn with an error (a tool's or a title's does not)."""
     step: int | None = None
     """Only this step's attempts fail (model steps)."""
+    call: str | None = None
+    """Only this tool's calls fail (tools)."""
 
 
 def _text(text: str = "fine", tokens: int = 10) -> FakeResponse:
@@ -47,12 +49,18 @@ def _text(text: str = "fine", tokens: int = 10) -> FakeResponse:
 
 
 _TOOL_STEP = FakeResponse(parts=[FakeToolCall(name="list_files")])
-_INLINE_TOOL_STEP = FakeResponse(parts=[FakeToolCall(name="current_time")])
+_INLINE_TOOL_STEP = FakeResponse(
+    parts=[FakeToolCall(name="current_time"), FakeToolCall(name="list_files")]
+)
+"""A quick call beside a regular one: a local activity (a step whose calls are all quick
+runs them in its own activity, the model step's)."""
 TARGETS = {
     "first step": Target("stream_model_step", (_text(),), turn_fails=True, step=0),
     "later step": Target("stream_model_step", (_TOOL_STEP, _text()), turn_fails=True, step=1),
     "tool": Target("execute_tool_call", (_TOOL_STEP, _text()), turn_fails=False),
-    "inline tool": Target("execute_tool_call", (_INLINE_TOOL_STEP, _text()), turn_fails=False),
+    "inline tool": Target(
+        "execute_tool_call", (_INLINE_TOOL_STEP, _text()), turn_fails=False, call="current_time"
+    ),
     "compaction": Target("compact_context", (_text("long", 700), _text()), turn_fails=True),
     "title": Target("generate_title", (_text(), _text()), turn_fails=False),
     "finish": Target(
@@ -78,9 +86,13 @@ async def faulty(
 
 
 def _matches(target: Target) -> Any:
-    if target.step is None:
-        return lambda _: True
-    return lambda payload: getattr(payload, "step", None) == target.step
+    def matches(payload: Any) -> bool:
+        if target.step is not None and getattr(payload, "step", None) != target.step:
+            return False
+        call = getattr(payload, "call", None)
+        return target.call is None or (call is not None and call.name == target.call)
+
+    return matches
 
 
 CASES = [

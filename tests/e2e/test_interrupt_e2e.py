@@ -211,3 +211,36 @@ async def test_interrupt_during_a_retry_backoff_cancels_the_timer(stack: Stack) 
 async def test_the_interrupt_signal_from_the_temporal_client_works_too(stack: Stack) -> None:
     """`temporal workflow signal --name interrupt` cuts a long stream short like the API."""
     await _interrupt_mid_text(stack, _by_temporal_signal)
+
+
+@pytest.mark.parametrize("interrupt", [_by_http, _by_temporal_signal])
+async def test_interrupt_in_a_step_its_activity_went_on_to_keeps_the_steps_before(
+    stack: Stack, interrupt: Interrupt
+) -> None:
+    """A quick call's step is followed in the same activity: an interrupt of that next step
+    (announced, or only the workflow's cancellation) keeps the first step and its result, and
+    the partial text."""
+    name = model_name()
+    long_text = FakeResponse(parts=[FakeText(text=_LONG_TEXT, chunk_size=4)], delta_delay_s=0.15)
+    after = FakeResponse(parts=[FakeText(text="after")])
+    stack.fake.script(name, [FakeResponse.of_tool_call("current_time"), long_text, after])
+    chat_id = (await stack.create_chat(model={"provider": "anthropic", "name": name}))["id"]
+    await stack.send(chat_id, "start")
+    events = await _interrupt_when(stack, chat_id, _is_text_delta, interrupt)
+    messages = await stack.messages(chat_id)
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant"]
+    assert not messages[2]["parts"][0]["is_error"], "the quick call ran before the interrupt"
+    text = messages[3]["parts"][0]["text"]
+    assert text and _LONG_TEXT.startswith(text) and text != _LONG_TEXT
+    history = await stack.temporal.get_workflow_handle(f"chat-{chat_id}").fetch_history()
+    steps = [
+        e
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+        and e.activity_task_scheduled_event_attributes.activity_type.name == "stream_model_step"
+    ]
+    assert len(steps) == 1, "the step after the quick call streamed in the same activity"
+    await stack.send(chat_id, "continue")
+    await stack.wait_status(chat_id, "waiting", after=events[-1].id or 0)
+    assert len(stack.fake.requests(name)) == 3
+    assert (await stack.messages(chat_id))[-1]["parts"] == [{"type": "text", "text": "after"}]

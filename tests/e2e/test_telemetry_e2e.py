@@ -73,7 +73,11 @@ async def test_a_turn_is_one_trace_from_the_request_to_the_provider(stack: Stack
         assert chain[-1].startswith("POST /api/v1/chats/{chat_id}/messages"), chain
     assert step_activities == ["stream_model_step", "stream_model_step"]
     assert len({s.context.trace_id for s in provider_calls}) == 1
-    assert any(s.name == "RunActivity:execute_tool_call" for s in spans)
+    # The step's one call was quick: its activity ran it, and went on to the next step.
+    (tool,) = [s for s in spans if s.name == "tool.call"]
+    assert tool.attributes is not None and tool.attributes["chatd.tool"] == "current_time"
+    assert "RunActivity:stream_model_step" in [s.name for s in _ancestors(tool, by_id)]
+    assert tool.context.trace_id == provider_calls[0].context.trace_id
 
     data = _metrics.get_metrics_data()
     assert data is not None

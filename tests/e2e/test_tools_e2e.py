@@ -13,7 +13,7 @@ from harness import Stack, StackFactory
 from pydantic import BaseModel
 from support.names import model_name
 
-from chatd.fake_provider.script import FakeResponse, FakeText, FakeToolCall
+from chatd.fake_provider.script import FakeError, FakeResponse, FakeText, FakeToolCall
 from chatd.tools.base import Tool, ToolContext, ToolOutput, ToolRegistry
 from workflows.constants import workflow_id
 
@@ -143,6 +143,104 @@ async def test_inline_calls_run_in_the_workflow_task_and_keep_call_order(
         if event.HasField("activity_task_scheduled_event_attributes")
     ]
     assert [s for s in scheduled if s.startswith("tool ")] == ["tool fast_echo (step 0)"]
+
+
+async def _scheduled(stack: Stack, chat_id: str) -> list[tuple[str, int]]:
+    """The turn's activities as the server scheduled them: type, and a model step's step."""
+    handle = stack.temporal.get_workflow_handle(workflow_id(chat_id))
+    scheduled = []
+    async for event in handle.fetch_history_events():
+        if event.HasField("activity_task_scheduled_event_attributes"):
+            attrs = event.activity_task_scheduled_event_attributes
+            summary = json.loads(event.user_metadata.summary.data)
+            step = (
+                int(summary.rsplit(" ", 1)[-1])
+                if attrs.activity_type.name == "stream_model_step"
+                else -1
+            )
+            scheduled.append((attrs.activity_type.name, step))
+    return [s for s in scheduled if s[0] != "generate_title"]
+
+
+async def _local_activities(stack: Stack, chat_id: str) -> int:
+    handle = stack.temporal.get_workflow_handle(workflow_id(chat_id))
+    return sum(
+        [
+            event.HasField("marker_recorded_event_attributes")
+            async for event in handle.fetch_history_events()
+        ]
+    )
+
+
+async def test_steps_whose_calls_are_all_quick_go_on_in_one_activity(tool_stack: Stack) -> None:
+    """A step whose calls are all quick tools runs them and streams the next step in the same
+    activity: the server schedules one activity for the whole turn and the workflow runs no
+    local one, while the transcript is what the workflow's own tool phase writes."""
+    chat_id, name = await _turn(
+        tool_stack,
+        [
+            FakeResponse(
+                parts=[
+                    FakeToolCall(name="quick", arguments={"word": "a"}),
+                    FakeToolCall(name="quick_boom", arguments={"word": "b"}),
+                ]
+            ),
+            FakeResponse.of_tool_call("quick", {"word": "c"}),
+            FakeResponse(parts=[FakeText(text="done")]),
+        ],
+    )
+    await tool_stack.wait_status(chat_id, "waiting")
+    messages = await tool_stack.messages(chat_id)
+    roles = ["user", "assistant", "tool", "assistant", "tool", "assistant"]
+    assert [m["role"] for m in messages] == roles
+    calls = [p["id"] for m in messages for p in m["parts"] if p["type"] == "tool_call"]
+    results = _results(messages)
+    assert [r["tool_call_id"] for r in results] == calls
+    assert [r["is_error"] for r in results] == [False, True, False]
+    assert "the disk is on fire" in results[1]["output"]
+    requests = tool_stack.fake.requests(name)
+    assert len(requests) == 3
+    assert "the disk is on fire" in json.dumps(requests[1].body), "the model saw the results"
+    assert await _scheduled(tool_stack, chat_id) == [("stream_model_step", 0)]
+    assert await _local_activities(tool_stack, chat_id) == 0, "begun and finished by the step"
+
+
+async def test_a_retried_step_goes_on_from_the_steps_its_first_attempt_saved(
+    tool_stack: Stack,
+) -> None:
+    """The second step of an activity fails on the model: the workflow's retry asks for the
+    first step again, which is saved, so its request is not sent again and its results stay
+    as they were; the step that failed streams anew."""
+    chat_id, name = await _turn(
+        tool_stack,
+        [
+            FakeResponse.of_tool_call("quick", {"word": "a"}),
+            FakeResponse.of_error(FakeError.overloaded()),
+            FakeResponse(parts=[FakeText(text="done")]),
+        ],
+    )
+    await tool_stack.wait_status(chat_id, "waiting")
+    messages = await tool_stack.messages(chat_id)
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant"]
+    assert [(r["output"], r["is_error"]) for r in _results(messages)] == [("finished", False)]
+    assert messages[-1]["parts"][0]["text"] == "done"
+    assert len(tool_stack.fake.requests(name)) == 3
+    assert await _scheduled(tool_stack, chat_id) == [
+        ("stream_model_step", 0),
+        ("stream_model_step", 0),
+    ]
+
+
+async def test_the_step_limit_stops_an_activity_going_on(tool_stack: Stack) -> None:
+    """With a limit of two steps, the activity goes on to the second step only; its calls are
+    then the workflow's to run, and the turn ends after their results."""
+    call = FakeResponse.of_tool_call("quick", {"word": "again"})
+    chat_id, name = await _turn(tool_stack, [call, call, call], max_steps=2)
+    await tool_stack.wait_status(chat_id, "waiting")
+    messages = await tool_stack.messages(chat_id)
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant", "tool"]
+    assert len(tool_stack.fake.requests(name)) == 2
+    assert await _scheduled(tool_stack, chat_id) == [("stream_model_step", 0)]
 
 
 async def test_every_failure_becomes_an_error_result_and_the_turn_goes_on(

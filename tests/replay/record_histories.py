@@ -53,10 +53,12 @@ from chatd.turn_starts import queue_message
 from workflows.decide import STEPS_PER_RUN
 
 ROOT = Path(__file__).resolve().parents[2]
-GENERATION = "v5"
-"""Histories of the current workflow code: v5 runs a quick tool (`Tool.inline`) as a local
-activity, where v4 scheduled an activity for every call (v1 and v2, of code before the
-one-lifecycle rewrite, were dropped: nothing ran it outside tests)."""
+GENERATION = "v6"
+"""Histories of the current workflow code: in v6 a model step whose calls are all quick
+goes on to the next step in its own activity (`StreamStepInput.steps_before`); v5 ran a
+quick tool (`Tool.inline`) as a local activity, where v4 scheduled an activity for every
+call (v1 and v2, of code before the one-lifecycle rewrite, were dropped: nothing ran it
+outside tests)."""
 HISTORIES = Path(__file__).resolve().parent / "histories" / GENERATION
 ASK_USER = {
     "name": "ask_user",

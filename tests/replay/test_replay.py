@@ -30,7 +30,7 @@ RECORDED = {
     for path in sorted(HISTORIES.glob("*/*.json"))
 }
 """"<generation>/<scenario>" -> `WorkflowHistory.to_json()` of one recorded run."""
-GENERATIONS = ("v4", "v5")
+GENERATIONS = ("v4", "v5", "v6")
 SCENARIOS = {
     "text_turn",
     "tool_turn",

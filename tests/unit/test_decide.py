@@ -4,6 +4,7 @@ from datetime import timedelta
 
 import pytest
 
+from chatd.budgets import PendingBudget
 from chatd.models import ModelError
 from workflows.decide import (
     EXPIRED,
@@ -18,6 +19,7 @@ from workflows.decide import (
     ToolsDone,
     ToolsOutcome,
     TurnProgress,
+    continues_in_activity,
     ends_turn,
     misfit_error,
     next_move,
@@ -255,3 +257,67 @@ def test_a_step_whose_answer_misses_the_format_never_finishes_its_turn() -> None
     for note_saved in (True, False):
         missed = fits.model_copy(update={"format_error": MISFIT, "format_note_saved": note_saved})
         assert not step_finishes_turn(given, None, missed)
+
+
+QUICK = ToolCallRef(id="q", name="current_time", inline=True)
+
+
+@pytest.mark.parametrize("tokens", [0, 99, 100])
+@pytest.mark.parametrize("threshold", [0, 100])
+@pytest.mark.parametrize("step", [0, 3, 4])
+@pytest.mark.parametrize("compacted_for", [None, 0, 3, 4])
+def test_an_activity_goes_on_only_where_the_workflow_would_generate_the_next_step(
+    tokens: int, threshold: int, step: int, compacted_for: int | None
+) -> None:
+    """After a step whose calls are all quick, the activity streams the next step itself
+    exactly when the workflow would run those calls and then generate that step."""
+    result = StreamStepResult(message_id=1, tool_calls=[QUICK, QUICK], input_tokens=tokens)
+    turn = TurnProgress(step, 5, threshold, compacted_for=compacted_for)
+    workflow_goes_on = next_move(turn, Streamed(result)) == RunTools(result) and next_move(
+        turn, ToolsDone("continue", tokens)
+    ) == Generate(step + 1)
+    goes_on = continues_in_activity(result, step=step, steps_before=5, compact_at_tokens=threshold)
+    assert goes_on == workflow_goes_on
+    # Where a long turn continues as a new run, the workflow takes the next step.
+    assert not continues_in_activity(
+        result, step=step, steps_before=step + 1, compact_at_tokens=threshold
+    )
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        ToolCallRef(id="s", name="slow"),
+        ToolCallRef(id="d", name="ask_user", kind="dynamic"),
+        ToolCallRef(id="w", name="wait_agent", kind="wait", inline=True),
+        ToolCallRef(id="m", name="mcp_tool", kind="mcp", inline=True),
+        QUICK.model_copy(update={"id": "a", "policy": "ask"}),
+        QUICK.model_copy(update={"id": "n", "policy": "deny"}),
+        QUICK.model_copy(update={"id": "f", "stop_after": True}),
+        QUICK.model_copy(update={"id": "x", "exclusive": True}),
+    ],
+)
+def test_a_call_that_is_not_quick_leaves_the_tool_phase_to_the_workflow(
+    other: ToolCallRef,
+) -> None:
+    """A call that runs long, waits, asks, is refused, stops the turn or must run alone is
+    the workflow's to handle, and so are the quick calls beside it."""
+    result = StreamStepResult(message_id=1, tool_calls=[QUICK, other])
+    assert not continues_in_activity(result, step=0, steps_before=5, compact_at_tokens=0)
+    alone = StreamStepResult(message_id=1, tool_calls=[QUICK])
+    assert continues_in_activity(alone, step=0, steps_before=5, compact_at_tokens=0)
+
+
+def test_a_step_that_was_interrupted_paused_or_missed_its_format_does_not_go_on() -> None:
+    result = StreamStepResult(message_id=1, tool_calls=[QUICK])
+    pending = PendingBudget(
+        budget="turn", limit_usd=1.0, spent_usd=1.0, next_step_usd=0.1, holder="t"
+    )
+    for stopped in (
+        result.model_copy(update={"interrupted": True}),
+        result.model_copy(update={"format_error": MISFIT}),
+        StreamStepResult(message_id=None, tool_calls=[QUICK], pending_budget=pending),
+        result.model_copy(update={"message_id": None}),
+        result.model_copy(update={"tool_calls": []}),
+    ):
+        assert not continues_in_activity(stopped, step=0, steps_before=5, compact_at_tokens=0)

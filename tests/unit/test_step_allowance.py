@@ -18,11 +18,13 @@ BUDGET = BudgetState(budget="turn", limit_usd=1.0, spent_usd=0.0, holder="c")
 
 
 def _activities(settings: ProviderSettings) -> ModelStepActivities:
-    # The budget check reads no store: the stores' pool, the catalog and the lifecycle
-    # writes are never touched.
+    # The budget check reads no store: the stores' pool, the catalog, the lifecycle writes
+    # and the workspace are never touched.
     unused: Any = None
     prices = Prices({"anthropic/m-": TokenPrice(input=2, output=10)})
-    return ModelStepActivities(unused, unused, settings, unused, prices=prices)
+    return ModelStepActivities(
+        unused, unused, settings, unused, workspace_root=unused, prices=prices
+    )
 
 
 def _request() -> ModelRequest:

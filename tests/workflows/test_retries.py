@@ -9,6 +9,7 @@ from temporalio.exceptions import ApplicationError
 from turn_fakes import Block, Turn, model_error, text_step
 
 from workflows.chat_turn import ChatTurn
+from workflows.decide import STEPS_PER_RUN
 from workflows.model_retries import DEFAULT_MAX_MODEL_ATTEMPTS
 from workflows.payloads import (
     FinishTurnInput,
@@ -39,6 +40,7 @@ async def test_a_text_turn_begins_streams_one_step_and_finishes_waiting(turn: Tu
         begin=True,
         may_finish=True,
         opens_response=True,
+        steps_before=STEPS_PER_RUN,
     )
     assert _finish(turn) == FinishTurnInput(
         chat_id=turn.chat_id, turn_id="turn-1", status="waiting", error=None
