@@ -371,12 +371,10 @@ class ChatTurn:
     async def _generate(
         self, turn_id: str, step: int, steps_before: int, *, opens_response: bool
     ) -> StepOutcome:
-        """Model step `step` (and any the activity went on to, before `steps_before` and the
-        plan's limit: `self._step` is then the last); the turn's first begins the turn and
-        brings its plan."""
+        """Model step `step` (and any the activity went on to, before `steps_before`:
+        `self._step` is then the last); the turn's first begins the turn and brings its
+        plan."""
         self._step = step
-        if self._plan is not None:
-            steps_before = min(steps_before, self._plan.max_steps)
         outcome = await self._generation.step(
             turn_id, step, self._plan, opens_response, steps_before
         )

@@ -95,7 +95,8 @@ class Generation:
         """One model step, retried with workflow-timer backoff on retryable model errors.
 
         The activity may go on past steps whose calls were all quick, but not to
-        `steps_before`; its result then names the step it ended on. A retry asks for `step`
+        `steps_before` or the plan's step limit (a step that begins the turn learns that
+        limit itself); its result then names the step it ended on. A retry asks for `step`
         again, and the activity goes on from the first step not saved.
 
         Without a `plan` yet, the step begins the turn and brings the plan
@@ -121,7 +122,7 @@ class Generation:
                         compact_at_tokens=plan.compact_at_tokens if plan is not None else 0,
                         model_index=self.model_index,
                         opens_response=opens_response,
-                        steps_before=steps_before,
+                        steps_before=min(steps_before, plan.max_steps) if plan else steps_before,
                     ),
                     self._deadline - (workflow.now() - (failing_since or attempt_started)),
                     self._label(plan),
