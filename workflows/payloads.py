@@ -200,7 +200,8 @@ class ToolCallRef(_Payload):
     policy: ToolPolicyDecision = "auto"
     """The chat's approval policy for this call, as it stood when the step was generated."""
     inline: bool = False
-    """The tool is quick and local (`Tool.inline`): the workflow runs it as a local activity."""
+    """The tool is quick and local (`Tool.inline`): the workflow runs it as a local activity,
+    or the model step's activity runs it, when all of its step's calls are quick."""
 
 
 class StreamStepResult(_Payload):

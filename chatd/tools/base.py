@@ -88,7 +88,9 @@ class Tool(Generic[ArgsT]):
     inline: bool = False
     """Quick and local (well under a second, no I/O that can hang): runs as a local activity
     in the workflow's own task, which saves the server's schedule, start and completion of an
-    activity and a workflow task. Not heartbeated, so never for a tool that can run long."""
+    activity and a workflow task; or, if idempotent and every call of its step is quick,
+    inside the model step's activity, which then streams the next step too. Not
+    heartbeated, so never for a tool that can run long."""
     read_only: bool = False
     """Declared safe: it changes nothing. Shown to whoever approves a call; the chat's
     policy still decides whether it is asked."""
