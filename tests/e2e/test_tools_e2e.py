@@ -12,6 +12,7 @@ import pytest
 from harness import Stack, StackFactory
 from pydantic import BaseModel
 from support.names import model_name
+from temporalio.api.enums.v1 import EventType
 
 from chatd.fake_provider.script import FakeError, FakeResponse, FakeText, FakeToolCall
 from chatd.tools.base import Tool, ToolContext, ToolOutput, ToolRegistry
@@ -52,6 +53,16 @@ async def _done(args: _Word, ctx: ToolContext) -> ToolOutput:
     return "finished"
 
 
+_held_started = asyncio.Event()
+_held_released = asyncio.Event()
+
+
+async def _held(args: _Word, ctx: ToolContext) -> ToolOutput:
+    _held_started.set()
+    await asyncio.wait_for(_held_released.wait(), 30)
+    return "released"
+
+
 def _tool(name: str, run: Any, **flags: Any) -> Tool[_Word]:
     return Tool(name=name, description=f"test tool {name}", args=_Word, run=run, **flags)
 
@@ -66,6 +77,7 @@ TEST_TOOLS = [
     _tool("finish_task", _done, stop_after=True),
     _tool("quick", _done, inline=True),
     _tool("quick_boom", _boom, inline=True),
+    _tool("quick_held", _held, inline=True),
 ]
 
 
@@ -241,6 +253,41 @@ async def test_the_step_limit_stops_an_activity_going_on(tool_stack: Stack) -> N
     assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant", "tool"]
     assert len(tool_stack.fake.requests(name)) == 2
     assert await _scheduled(tool_stack, chat_id) == [("stream_model_step", 0)]
+
+
+async def test_an_interrupt_while_a_steps_quick_calls_run_ends_the_turn_after_their_results(
+    tool_stack: Stack,
+) -> None:
+    """The activity runs the step's quick call to its end, records its result, and does not
+    go on to the next step: the turn ends there, waiting."""
+    _held_started.clear()
+    _held_released.clear()
+    chat_id, name = await _turn(
+        tool_stack,
+        [
+            FakeResponse.of_tool_call("quick_held", {"word": "a"}),
+            FakeResponse(parts=[FakeText(text="never asked for")]),
+        ],
+    )
+    await asyncio.wait_for(_held_started.wait(), 30)
+    response = await tool_stack.http.post(f"/chats/{chat_id}/interrupt")
+    assert response.status_code == 202, response.text
+    handle = tool_stack.temporal.get_workflow_handle(workflow_id(chat_id))
+    cancel = EventType.EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED
+    for _ in range(600):  # until the workflow has taken the interrupt and stops the step
+        if [e async for e in handle.fetch_history_events() if e.event_type == cancel]:
+            break
+        await asyncio.sleep(0.05)
+    else:
+        raise AssertionError("the workflow never asked the step to stop")
+    _held_released.set()
+    await tool_stack.wait_status(chat_id, "waiting")
+    messages = await tool_stack.messages(chat_id)
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool"]
+    assert [(r["output"], r["is_error"]) for r in _results(messages)] == [("released", False)]
+    assert len(tool_stack.fake.requests(name)) == 1
+    detail = (await tool_stack.http.get(f"/chats/{chat_id}")).json()
+    assert detail["last_error"] is None
 
 
 async def test_every_failure_becomes_an_error_result_and_the_turn_goes_on(
