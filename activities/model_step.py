@@ -31,7 +31,15 @@ from chatd.budgets import BudgetState, StepAllowance, allowance
 from chatd.context import estimate_message_tokens, estimate_tokens
 from chatd.models import ModelConfig, ModelError
 from chatd.output_format import format_note, misfit
-from chatd.parts import Message, Part, PartDelta, TextPart, ToolCallPart, error_result
+from chatd.parts import (
+    Message,
+    Part,
+    PartDelta,
+    TextPart,
+    ToolCallPart,
+    calls_to_run,
+    error_result,
+)
 from chatd.prices import Prices
 from chatd.providers import make_provider
 from chatd.providers.base import (
@@ -150,7 +158,7 @@ class ModelStepActivities:
                 step = input.step
                 while (
                     calls is not None
-                    and calls.quick
+                    and calls.may_run_again
                     and continues_in_activity(
                         result,
                         step=step,
@@ -561,7 +569,7 @@ class ModelStepActivities:
         parts = accumulator.parts()
         if not parts:
             return StreamStepResult(message_id=None, interrupted=True, began=began)
-        calls = [p for p in parts if isinstance(p, ToolCallPart) and not p.provider_executed]
+        calls = calls_to_run(parts)
         messages = [NewMessage(StepKey.assistant(input.step), "assistant", parts)]
         if calls:
             results = [error_result(c, INTERRUPTED_RESULT) for c in calls]
@@ -581,9 +589,7 @@ class ModelStepActivities:
         interrupted: bool,
         stop_reason: str = "end_turn",
     ) -> StreamStepResult:
-        calls = [
-            p for p in message.parts if isinstance(p, ToolCallPart) and not p.provider_executed
-        ]
+        calls = calls_to_run(message.parts)
         usage = message.usage
         return StreamStepResult(
             message_id=message.id if isinstance(message, StoredMessage) else None,
@@ -641,14 +647,14 @@ class _StepCalls(NamedTuple):
 
     @classmethod
     def of(cls, tools: TurnTools, parts: list[Part]) -> _StepCalls:
-        calls = [p for p in parts if isinstance(p, ToolCallPart) and not p.provider_executed]
-        return cls(tools, calls)
+        return cls(tools, calls_to_run(parts))
 
     @property
-    def quick(self) -> bool:
-        """Every call is of a quick tool that may run again (`Tool.inline`, idempotent)."""
+    def may_run_again(self) -> bool:
+        """Every call's tool is idempotent: a retried attempt runs a saved step's calls
+        again. (Whether they are quick is `decide.continues_in_activity`'s to say.)"""
         return all(
-            (tool := self.tools.tool(call.name)) is not None and tool.inline and tool.idempotent
+            (tool := self.tools.tool(call.name)) is not None and tool.idempotent
             for call in self.parts
         )
 

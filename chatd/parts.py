@@ -7,6 +7,7 @@ Deltas are what streams while a model step is in flight.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -25,6 +26,7 @@ __all__ = [
     "ToolCallPart",
     "ToolResultPart",
     "Usage",
+    "calls_to_run",
     "error_result",
     "without_provider_metadata",
 ]
@@ -170,6 +172,12 @@ class Usage(BaseModel):
 
 INTERNAL_FIELDS = ("signature", "provider_data")
 """Part fields that go back to the provider but never to clients."""
+
+
+def calls_to_run(parts: Sequence[Part]) -> list[ToolCallPart]:
+    """The tool calls among `parts` that the worker or the client runs, in call order (a
+    provider-executed call is answered by the provider itself)."""
+    return [p for p in parts if isinstance(p, ToolCallPart) and not p.provider_executed]
 
 
 def without_provider_metadata(part: Part) -> Part:

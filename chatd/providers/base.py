@@ -25,6 +25,7 @@ from chatd.parts import (
     ToolCallPart,
     ToolResultPart,
     Usage,
+    calls_to_run,
 )
 from chatd.tool_use import ToolUse
 
@@ -188,7 +189,7 @@ class StepAccumulator:
 
     def tool_calls(self) -> list[ToolCallPart]:
         """Client/worker-executed tool calls of the step, in call order."""
-        return [p for p in self.parts() if isinstance(p, ToolCallPart) and not p.provider_executed]
+        return calls_to_run(self.parts())
 
 
 def _whole_part(data: dict[str, Any]) -> Part:
