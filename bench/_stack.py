@@ -80,7 +80,7 @@ __all__ = [
     "SseListener",
     "WorkerProcess",
     "bench_limits",
-    "freeze_heap",
+    "pause_gc",
     "percentile",
     "raw_post",
     "running_stack",
@@ -517,24 +517,25 @@ def serve_fake_provider(responder: Callable[[FakeRequest], FakeResponse], port: 
         with book._lock:
             logged, book._deltas = book._deltas, {}
         rows = [[m, d.text, d.emitted_ns] for m, records in logged.items() for d in records]
-        freeze_heap()  # a level starts or has ended: no full collection inside the next
+        pause_gc()  # a level starts or has ended: no collection inside the next
         return JSONResponse(rows)
 
     app.add_route("/bench/deltas", deltas, methods=["GET"])
     serve_fake_app(app, port)
 
 
-def freeze_heap() -> None:
-    """Collect now, then leave whatever is alive out of later collections (`gc.freeze`).
+def pause_gc() -> None:
+    """Collect now, then make no automatic collection until the next call (`gc.disable`).
 
     A bench's clients and its fake provider are instruments. A full collection over their
     imports and the last level's records stops a process for 100-170 ms, and one inside a
-    timed level was counted as the servers' delta latency. A full collection comes a fixed
-    allocation count after the last, so it fell in the same phase of every run. Call it
-    where a level starts: the collections during the level then walk only what the level
-    allocated."""
+    timed level was counted as the servers' delta latency; it comes a fixed allocation
+    count after the last, so it fell in the same phase of every run. Frozen heaps
+    (`gc.freeze`) were not enough: with nothing left to compare against, every tenth
+    middle collection became a full one over the level's objects, and the sends' p50 rose
+    by ~90 ms. Call it where a level starts: the cycles a level leaves wait for the next."""
     gc.collect()
-    gc.freeze()
+    gc.disable()
 
 
 def serve_fake_app(app: ASGIApp, port: int) -> None:

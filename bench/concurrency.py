@@ -317,7 +317,7 @@ async def run_level(h: Harness, k: int, timeout_s: float, spread_s: float = 0.0)
             raise RuntimeError(f"{len(failed)} SSE clients failed to connect: {failed[0]}")
         async with httpx.AsyncClient(timeout=10) as fake:
             await fake.get(f"{h.fake_url}/bench/deltas")  # forget older deltas
-        _stack.freeze_heap()
+        _stack.pause_gc()
         tags = [f"K{k:04d}C{i:04d}" for i in range(k)]
         say(f"K={k}: sending {k} messages")
         profilers = _start_profilers(h, k)
