@@ -262,16 +262,12 @@ async def run(args: argparse.Namespace) -> int:
                     finally:
                         await asyncio.to_thread(stand_in.stop)
     assert solo is not None
-    return report(
-        args,
-        {
-            "without the abuser": _pooled(rounds_without),
-            "with the abuser": _pooled(rounds_with),
-            "with a CPU stand-in": _pooled(rounds_stand_in),
-        },
-        floods,
-        solo,
-    )
+    rounds = {
+        "without the abuser": rounds_without,
+        "with the abuser": rounds_with,
+        "with a CPU stand-in": rounds_stand_in,
+    }
+    return report(args, rounds, floods, solo)
 
 
 async def _turns(h: concurrency.Harness, args: argparse.Namespace) -> concurrency.Level:
@@ -345,11 +341,13 @@ async def _until_flooding(abuser: ChildProcess, within_s: float = 120.0) -> None
 
 def report(
     args: argparse.Namespace,
-    levels: dict[str, concurrency.Level],
+    rounds: dict[str, list[concurrency.Level]],
     floods: list[dict[str, Any]],
     solo: Solo,
 ) -> int:
-    """Print the figures; the exit status."""
+    """Print the figures (each condition's rounds pooled, and each round's p99); the exit
+    status."""
+    levels = {name: _pooled(levels) for name, levels in rounds.items()}
     tally: collections.Counter[str] = collections.Counter()
     for flood in floods:
         tally.update(flood["tally"])
@@ -376,6 +374,9 @@ def report(
         "(the stand-in burns the CPU the abuser's process used and sends nothing: what the"
         " abuser costs by sharing the machine, apart from what it asks of the servers)"
     )
+    print("\np99 ms of each round (one round's stall shows here, pooled above):")
+    for name, levels_of in rounds.items():
+        print(f"  {name:20} " + "  ".join(f"{level.p99:7.1f}" for level in levels_of))
     print(
         f"\np99 ratio (with / with the stand-in): {with_abuser.p99 / stand_in.p99:.2f}; "
         f"(with the stand-in / without): {stand_in.p99 / without.p99:.2f}"
