@@ -347,7 +347,7 @@ def report(
 ) -> int:
     """Print the figures (each condition's rounds pooled, and each round's p99); the exit
     status."""
-    levels = {name: _pooled(levels) for name, levels in rounds.items()}
+    levels = {name: _pooled(of_condition) for name, of_condition in rounds.items()}
     tally: collections.Counter[str] = collections.Counter()
     for flood in floods:
         tally.update(flood["tally"])
@@ -375,8 +375,8 @@ def report(
         " abuser costs by sharing the machine, apart from what it asks of the servers)"
     )
     print("\np99 ms of each round (one round's stall shows here, pooled above):")
-    for name, levels_of in rounds.items():
-        print(f"  {name:20} " + "  ".join(f"{level.p99:7.1f}" for level in levels_of))
+    for name, of_condition in rounds.items():
+        print(f"  {name:20} " + "  ".join(f"{level.p99:7.1f}" for level in of_condition))
     print(
         f"\np99 ratio (with / with the stand-in): {with_abuser.p99 / stand_in.p99:.2f}; "
         f"(with the stand-in / without): {stand_in.p99 / without.p99:.2f}"
