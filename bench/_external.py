@@ -9,6 +9,10 @@ run: fresh chats (each turn the first of a new titled chat) and one chat (every 
 same chat, its transcript growing by two messages a round). Per run and shape: the p50s and
 their ratio, and where a turn's time goes against the floor's (stages and timeline, from the
 runs' histories, the fake provider's times and the SSE client's).
+
+One chat's turns are runs of one workflow id, each started after the last one closed; the
+floor's runs each have a new id. Temporal charges more for a new run of a closed id, so one
+chat's rounds also time a second floor, its runs all on one id, reported beside the first.
 """
 
 from __future__ import annotations
@@ -117,6 +121,8 @@ class ShapeSamples:
 
     turns: list[Turn] = field(default_factory=list)
     floors: list[Floor] = field(default_factory=list)
+    one_id_floors: list[Floor] = field(default_factory=list)
+    """One chat's rounds only: the floor's runs on one workflow id, as a chat's turns are."""
 
     @property
     def waiting_p50(self) -> float:
@@ -128,6 +134,11 @@ class ShapeSamples:
         """Median start -> result of the floor runs."""
         return statistics.median(f.ms for f in self.floors)
 
+    @property
+    def one_id_floor_p50(self) -> float | None:
+        """Median start -> result of the floor runs on one id (None: not timed)."""
+        return statistics.median(f.ms for f in self.one_id_floors) if self.one_id_floors else None
+
 
 @dataclass
 class ShapeResult:
@@ -138,6 +149,13 @@ class ShapeResult:
     turn_p50: float
     floor_p50: float
     ratio: float
+    one_id_floor_p50: float | None
+    """The floor whose runs all have one workflow id (one chat only)."""
+
+    @property
+    def one_id_ratio(self) -> float | None:
+        """The turns' p50 over the one-id floor's."""
+        return self.turn_p50 / self.one_id_floor_p50 if self.one_id_floor_p50 else None
 
 
 def _ms(start: float, end: float) -> float:
@@ -222,12 +240,13 @@ async def fresh_chat_turn(c: Clients) -> Turn:
         return await one_turn(c, sse, chat_id)
 
 
-async def floor_run(c: Clients) -> Floor:
-    """Start `NoopFloor` and wait for its result; its points from its history."""
+async def floor_run(c: Clients, floor_id: str | None = None) -> Floor:
+    """Start `NoopFloor` (on `floor_id`, whose last run has closed; else a new id) and wait
+    for its result; its points from its history."""
     t0_ns = time.time_ns()
     t0 = time.perf_counter()
     handle = await c.temporal.start_workflow(
-        NoopFloor.run, id=f"floor-{uuid.uuid4().hex}", task_queue=c.floor_queue
+        NoopFloor.run, id=floor_id or f"floor-{uuid.uuid4().hex}", task_queue=c.floor_queue
     )
     await handle.result()
     ms = _ms(t0, time.perf_counter())
@@ -272,9 +291,11 @@ async def clients(dev: ChatdDev) -> AsyncIterator[Clients]:
 
 
 async def measure(c: Clients, turns: int, warmup: int) -> dict[str, ShapeSamples]:
-    """Warm-up, then `turns` rounds of (fresh-chat turn, floor, one-chat turn, floor)."""
+    """Warm-up, then `turns` rounds of (fresh-chat turn, floor, one-chat turn, floor, floor
+    on one id)."""
     samples = {shape: ShapeSamples() for shape in SHAPES}
     one_chat = await create_chat(c)
+    one_id = f"floor-one-id-{uuid.uuid4().hex}"
     async with SseListener(c.streams, one_chat) as one_chat_sse:
         for i in range(warmup + turns):
             line: list[str] = []
@@ -285,9 +306,14 @@ async def measure(c: Clients, turns: int, warmup: int) -> dict[str, ShapeSamples
                     turn = await one_turn(c, one_chat_sse, one_chat)
                 floor = await floor_run(c)
                 line.append(f"{shape} {turn.waiting:6.1f} ms, floor {floor.ms:5.1f} ms")
+                if shape == ONE_CHAT:
+                    one_id_floor = await floor_run(c, one_id)
+                    line.append(f"floor on one id {one_id_floor.ms:5.1f} ms")
                 if i >= warmup:
                     samples[shape].turns.append(turn)
                     samples[shape].floors.append(floor)
+                    if shape == ONE_CHAT:
+                        samples[shape].one_id_floors.append(one_id_floor)
             tag = "warm-up" if i < warmup else f"round {i - warmup + 1:3d}/{turns}"
             say(f"{tag}: waiting | " + " | ".join(line))
     return samples
@@ -327,14 +353,23 @@ def report(run: int, shape: str, s: ShapeSamples) -> ShapeResult:
     print(f"turn  POST -> status waiting at SSE client     : {summary(waitings)}")
     print(f"floor Temporal: 1 no-op activity wf           : {summary([f.ms for f in s.floors])}")
     print(f"ratio turn waiting p50 / floor p50             : {waiting / floor:.2f}")
+    one_id = s.one_id_floor_p50
+    if one_id is not None:
+        one_id_ms = [f.ms for f in s.one_id_floors]
+        print(f"floor on one workflow id, as a chat's turns   : {summary(one_id_ms)}")
+        print(f"ratio turn waiting p50 / one-id floor p50      : {waiting / one_id:.2f}")
     waits = [w for t in s.turns for w in t.wft_waits]
     print(f"turn workflow task schedule->start wait        : {summary(waits)}")  # fmt: skip
     turn_stages = _median_points([stages(t.points) for t in s.turns])
     floor_stages = _median_points([stages(f.points) for f in s.floors])
-    print("\nwhere the time goes, ms (median of the turns | of the floor runs)")
+    one_id_stages = _median_points([stages(f.points) for f in s.one_id_floors])
+    print("\nwhere the time goes, ms (median: the turns | the floor | the floor on one id)")
     for name, _, _ in STAGES:
         if name in turn_stages or name in floor_stages:
-            print(f"  {_cell(turn_stages.get(name))} | {_cell(floor_stages.get(name))}  {name}")
+            print(
+                f"  {_cell(turn_stages.get(name))} | {_cell(floor_stages.get(name))} | "
+                f"{_cell(one_id_stages.get(name))}  {name}"
+            )
     turn_points = _median_points([t.points for t in s.turns])
     floor_points = _median_points([f.points for f in s.floors])
     slowest = max(s.turns, key=lambda t: t.waiting).points
@@ -345,7 +380,7 @@ def report(run: int, shape: str, s: ShapeSamples) -> ShapeResult:
             f"  {_cell(turn_points.get(label))} | {_cell(slowest.get(label))} | "
             f"{_cell(floor_points.get(label))}  {label}"
         )
-    return ShapeResult(run, shape, waiting, floor, waiting / floor)
+    return ShapeResult(run, shape, waiting, floor, waiting / floor, one_id)
 
 
 def final_report(results: Sequence[ShapeResult], target: float) -> bool:
@@ -355,12 +390,23 @@ def final_report(results: Sequence[ShapeResult], target: float) -> bool:
     """
     print("\n=== turn overhead, external (chatd dev): runs ===")
     for r in results:
+        one_id = (
+            f"  floor on one id {r.one_id_floor_p50:6.1f} ms  ratio {r.one_id_ratio:.2f}"
+            if r.one_id_floor_p50 is not None and r.one_id_ratio is not None
+            else ""
+        )
         print(f"  run {r.run}  {r.shape:11s}  turn waiting p50 {r.turn_p50:6.1f} ms  "
-              f"floor p50 {r.floor_p50:6.1f} ms  ratio {r.ratio:.2f}")  # fmt: skip
+              f"floor p50 {r.floor_p50:6.1f} ms  ratio {r.ratio:.2f}{one_id}")  # fmt: skip
     medians: dict[str, float] = {}
     for shape in SHAPES:
         ratios = [r.ratio for r in results if r.shape == shape]
         medians[shape] = statistics.median(ratios)
         goal = f"  (target <= {target})" if shape == FRESH else ""
-        print(f"  {shape}: median ratio {medians[shape]:.2f} of {len(ratios)} runs{goal}")
+        one_id_ratios = [r.one_id_ratio for r in results if r.shape == shape and r.one_id_ratio]
+        beside = (
+            f"; against the floor on one id {statistics.median(one_id_ratios):.2f}"
+            if one_id_ratios
+            else ""
+        )
+        print(f"  {shape}: median ratio {medians[shape]:.2f} of {len(ratios)} runs{goal}{beside}")
     return medians[FRESH] <= target
