@@ -49,7 +49,6 @@ class HandOvers:
         self._in_flight = asyncio.Semaphore(IN_FLIGHT)
         self._unmarked: list[uuid.UUID] = []
         self._marking: asyncio.Task[None] | None = None
-        self._not_recorded: set[uuid.UUID] = set()
 
     @property
     def behind(self) -> bool:
@@ -76,16 +75,10 @@ class HandOvers:
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
 
-    def not_marked_here(self, queued_ids: list[uuid.UUID]) -> list[uuid.UUID]:
-        """Those of `queued_ids` this gateway has not handed over (its marks of the others
-        are not written yet)."""
-        return [queued_id for queued_id in queued_ids if queued_id not in self._not_recorded]
-
     def mark_soon(self, transcript: TranscriptStore, queued_ids: list[uuid.UUID]) -> None:
         """Record these messages handed over in the next batch of marks. A mark lost with
         the gateway only hands a message over again, which its turn takes once."""
         self._unmarked += queued_ids
-        self._not_recorded.update(queued_ids)
         if self._marking is None or self._marking.done():
             self._marking = asyncio.create_task(self._mark(transcript))
             self._pending.add(self._marking)
@@ -98,8 +91,6 @@ class HandOvers:
             await transcript.handed_over(batch)
         except Exception as err:  # the reconciler or a later send hands them over again
             log.warning("%d hand-overs not recorded: %r", len(batch), err)
-        finally:
-            self._not_recorded.difference_update(batch)
 
     async def drain(self, within_s: float) -> None:
         """Wait (up to `within_s`) for the background hand-overs, for a gateway's shutdown."""

@@ -81,14 +81,7 @@ async def submit_message(
             with hand_overs.waiting():
                 result = await asyncio.wait_for(
                     _update_in_order(
-                        client,
-                        task_queue,
-                        transcript,
-                        chat,
-                        queued_id,
-                        update_id,
-                        name_chat=name_chat,
-                        hand_overs=hand_overs,
+                        client, task_queue, transcript, chat, queued_id, update_id, name_chat
                     ),
                     HAND_OVER_WAIT_S,
                 )
@@ -118,22 +111,17 @@ async def _update_in_order(
     chat: ChatRecord,
     queued_id: uuid.UUID,
     update_id: str,
-    *,
     name_chat: bool,
-    hand_overs: HandOvers,
 ) -> SubmitMessageResult:
-    """The chat's older messages not handed over yet by signal, then this one by update.
-
-    Their marks are written in the gateway's next batch: the turn's first step runs as the
-    update returns, and a write of ours then would only slow it."""
-    waiting = hand_overs.not_marked_here(await transcript.not_handed_over(chat.id))
+    """The chat's older messages not handed over yet by signal, then this one by update."""
+    waiting = await transcript.not_handed_over(chat.id)
     earlier = waiting[: waiting.index(queued_id)] if queued_id in waiting else waiting
     for message_id in earlier:
         await queue_message(client, task_queue, chat, str(message_id), name_chat=name_chat)
     result = await hand_over_message(
         client, task_queue, chat, str(queued_id), update_id, name_chat=name_chat
     )
-    hand_overs.mark_soon(transcript, [*earlier, queued_id])
+    await transcript.handed_over([*earlier, queued_id])
     return result
 
 
@@ -149,7 +137,7 @@ async def _queue_in_order(
     """Every message of the chat not handed over yet (this send's among them, unless a
     later send's hand-over took it already), oldest first, by signal-with-start; marked in
     the gateway's next batch of marks."""
-    waiting = hand_overs.not_marked_here(await transcript.not_handed_over(chat.id))
+    waiting = await transcript.not_handed_over(chat.id)
     for message_id in waiting:
         await queue_message(client, task_queue, chat, str(message_id), name_chat=name_chat)
     hand_overs.mark_soon(transcript, waiting)

@@ -60,15 +60,3 @@ async def test_marks_made_together_are_written_together() -> None:
     hand_overs.mark_soon(store, [later])
     await hand_overs.drain(within_s=30)
     assert marks.writes == [[first, second], [later]]
-
-
-async def test_a_send_does_not_hand_over_again_what_this_gateway_has_yet_to_mark() -> None:
-    """The marks wait for their batch; meanwhile the store still lists those messages as not
-    handed over, and a send on the chat must not signal them again."""
-    hand_overs = HandOvers()
-    store = cast(TranscriptStore, _Marks())
-    handed, stranded = uuid.uuid4(), uuid.uuid4()
-    hand_overs.mark_soon(store, [handed])
-    assert hand_overs.not_marked_here([handed, stranded]) == [stranded]
-    await hand_overs.drain(within_s=30)
-    assert hand_overs.not_marked_here([handed]) == [handed], "written: the store answers"
