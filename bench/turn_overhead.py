@@ -34,8 +34,9 @@ per step grows.
 process (fresh data dir, free ports, fixed API key; durable as always), its worker's model a
 fake provider in a child process of the bench (this script with `--serve-fake PORT`), the
 clients in the bench process on persistent connections. Two shapes alternate, fresh chats and
-one chat, each turn followed by the floor (b) on chatd dev's Temporal server; each of
-`--runs` (default 5) runs on a fresh `chatd dev`, then the median ratio per shape. Where the
+one chat, each turn followed by the floor (b) on chatd dev's Temporal server (one chat's
+also by a floor whose runs share one workflow id, as a chat's turns do); each of `--runs`
+(default 5) runs on a fresh `chatd dev`, then the median ratio per shape. Where the
 time goes: each turn's stages and timeline (history events, the fake provider's request and
 first delta, the SSE client's first delta and `waiting`) beside the floor's.
 """
