@@ -358,7 +358,8 @@ def report(
         f"\n=== {args.chats} well-behaved chats, with and without one abusive key "
         f"({args.rounds} rounds of each, alternating) ==="
     )
-    names = [*dict.fromkeys(n for level in levels.values() for n in level.cpu), "machine"]
+    # In one order every run: the processes' CPU shares come from a set.
+    names = [*sorted({n for level in levels.values() for n in level.cpu}), "machine"]
     cores = os.cpu_count() or 1
     for level in levels.values():
         level.cpu["machine"] = level.system_cpu * cores
