@@ -314,7 +314,7 @@ def _pooled(levels: list[concurrency.Level]) -> concurrency.Level:
     pooled = concurrency.Level(sum(level.k for level in levels))
     pooled.finished = sum(level.finished for level in levels)
     pooled.latencies = [x for level in levels for x in level.latencies]
-    for name in {n for level in levels for n in level.cpu}:
+    for name in dict.fromkeys(n for level in levels for n in level.cpu):  # the meter's order
         pooled.cpu[name] = statistics.mean(level.cpu.get(name, 0.0) for level in levels)
     pooled.system_cpu = statistics.mean(level.system_cpu for level in levels)
     return pooled
@@ -358,8 +358,7 @@ def report(
         f"\n=== {args.chats} well-behaved chats, with and without one abusive key "
         f"({args.rounds} rounds of each, alternating) ==="
     )
-    # In one order every run: the processes' CPU shares come from a set.
-    names = [*sorted({n for level in levels.values() for n in level.cpu}), "machine"]
+    names = [*dict.fromkeys(n for level in levels.values() for n in level.cpu), "machine"]
     cores = os.cpu_count() or 1
     for level in levels.values():
         level.cpu["machine"] = level.system_cpu * cores
