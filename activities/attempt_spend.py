@@ -11,7 +11,7 @@ from chatd.models import ModelConfig
 from chatd.parts import Usage
 from chatd.prices import Prices
 from chatd.providers.base import StepAccumulator
-from chatd.store.spend import AttemptKey, SpendStore
+from chatd.store.spend import AttemptKey, SettledSpend, SpendStore
 from chatd.telemetry import METRICS
 
 __all__ = ["AttemptSpend", "record_spend"]
@@ -44,10 +44,22 @@ class AttemptSpend:
             self._record(Usage(input_tokens=self._input_tokens), estimated=True)
         )
 
-    async def settled(self, usage: Usage) -> None:
-        """The provider's report of the finished stream replaces the estimate."""
+    async def settling(self, usage: Usage) -> SettledSpend:
+        """The provider's report of the finished stream, for the step's save to write in its
+        own statement (`TurnStore.save_last_step`): atomic with the save, so a crash before
+        it leaves the estimate and an unsaved step, which is streamed (and billed) again."""
         await self._estimated()
-        await self._record(usage, estimated=False)
+        cost = self._prices.cost_usd(self._model, usage)
+        _count_cost(cost, self._model, self._owner)
+        return SettledSpend(key=self._key, model=self._model.label, cost_usd=cost)
+
+    async def settled(self, usage: Usage) -> None:
+        """The provider's report of the finished stream replaces the estimate. The step's
+        save follows at once and makes it durable, so it doesn't wait for the disk: a crash
+        before the save loses the report, the estimate stands for the attempt, and the step,
+        unsaved, is streamed (and billed) again."""
+        await self._estimated()
+        await self._record(usage, estimated=False, flushed=False)
 
     async def failed(self, accumulator: StepAccumulator) -> None:
         """A provider error: refused before any output costs nothing; a stream broken off
@@ -72,7 +84,7 @@ class AttemptSpend:
         streamed = sum(len(p.model_dump_json()) for p in accumulator.parts())
         return Usage(input_tokens=self._input_tokens, output_tokens=estimate_tokens(streamed))
 
-    async def _record(self, usage: Usage, *, estimated: bool) -> None:
+    async def _record(self, usage: Usage, *, estimated: bool, flushed: bool = True) -> None:
         await record_spend(
             self._store,
             self._prices,
@@ -81,6 +93,7 @@ class AttemptSpend:
             self._model,
             usage,
             estimated=estimated,
+            flushed=flushed,
         )
 
 
@@ -93,10 +106,25 @@ async def record_spend(
     usage: Usage,
     *,
     estimated: bool,
+    flushed: bool = True,
 ) -> None:
     """Record what `usage` on `model` cost at `prices` (an estimate, or the provider's
-    report, which also counts in the `chatd.cost_usd` metric)."""
+    report, which also counts in the `chatd.cost_usd` metric); `SpendStore.record` says
+    what not `flushed` means."""
     cost = prices.cost_usd(model, usage)
-    await store.record(key, model=model.label, usage=usage, cost_usd=cost, estimated=estimated)
-    if cost and not estimated:
+    await store.record(
+        key,
+        model=model.label,
+        usage=usage,
+        cost_usd=cost,
+        estimated=estimated,
+        flushed=flushed,
+    )
+    if not estimated:
+        _count_cost(cost, model, owner)
+
+
+def _count_cost(cost: float | None, model: ModelConfig, owner: str) -> None:
+    """A settled cost, in the `chatd.cost_usd` metric."""
+    if cost:
         METRICS.cost_usd.add(cost, {"model": model.label, "owner": owner})

@@ -254,11 +254,8 @@ class ModelStepActivities:
                 return sent, None
             began = await begin.result()  # committed before the first delta was published
         # The stream is complete: an interrupt arriving now finds the whole step, kept as is.
-        # Its settled cost goes in first: a crash between the two streams the step again,
-        # which is billed again.
-        await _completed_despite_cancel(spend.settled(sent.usage))
         saved = await _completed_despite_cancel(
-            self._save_step(tools, input, began, accumulator, sent, publisher)
+            self._save_step(tools, input, began, accumulator, sent, publisher, spend)
         )
         return saved, _StepCalls.of(tools, accumulator.parts())
 
@@ -374,8 +371,10 @@ class ModelStepActivities:
         accumulator: StepAccumulator,
         finish: StepFinish,
         publisher: DeltaPublisher,
+        spend: AttemptSpend,
     ) -> StreamStepResult:
-        await publisher.drain()
+        """Save the streamed step after its deltas, its settled spend first: a crash between
+        the two streams the step again, which is billed again."""
         step = NewMessage(
             StepKey.assistant(input.step),
             "assistant",
@@ -386,15 +385,21 @@ class ModelStepActivities:
         chat = tools.chat
         unsaved = self._summary(tools, step, interrupted=False, stop_reason=finish.stop_reason)
         unsaved = await self._checked(tools, input, unsaved, step.parts, saving=True)
-        if unsaved.format_error is not None:
-            return await self._save_misfit(tools, input, began, step, unsaved)
-        if step_finishes_turn(input, began, unsaved):
-            # A turn's last step, as usual: save it and finish the turn in one statement.
-            saved = await self._edges.save_last_step(chat.id, input.turn_id, step)
+        if unsaved.format_error is None and step_finishes_turn(input, began, unsaved):
+            # A turn's last step, as usual: its last deltas, its spend, the step and the
+            # turn's finish in one statement.
+            settled = await spend.settling(finish.usage)
+            deltas = await publisher.unwritten()
+            saved = await self._edges.save_last_step(chat.id, input.turn_id, step, settled, deltas)
             if saved is not None:
                 return unsaved.model_copy(
                     update={"message_id": saved.id, "began": began, "finished_turn": True}
                 )
+            # Saved before, by a lost attempt: its deltas went out then, and these don't.
+        else:
+            await asyncio.gather(publisher.drain(), spend.settled(finish.usage))
+        if unsaved.format_error is not None:
+            return await self._save_misfit(tools, input, began, step, unsaved)
         stored = await self._transcript.save(
             chat.id,
             turn_id=input.turn_id,

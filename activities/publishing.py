@@ -64,6 +64,8 @@ class EventBatcher:
         """Set when the pending events must not wait for the frame's end."""
         self._waiters: list[asyncio.Future[None]] = []
         self._writer: asyncio.Task[None] | None = None
+        self._writing: asyncio.Future[None] | None = None
+        """Resolved when the write in flight ends (None: none is)."""
         self._failed: dict[uuid.UUID, Exception] = {}
         """Chats whose events were lost in a failed write: their step must start over."""
         self._latest: weakref.WeakValueDictionary[uuid.UUID, DeltaPublisher] = (
@@ -121,6 +123,28 @@ class EventBatcher:
             self._writer = asyncio.create_task(self._write())
         await asyncio.shield(waiter)
 
+    async def take(self, chat_id: uuid.UUID) -> list[tuple[str, dict[str, Any]]]:
+        """The chat's events not written yet, no longer the batcher's to write: the caller's
+        own statement writes them, after the write in flight (which may hold the chat's
+        earlier events) is stored. Raise if it lost any of the chat's events."""
+        mine: list[tuple[str, dict[str, Any]]] = []
+        kept: list[Event] = []
+        moved: dict[int, int] = {}
+        for index, (chat, event, data) in enumerate(self._pending):
+            if chat == chat_id:
+                mine.append((event, data))
+            else:
+                moved[index] = len(kept)
+                kept.append((chat, event, data))
+        self._pending = kept
+        self._last_pending = {
+            chat: moved[index] for chat, index in self._last_pending.items() if chat != chat_id
+        }
+        if self._writing is not None:
+            await asyncio.shield(self._writing)
+        self.raise_if_lost(chat_id)
+        return mine
+
     async def _write(self) -> None:
         loop = asyncio.get_running_loop()
         while self._pending or self._waiters:
@@ -132,6 +156,7 @@ class EventBatcher:
             batch, self._pending = self._pending, []
             self._last_pending.clear()
             waiters, self._waiters = self._waiters, []
+            self._writing = writing = loop.create_future()
             try:
                 await self._events.publish_many(batch)
             except Exception as err:  # every chat and waiter of this batch learns it was lost
@@ -141,6 +166,9 @@ class EventBatcher:
                     if not waiter.done():
                         waiter.set_exception(err)
                 continue
+            finally:
+                writing.set_result(None)
+                self._writing = None
             for waiter in waiters:
                 if not waiter.done():
                     waiter.set_result(None)
@@ -167,6 +195,11 @@ class DeltaPublisher:
         delta = event == "message_part"
         self._batcher.add(self._chat_id, event, data, now=not (delta and self._streaming))
         self._streaming = self._streaming or delta
+
+    async def unwritten(self) -> list[tuple[str, dict[str, Any]]]:
+        """This step's events not written yet, for the caller's statement to write before its
+        own: the batcher writes them no more (`EventBatcher.take`)."""
+        return await self._batcher.take(self._chat_id)
 
     async def drain(self) -> None:
         """Wait until this step's events so far are stored (raise if any were lost)."""

@@ -25,6 +25,7 @@ from chatd.parts import ToolCallPart
 from chatd.settings import ProviderSettings
 from chatd.store.chats import ChatRecord, ChatStore
 from chatd.store.events import EventLog
+from chatd.store.spend import SettledSpend
 from chatd.store.step_keys import StepKey
 from chatd.store.transcript import NewMessage, StoredMessage, TranscriptStore
 from chatd.store.turns import TurnStore
@@ -115,11 +116,17 @@ class TurnLifecycleWrites:
         return context_limit(model, await reported_context_limit(model, self._providers))
 
     async def save_last_step(
-        self, chat_id: uuid.UUID, turn_id: str, step: NewMessage
+        self,
+        chat_id: uuid.UUID,
+        turn_id: str,
+        step: NewMessage,
+        settled: SettledSpend,
+        events_before: list[tuple[str, dict[str, Any]]],
     ) -> StoredMessage | None:
-        """Save the step that ends the turn and finish the turn, at once; None if the step
-        was saved before (then nothing changed: save and finish the usual way)."""
-        saved = await self._turns.save_last_step(chat_id, turn_id, step)
+        """Save the step that ends the turn (published after `events_before`), its attempt's
+        settled spend, and finish the turn, at once; None if the step was saved before (then
+        nothing changed but the spend: save and finish the usual way)."""
+        saved = await self._turns.save_last_step(chat_id, turn_id, step, settled, events_before)
         if saved is None:
             return None
         message, finished = saved

@@ -25,8 +25,11 @@ __all__ = [
     "AttemptKey",
     "BudgetDecision",
     "DecidedBudget",
+    "SettledSpend",
     "SpendStore",
     "budgets_sql",
+    "settled_spend_sql",
+    "turn_cost_settling_sql",
 ]
 
 
@@ -64,23 +67,90 @@ class BudgetDecision(BaseModel):
 
 # The attempt's row, with the chats above it and the turns they run. A settled row (the
 # provider's report) is never replaced.
-_RECORD = """
-WITH RECURSIVE up (id) AS (
-    SELECT parent_chat_id FROM chats WHERE id = $1 AND parent_chat_id IS NOT NULL
+_ANCESTORS = """up (id) AS (
+    SELECT parent_chat_id FROM chats WHERE id = {chat} AND parent_chat_id IS NOT NULL
     UNION ALL
     SELECT c.parent_chat_id FROM chats c JOIN up ON c.id = up.id WHERE c.parent_chat_id IS NOT NULL
-)
-INSERT INTO step_spend AS s (chat_id, step_key, attempt, turn_id, owner, model, usage, cost_usd,
-                             estimated, ancestor_chats, ancestor_turns)
-SELECT $1, $2, $3, $4, c.owner, $5, $6, $7, $8,
-       coalesce((SELECT array_agg(id) FROM up), '{}'),
+)"""
+"""The CTE `up` of a `WITH RECURSIVE` that writes a spend row: the chats above chat {chat}."""
+
+_UPSERT = """INSERT INTO step_spend AS s (chat_id, step_key, attempt, turn_id, owner, model, usage,
+                             cost_usd, estimated, ancestor_chats, ancestor_turns)
+SELECT {chat}, {step_key}, {attempt}, {turn}, c.owner, {model}, {usage}, {cost}, {estimated},
+       coalesce((SELECT array_agg(id) FROM up), '{{}}'),
        coalesce((SELECT array_agg(a.turn_id) FROM up JOIN chats a ON a.id = up.id
-                 WHERE a.turn_id IS NOT NULL), '{}')
-FROM chats c WHERE c.id = $1
+                 WHERE a.turn_id IS NOT NULL), '{{}}')
+FROM chats c{commit} WHERE c.id = {chat}
 ON CONFLICT (chat_id, step_key, attempt) DO UPDATE
     SET usage = EXCLUDED.usage, cost_usd = EXCLUDED.cost_usd, estimated = EXCLUDED.estimated
-    WHERE s.estimated
-"""
+    WHERE s.estimated"""
+"""An attempt's spend, over `up`: an estimate is replaced, a settled report is kept."""
+
+
+def _record_sql(commit: str) -> str:
+    upsert = _UPSERT.format(
+        chat="$1",
+        step_key="$2",
+        attempt="$3",
+        turn="$4",
+        model="$5",
+        usage="$6",
+        cost="$7",
+        estimated="$8",
+        commit=commit,
+    )
+    return f"WITH RECURSIVE {_ANCESTORS.format(chat='$1')}\n{upsert}"
+
+
+_RECORD_FLUSHED = _record_sql("")
+# The statement's own transaction commits without waiting for its WAL to reach the disk.
+_RECORD_UNFLUSHED = _record_sql(
+    ", LATERAL (SELECT set_config('synchronous_commit', 'off', true)) AS unflushed"
+)
+
+
+class SettledSpend(BaseModel):
+    """An attempt's settled report, for a statement that writes it beside the step's save
+    (`settled_spend_sql`)."""
+
+    key: AttemptKey
+    model: str
+    cost_usd: float | None
+
+
+def settled_spend_sql(
+    *, chat: str, step_key: str, attempt: str, turn: str, model: str, usage: str, cost: str
+) -> str:
+    """The CTEs `up` and `settled` of a `WITH RECURSIVE` (SQL expressions: parameters): the
+    attempt's settled report replaces its estimate; `settled` has its cost, or no row if it
+    was settled before."""
+    upsert = _UPSERT.format(
+        chat=chat,
+        step_key=step_key,
+        attempt=attempt,
+        turn=turn,
+        model=model,
+        usage=usage,
+        cost=cost,
+        estimated="false",
+        commit="",
+    )
+    return f"{_ANCESTORS.format(chat=chat)}, settled AS (\n{upsert}\nRETURNING s.cost_usd)"
+
+
+def turn_cost_settling_sql(*, turn: str, chat: str, step_key: str, attempt: str) -> str:
+    """SQL: `TURN_COST`'s in a statement with `settled_spend_sql`'s CTEs, the attempt at its
+    settled cost: the statement's snapshot still has its estimate."""
+    attempt_row = f"s.chat_id = {chat} AND s.step_key = {step_key} AND s.attempt = {attempt}"
+    return f"""(SELECT sum(t.cost_usd) FROM (
+        SELECT s.cost_usd FROM step_spend s
+        WHERE (s.turn_id = {turn} OR s.ancestor_turns @> ARRAY[{turn}]) AND NOT ({attempt_row})
+        UNION ALL
+        SELECT cost_usd FROM settled
+        UNION ALL
+        SELECT s.cost_usd FROM step_spend s WHERE {attempt_row} AND NOT EXISTS (SELECT FROM settled)
+    ) AS t)"""
+
 
 _TURN_ID_AS_UUID = (
     "CASE WHEN {t} ~ '^[0-9a-f]{{8}}-[0-9a-f]{{4}}-[0-9a-f]{{4}}-[0-9a-f]{{4}}-[0-9a-f]{{12}}$'"
@@ -167,10 +237,15 @@ class SpendStore:
         usage: Usage,
         cost_usd: float | None,
         estimated: bool,
+        flushed: bool = True,
     ) -> None:
-        """The attempt's spend: an estimate (kept unless settled), or the provider's report."""
+        """The attempt's spend: an estimate (kept unless settled), or the provider's report.
+
+        Not `flushed`, the call returns before the record is on disk: for a record a
+        durable write follows at once, whose commit flushes it too (the WAL is flushed in
+        order). A crash in between loses this record alone."""
         await self._pool.execute(
-            _RECORD,
+            _RECORD_FLUSHED if flushed else _RECORD_UNFLUSHED,
             key.chat_id,
             key.step_key,
             key.attempt,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -12,7 +13,12 @@ from chatd.budgets import PendingBudget
 from chatd.chat_status import ChatStatus, busy_sql
 from chatd.models import ModelError
 from chatd.parts import Usage
-from chatd.store.spend import TURN_COST
+from chatd.store.spend import (
+    TURN_COST,
+    SettledSpend,
+    settled_spend_sql,
+    turn_cost_settling_sql,
+)
 from chatd.store.step_keys import stored_key, user_message_key
 from chatd.store.transcript import (
     INSERT_STEP,
@@ -44,6 +50,9 @@ def _usage_sum(*, plus_step: str | None = None) -> str:
 
 
 _TURN_COST = TURN_COST.format(turn="$7::text")
+_TURN_COST_SETTLING = turn_cost_settling_sql(
+    turn="$7::text", chat="$1", step_key="$2", attempt="$8"
+)
 
 _USAGE_SUM = _usage_sum()
 _USAGE_SUM_WITH_STEP = _usage_sum(plus_step="m")
@@ -113,10 +122,6 @@ FROM queued_messages q WHERE q.id = $1 AND q.chat_id = $2 AND q.promoted_at IS N
 """
 
 
-# Saving the step that ends turn $7 and finishing the turn: the step's message (unless its
-# step key is taken), its `message` event, and, if the chat is still in the turn, the status
-# `waiting` with the usage recounted and its `status` event; then notify. One statement, one
-# round trip where `save` then `finish` took two.
 _SAVE_LAST_STEP_INSERT = INSERT_STEP.format(
     chat_id="$1",
     turn_id="$7",
@@ -126,8 +131,25 @@ _SAVE_LAST_STEP_INSERT = INSERT_STEP.format(
     usage="$4",
     response_id="$5",
 )
+
+
+# Saving the step that ends turn $7 and finishing the turn: the attempt's settled spend
+# (attempt $8, model $9, cost $10; its usage is the step's), the step's message (unless its
+# step key is taken), then the events before it ($11, $12: the step's last deltas), its
+# `message` event, and, if the chat is still in the turn, the status `waiting` with the usage
+# recounted and the turn's cost, and its `status` event; then notify. One statement, one round
+# trip where the spend, the deltas, the save and the finish took four.
+_SETTLED_SPEND = settled_spend_sql(
+    chat="$1",
+    step_key="$2",
+    attempt="$8",
+    turn="$7",
+    model="$9",
+    usage="coalesce($4::jsonb, '{}')",
+    cost="$10",
+)
 _SAVE_LAST_STEP = f"""
-WITH m AS (
+WITH RECURSIVE {_SETTLED_SPEND}, m AS (
     {_SAVE_LAST_STEP_INSERT}
 ), ending AS (
     SELECT true {_IN_TURN} AS yes
@@ -144,12 +166,12 @@ WITH m AS (
 SELECT m.*, coalesce(c.ended, false) AS ended,
        chatd_append_events(
            $1,
-           array_remove(ARRAY['message', CASE WHEN c.ended THEN 'status' END], NULL),
-           array_remove(
+           $11::text[] || array_remove(ARRAY['message', CASE WHEN c.ended THEN 'status' END], NULL),
+           $12::jsonb[] || array_remove(
                ARRAY[{MESSAGE_EVENT_SQL},
                      CASE WHEN c.ended THEN jsonb_build_object(
                          'status', 'waiting', 'turn_id', $7::text, 'usage', c.turn_usage,
-                         'cost_usd', {_TURN_COST}) END],
+                         'cost_usd', {_TURN_COST_SETTLING}) END],
                NULL
            )
        ) AS last_event_seq
@@ -204,13 +226,21 @@ class TurnStore:
         )
 
     async def save_last_step(
-        self, chat_id: uuid.UUID, turn_id: str, step: NewMessage
+        self,
+        chat_id: uuid.UUID,
+        turn_id: str,
+        step: NewMessage,
+        settled: SettledSpend,
+        events_before: Sequence[tuple[str, dict[str, Any]]] = (),
     ) -> tuple[StoredMessage, bool] | None:
-        """Save the step that ends the turn, and finish the turn (`waiting`) with it.
+        """Save the step that ends the turn, with the settled spend of the attempt that
+        streamed it (its usage the step's), and finish the turn (`waiting`) with it. The
+        step's `message` event follows `events_before`.
 
-        None if the step was saved before (by a lost attempt): nothing changed, and the
-        caller saves and finishes the usual way, from the step as saved. Otherwise the saved
-        step, and whether the turn was finished now (not if it had ended, or a later one began).
+        None if the step was saved before (by a lost attempt): nothing changed but the
+        spend, and the caller saves and finishes the usual way, from the step as saved.
+        Otherwise the saved step, and whether the turn was finished now (not if it had
+        ended, or a later one began).
         """
         row = await self._pool.fetchrow(
             _SAVE_LAST_STEP,
@@ -221,6 +251,11 @@ class TurnStore:
             step.response_id,
             step.role,
             turn_id,
+            settled.key.attempt,
+            settled.model,
+            settled.cost_usd,
+            [name for name, _ in events_before],
+            [data for _, data in events_before],
         )
         if row is None:
             return None

@@ -30,6 +30,7 @@ from chatd.store.transcript import (
     user_message_event_sql,
 )
 from chatd.store.turns import INTERRUPT_CHANNEL, TurnStore
+from tests.support.spend import unpriced_attempt
 from workflows.chat_turn import ChatTurn
 from workflows.constants import WORKFLOW_TASK_TIMEOUT, workflow_id
 
@@ -475,11 +476,12 @@ async def test_a_turns_last_step_is_saved_and_finishes_the_turn_at_once(stack: S
         usage=Usage(input_tokens=5, output_tokens=1),
     )
     last = NewMessage("step-1", "assistant", [TextPart(text="done")], Usage(input_tokens=7))
-    saved = await turns.save_last_step(chat_id, str(first.id), last)
+    settled = unpriced_attempt(chat_id, str(first.id), last)
+    saved = await turns.save_last_step(chat_id, str(first.id), last, settled)
     assert saved is not None
     message, finished = saved
     assert finished
-    assert await turns.save_last_step(chat_id, str(first.id), last) is None  # a lost attempt's
+    assert await turns.save_last_step(chat_id, str(first.id), last, settled) is None  # lost
 
     async def events() -> list[tuple[str, dict[str, Any]]]:
         rows = await stack.pool.fetch(
@@ -500,7 +502,8 @@ async def test_a_turns_last_step_is_saved_and_finishes_the_turn_at_once(stack: S
     second, _ = await transcript.enqueue(chat_id, [TextPart(text="two")], None)
     assert await turns.begin(chat_id, str(second.id))
     late = NewMessage("step-2", "assistant", [TextPart(text="late")])
-    saved = await turns.save_last_step(chat_id, str(first.id), late)
+    settled = unpriced_attempt(chat_id, str(first.id), late)
+    saved = await turns.save_last_step(chat_id, str(first.id), late, settled)
     assert saved is not None and saved[1] is False
     assert [name for name, _ in (await events())[len(published) :]] == [
         "message", "queue", "status", "message",

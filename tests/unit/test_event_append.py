@@ -24,6 +24,7 @@ from chatd.store.chats import ChatStore
 from chatd.store.events import NOTIFY_CHANNEL, EventLog
 from chatd.store.transcript import NewMessage, StoredMessage, TranscriptStore, message_event
 from chatd.store.turns import TurnStore
+from tests.support.spend import unpriced_attempt
 
 
 async def _chat(pool: asyncpg.Pool) -> uuid.UUID:
@@ -53,9 +54,12 @@ async def test_every_writer_numbers_and_notifies_alike(
         )  # before, message
         await turns.set_status(chat_id, turn_id, "requires_action")  # status
         last = NewMessage("1:assistant", "assistant", [TextPart(text="done")], Usage())
-        assert await turns.save_last_step(chat_id, turn_id, last)  # message, status
+        settled = unpriced_attempt(chat_id, turn_id, last)
+        deltas = [("delta", {"n": 2})]
+        assert await turns.save_last_step(chat_id, turn_id, last, settled, deltas)  # +2 events
         late = NewMessage("2:assistant", "assistant", [TextPart(text="late")])
-        assert await turns.save_last_step(chat_id, turn_id, late)  # message only: turn ended
+        settled = unpriced_attempt(chat_id, turn_id, late)
+        assert await turns.save_last_step(chat_id, turn_id, late, settled)  # message only: ended
         # Ended already: a late finish changes and publishes nothing.
         await turns.finish(chat_id, turn_id, "error", last_error=ModelError(message="x"))
         await log.publish(chat_id, [("retry", {}), ("reset", {})])
@@ -67,14 +71,14 @@ async def test_every_writer_numbers_and_notifies_alike(
         await listener.close()
     events = (await log.read_page(chat_id, 0)).events
     assert [(e.seq, e.event) for e in events] == list(enumerate([
-        "message", "queue", "status", "delta", "before", "message", "status", "message",
-        "status", "message", "retry", "reset",
+        "message", "queue", "status", "delta", "before", "message", "status", "delta",
+        "message", "status", "message", "retry", "reset",
     ], start=1))  # fmt: skip
     assert [e.event for e in (await log.read_page(other, 0)).events] == ["a", "b"]
-    assert await log.last_seq(chat_id) == 12
+    assert await log.last_seq(chat_id) == 13
     heads = [":".join(payload.split(":", 2)[:2]) for payload in notified]
     assert sorted(heads) == sorted(
-        [f"{chat_id}:{n}" for n in (3, 4, 6, 7, 9, 10, 12)] + [f"{other}:2"]
+        [f"{chat_id}:{n}" for n in (3, 4, 6, 7, 10, 11, 13)] + [f"{other}:2"]
     )
     # Each notification carries its events (all fit here), as the log has them.
     stored = {(c, e.seq): (e.event, e.data) for c in (chat_id, other) for e in
@@ -113,7 +117,10 @@ async def test_message_events_are_message_event_of_the_stored_message(pool: asyn
             parts=[ToolResultPart(tool_call_id="c", name="t", output={"k": None})],
         ),
     ]
-    ended = await turns.save_last_step(chat_id, turn_id, NewMessage("1:assistant", "assistant", []))
+    last = NewMessage("1:assistant", "assistant", [])
+    ended = await turns.save_last_step(
+        chat_id, turn_id, last, unpriced_attempt(chat_id, turn_id, last)
+    )
     assert ended is not None
     stored = [*(await transcript.page(chat_id, after_id=0, limit=1)).rows, *saved, ended[0]]
     published = await pool.fetch(

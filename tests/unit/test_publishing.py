@@ -95,6 +95,45 @@ async def test_a_frames_deltas_are_written_when_it_ends() -> None:
     assert log.published[-1] == (chat, "message_part", _text(0, "b"))
 
 
+class _Gated(_Recorded):
+    """An event log whose writes wait for `opened`: a write stays in flight until then."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.opened = asyncio.Event()
+
+    async def publish_many(self, batch: list[tuple[uuid.UUID, str, dict[str, Any]]]) -> None:
+        await self.opened.wait()
+        await super().publish_many(batch)
+
+
+async def test_a_steps_unwritten_deltas_are_taken_after_the_write_in_flight() -> None:
+    """The step's save writes its last deltas itself, after the ones already on their way;
+    another chat's pending deltas stay the batcher's, and still merge."""
+    log = _Gated()
+    batcher = EventBatcher(cast(EventLog, log), frame_s=3600)
+    chat, other = uuid.uuid4(), uuid.uuid4()
+    step, elsewhere = DeltaPublisher(batcher, chat), DeltaPublisher(batcher, other)
+    step.add("message_part", _text(0, "Hel"))  # each chat's first delta: written at once,
+    elsewhere.add("message_part", _text(0, "a"))  # and now in flight
+    await _settled()
+    step.add("message_part", _text(0, "lo"))
+    elsewhere.add("message_part", _text(0, "b"))  # pending behind the step's, mergeable
+    step.add("message_part", _text(0, "!"))
+    taking = asyncio.ensure_future(step.unwritten())
+    await _settled()
+    assert not taking.done()  # waits for the write in flight, which holds an earlier delta
+    log.opened.set()
+    assert await taking == [("message_part", _text(0, "lo!"))]
+    elsewhere.add("message_part", _text(0, "c"))  # merges into its pending fragment
+    await elsewhere.drain()
+    assert log.published == [
+        (chat, "message_part", _text(0, "Hel")),
+        (other, "message_part", _text(0, "a")),
+        (other, "message_part", _text(0, "bc")),
+    ]
+
+
 _fragments = st.lists(
     st.tuples(
         st.integers(0, 2),  # chat

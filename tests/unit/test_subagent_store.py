@@ -20,6 +20,7 @@ from chatd.store.events import NOTIFY_CHANNEL, EventLog
 from chatd.store.keys import KeyStore, hash_key
 from chatd.store.transcript import NewMessage, TranscriptStore
 from chatd.store.turns import TurnStore
+from tests.support.spend import unpriced_attempt
 
 
 async def _turn(pool: asyncpg.Pool, chat_id: uuid.UUID, usage: Usage) -> str:
@@ -30,7 +31,9 @@ async def _turn(pool: asyncpg.Pool, chat_id: uuid.UUID, usage: Usage) -> str:
     turns = TurnStore(pool)
     assert await turns.begin(chat_id, turn_id)
     step = NewMessage("0:assistant", "assistant", [TextPart(text="done")], usage)
-    assert await turns.save_last_step(chat_id, turn_id, step)
+    assert await turns.save_last_step(
+        chat_id, turn_id, step, unpriced_attempt(chat_id, turn_id, step)
+    )
     return turn_id
 
 
