@@ -73,6 +73,9 @@ class Stack:
             workspace_root=workspace,
             generate_titles=False,
         )
+        # As a worker does before it serves: an SDK imported mid-step holds this process's
+        # loop (the gateway's too) for seconds on a loaded machine, and the step is abandoned.
+        import_sdks(config.providers)
         return build_worker(self.temporal, self.pool, config)
 
     def responses_client(self) -> openai.AsyncOpenAI:
