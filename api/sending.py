@@ -65,6 +65,7 @@ async def submit_message(
     *,
     name_chat: bool,
     hand_overs: HandOvers,
+    earlier: list[uuid.UUID] | None = None,
 ) -> SubmitMessageResult | None:
     """Start a turn for this message or queue it in the running one; None if no worker took
     it in time (or the workers are behind, `HandOvers`, or Temporal dropped the update), so
@@ -74,14 +75,22 @@ async def submit_message(
     The chat's older messages Temporal may not have (their gateway died after storing them)
     are handed over first, so messages are taken in the order sent. `update_id` makes a
     retried call the same update (Temporal deduplicates it); with `name_chat`, a turn the
-    message starts also names the chat.
+    message starts also names the chat. `earlier`, if known, are those older messages as
+    the message's store read them.
     """
     if not hand_overs.behind:
         try:
             with hand_overs.waiting():
                 result = await asyncio.wait_for(
                     _update_in_order(
-                        client, task_queue, transcript, chat, queued_id, update_id, name_chat
+                        client,
+                        task_queue,
+                        transcript,
+                        chat,
+                        queued_id,
+                        update_id,
+                        name_chat,
+                        earlier,
                     ),
                     HAND_OVER_WAIT_S,
                 )
@@ -112,10 +121,13 @@ async def _update_in_order(
     queued_id: uuid.UUID,
     update_id: str,
     name_chat: bool,
+    earlier: list[uuid.UUID] | None,
 ) -> SubmitMessageResult:
-    """The chat's older messages not handed over yet by signal, then this one by update."""
-    waiting = await transcript.not_handed_over(chat.id)
-    earlier = waiting[: waiting.index(queued_id)] if queued_id in waiting else waiting
+    """The chat's older messages not handed over yet by signal (read now, unless known),
+    then this one by update."""
+    if earlier is None:
+        waiting = await transcript.not_handed_over(chat.id)
+        earlier = waiting[: waiting.index(queued_id)] if queued_id in waiting else waiting
     for message_id in earlier:
         await queue_message(client, task_queue, chat, str(message_id), name_chat=name_chat)
     result = await hand_over_message(
@@ -250,6 +262,7 @@ async def hand_over_stored(
             update_id=f"msg-{queued.id}",
             name_chat=state.generate_titles and chat.title is None,
             hand_overs=state.hand_overs,
+            earlier=queued.earlier_not_handed_over,
         )
         if result is None:  # no worker took it in time: queued durably, its turn to come
             return SendMessageResult(queued=True, message_id=queued.id, turn_id=None)

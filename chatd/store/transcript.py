@@ -78,9 +78,18 @@ class QueuedMessage(BaseModel):
     created_at: datetime
     request_digest: str | None = None
     """The digest of the request that sent it (see `api.idempotency`)."""
+    earlier_not_handed_over: list[uuid.UUID] | None = None
+    """Stored just now: the chat's older messages Temporal may not have had then, oldest
+    first (`not_handed_over`); None when not read with it."""
 
 
 _SENT = "id, parts, client_message_id, created_at, request_digest"
+
+_NOT_HANDED_OVER = (
+    "SELECT id FROM queued_messages WHERE chat_id = {chat} AND promoted_at IS NULL"
+    " AND handed_over_at IS NULL ORDER BY created_at, id"
+)
+"""Chat {chat}'s waiting messages Temporal may not have yet, oldest first."""
 
 QUEUED_ROLE_SQL = """CASE WHEN parts @> '[{"type": "tool_result"}]' THEN 'tool' ELSE 'user' END"""
 """The role a queued message takes in the transcript: a user's message, or the function
@@ -162,15 +171,17 @@ class TranscriptStore:
         conn: Conn | None = None,
         max_cost_usd: float | None = None,
     ) -> tuple[QueuedMessage, bool]:
-        """Queue a user message (the turn it starts may spend `max_cost_usd`); with a known
-        `client_message_id`, return the first one. With `conn`, within that connection's
-        transaction."""
+        """Queue a user message (the turn it starts may spend `max_cost_usd`), with the older
+        messages not handed over (its hand-over's first read, in the same round trip); with a
+        known `client_message_id`, return the first one. With `conn`, within that
+        connection's transaction."""
         row = await (conn or self._pool).fetchrow(
             f"""INSERT INTO queued_messages
                    (id, chat_id, parts, client_message_id, request_digest, max_cost_usd)
                VALUES ($1, $2, $3, $4, $5, $6)
                ON CONFLICT (chat_id, client_message_id) DO NOTHING
-               RETURNING {_SENT}""",
+               RETURNING {_SENT},
+                   ARRAY({_NOT_HANDED_OVER.format(chat="$2")}) AS earlier_not_handed_over""",
             uuid.uuid4(),
             chat_id,
             [p.model_dump(exclude_none=True) for p in parts],
@@ -240,23 +251,18 @@ class TranscriptStore:
         """The chat's waiting messages Temporal may not have yet, oldest first (see
         migration 022): a hand-over sends these first, so no message overtakes an older one
         whose gateway died between storing and handing it over."""
-        rows = await self._pool.fetch(
-            "SELECT id FROM queued_messages WHERE chat_id = $1 AND promoted_at IS NULL"
-            " AND handed_over_at IS NULL ORDER BY created_at, id",
-            chat_id,
-        )
+        rows = await self._pool.fetch(_NOT_HANDED_OVER.format(chat="$1"), chat_id)
         return [row["id"] for row in rows]
 
     async def handed_over(self, queued_ids: list[uuid.UUID]) -> None:
         """Record that Temporal has these messages. Not flushed before it returns: a mark
         lost in a crash only hands a message over twice, which its turn takes once."""
-        async with self._pool.acquire() as conn, conn.transaction():
-            await conn.execute("SET LOCAL synchronous_commit = off")
-            await conn.execute(
-                "UPDATE queued_messages SET handed_over_at = now()"
-                " WHERE id = ANY($1::uuid[]) AND handed_over_at IS NULL",
-                queued_ids,
-            )
+        await self._pool.execute(
+            "UPDATE queued_messages SET handed_over_at = now()"
+            " FROM (SELECT set_config('synchronous_commit', 'off', true)) AS unflushed"
+            " WHERE id = ANY($1::uuid[]) AND handed_over_at IS NULL",
+            queued_ids,
+        )
 
     async def save(
         self,
