@@ -86,46 +86,49 @@ async def _turn_cost(pool: asyncpg.Pool, chat_id: uuid.UUID) -> object:
     return [e for e in events if e.event == "status"][-1].data["cost_usd"]
 
 
-async def test_a_last_step_saved_with_its_settled_spend_ends_the_turn_at_that_cost(
-    pool: asyncpg.Pool,
-) -> None:
+async def _begun_turn(pool: asyncpg.Pool) -> tuple[uuid.UUID, str, AttemptKey]:
+    """A chat in a turn, and the key of the attempt that streams its first step."""
     chat = await ChatStore(pool).create(owner="o", model=ModelConfig())
     queued, _ = await TranscriptStore(pool).enqueue(chat.id, [TextPart(text="hi")], None)
     turn_id = str(queued.id)
-    turns, spend = TurnStore(pool), SpendStore(pool)
-    assert await turns.begin(chat.id, turn_id)
+    assert await TurnStore(pool).begin(chat.id, turn_id)
     step_key = stored_key(turn_id, StepKey.assistant(0))
+    return (
+        chat.id,
+        turn_id,
+        AttemptKey(chat_id=chat.id, turn_id=turn_id, step_key=step_key, attempt="1.1"),
+    )
+
+
+async def test_a_last_step_saved_with_its_settled_spend_ends_the_turn_at_that_cost(
+    pool: asyncpg.Pool,
+) -> None:
+    chat_id, turn_id, key = await _begun_turn(pool)
+    turns, spend = TurnStore(pool), SpendStore(pool)
     # An earlier step of the turn, settled; then the last step's estimate, as it went out.
-    earlier = AttemptKey(chat_id=chat.id, turn_id=turn_id, step_key="earlier", attempt="1.1")
+    earlier = key.model_copy(update={"step_key": "earlier"})
     await spend.record(earlier, model="m", usage=Usage(), cost_usd=0.25, estimated=False)
-    key = AttemptKey(chat_id=chat.id, turn_id=turn_id, step_key=step_key, attempt="1.1")
     await spend.record(key, model="m", usage=Usage(input_tokens=9), cost_usd=0.5, estimated=True)
 
     usage = Usage(input_tokens=9, output_tokens=3)
     step = NewMessage(StepKey.assistant(0), "assistant", [TextPart(text="done")], usage)
     settled = SettledSpend(key=key, model="m", cost_usd=0.125)
-    saved = await turns.save_last_step(chat.id, turn_id, step, settled)
+    saved = await turns.save_last_step(chat_id, turn_id, step, settled)
 
     assert saved is not None and saved[1]  # the turn finished with it
     assert await _recorded(pool, key) == (3, 0.125, False)
-    assert await _turn_cost(pool, chat.id) == 0.375  # the settled cost, not the estimate's
+    assert await _turn_cost(pool, chat_id) == 0.375  # the settled cost, not the estimate's
     # A lost attempt's save finds the step saved: nothing changes, the report stays.
     again = SettledSpend(key=key, model="m", cost_usd=9.0)
-    assert await turns.save_last_step(chat.id, turn_id, step, again) is None
+    assert await turns.save_last_step(chat_id, turn_id, step, again) is None
     assert await _recorded(pool, key) == (3, 0.125, False)
 
 
 async def test_a_last_step_whose_model_has_no_price_ends_the_turn_at_no_cost(
     pool: asyncpg.Pool,
 ) -> None:
-    chat = await ChatStore(pool).create(owner="o", model=ModelConfig())
-    queued, _ = await TranscriptStore(pool).enqueue(chat.id, [TextPart(text="hi")], None)
-    turn_id = str(queued.id)
-    turns = TurnStore(pool)
-    assert await turns.begin(chat.id, turn_id)
-    step_key = stored_key(turn_id, StepKey.assistant(0))
-    key = AttemptKey(chat_id=chat.id, turn_id=turn_id, step_key=step_key, attempt="1.1")
+    chat_id, turn_id, key = await _begun_turn(pool)
     step = NewMessage(StepKey.assistant(0), "assistant", [TextPart(text="done")], Usage())
     settled = SettledSpend(key=key, model="m", cost_usd=None)
-    assert await turns.save_last_step(chat.id, turn_id, step, settled)
-    assert await _turn_cost(pool, chat.id) is None
+    assert await TurnStore(pool).save_last_step(chat_id, turn_id, step, settled)
+    assert await _turn_cost(pool, chat_id) is None
