@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from harness import Stack, StackFactory
 from support.names import model_name
+from support.spend import unpriced_attempt
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
@@ -30,7 +31,6 @@ from chatd.store.transcript import (
     user_message_event_sql,
 )
 from chatd.store.turns import INTERRUPT_CHANNEL, TurnStore
-from tests.support.spend import unpriced_attempt
 from workflows.chat_turn import ChatTurn
 from workflows.constants import WORKFLOW_TASK_TIMEOUT, workflow_id
 

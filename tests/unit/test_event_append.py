@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import asyncpg
 import pytest
+from support.spend import unpriced_attempt
 
 from chatd.models import ModelConfig, ModelError
 from chatd.parts import (
@@ -24,7 +25,6 @@ from chatd.store.chats import ChatStore
 from chatd.store.events import NOTIFY_CHANNEL, EventLog
 from chatd.store.transcript import NewMessage, StoredMessage, TranscriptStore, message_event
 from chatd.store.turns import TurnStore
-from tests.support.spend import unpriced_attempt
 
 
 async def _chat(pool: asyncpg.Pool) -> uuid.UUID:

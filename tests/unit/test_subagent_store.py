@@ -10,6 +10,7 @@ from typing import Any
 
 import asyncpg
 import pytest
+from support.spend import unpriced_attempt
 
 from api.schemas import ChatOut
 from chatd.models import ModelConfig
@@ -20,7 +21,6 @@ from chatd.store.events import NOTIFY_CHANNEL, EventLog
 from chatd.store.keys import KeyStore, hash_key
 from chatd.store.transcript import NewMessage, TranscriptStore
 from chatd.store.turns import TurnStore
-from tests.support.spend import unpriced_attempt
 
 
 async def _turn(pool: asyncpg.Pool, chat_id: uuid.UUID, usage: Usage) -> str:
