@@ -15,6 +15,7 @@ from support.worker_process import WorkerProcess
 
 import api.auth
 import api.sending
+from chatd.devstack.ports import log_tail
 from chatd.devstack.temporal import TemporalDevServer
 from chatd.fake_provider.server import FakeProviderServer
 from chatd.prices import PRICES_ENV
@@ -52,6 +53,9 @@ def make_stack(
     tmp_path: Path,
 ) -> StackFactory:
     """Build a stack on this test's fresh database, with options of its own."""
+    if not temporal_server.running:  # say why every test after it fails to connect
+        log = log_tail(temporal_server.log_path, 80)
+        pytest.fail(f"the session's Temporal dev server has exited; its log's tail:\n{log}")
 
     def make(**options: Any) -> AbstractAsyncContextManager[Stack]:
         return running_stack(
