@@ -137,7 +137,9 @@ def build_worker(
     streamed deltas from queueing behind transcript queries when `pool` is busy.
     `interrupts`, a started hub on `INTERRUPT_CHANNEL` (see `listen_for_interrupts`), stops a
     streaming step as soon as the gateway announces an interrupt, not at its next heartbeat.
+    The configured providers' SDKs are imported here, before the worker serves a step.
     """
+    import_sdks(config.providers)
     edges = TurnLifecycleWrites(pool, config.providers)
     mcp = _mcp_clients(config.mcp)
     registry = ToolRegistry.of(
@@ -327,7 +329,6 @@ async def assembled_worker(
         stack.push_async_callback(delta_pool.close)
         interrupts = await stack.enter_async_context(listen_for_interrupts(database_url))
         worker = build_worker(client, pool, config, delta_pool=delta_pool, interrupts=interrupts)
-        import_sdks(config.providers)
         freeze_startup_objects()
         yield worker
 

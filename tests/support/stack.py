@@ -29,7 +29,6 @@ from chatd.fake_provider.script import FakeRequest, FakeResponse
 from chatd.fake_provider.server import FakeProviderServer
 from chatd.mcp.config import McpConfig, server_names
 from chatd.prices import Prices
-from chatd.providers import import_sdks
 from chatd.serving import EmbeddedServer
 from chatd.settings import TemporalSettings
 from chatd.sse import Event, parse_sse
@@ -73,9 +72,6 @@ class Stack:
             workspace_root=workspace,
             generate_titles=False,
         )
-        # As a worker does before it serves: an SDK imported mid-step holds this process's
-        # loop (the gateway's too) for seconds on a loaded machine, and the step is abandoned.
-        import_sdks(config.providers)
         return build_worker(self.temporal, self.pool, config)
 
     def responses_client(self) -> openai.AsyncOpenAI:
@@ -239,8 +235,6 @@ async def running_stack(
                 else None
             )
             worker = _worker(client, pool, config, interrupts, worker_overrides)
-            # As a worker does before it serves: not mid-step, on its loop.
-            import_sdks(config.providers)
         gateway = GatewayConfig(
             database_url=database_url, temporal=settings, generate_titles=generate_titles
         )
