@@ -28,7 +28,7 @@ from activities.publishing import DeltaPublisher, EventBatcher
 from activities.tools import run_quick_calls
 from activities.turn import TurnLifecycleWrites
 from chatd.budgets import BudgetState, StepAllowance, allowance
-from chatd.context import estimate_message_tokens, estimate_tokens
+from chatd.context import estimate_messages_tokens, estimate_tokens
 from chatd.models import ModelConfig, ModelError
 from chatd.output_format import format_note, misfit
 from chatd.parts import (
@@ -613,7 +613,7 @@ class ModelStepActivities:
 def _estimated_input(request: ModelRequest) -> int:
     """The request's input tokens, estimated from its size (messages, system, tools)."""
     return (
-        sum(estimate_message_tokens(m) for m in request.messages)
+        estimate_messages_tokens(request.messages)
         + estimate_tokens(len(request.system or ""))
         + sum(estimate_tokens(len(t.model_dump_json())) for t in request.tools)
     )

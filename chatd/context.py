@@ -9,9 +9,10 @@ from functools import partial
 from typing import NamedTuple
 
 import httpx
+from pydantic import TypeAdapter
 
 from chatd.models import ModelConfig
-from chatd.parts import Message
+from chatd.parts import Message, Part
 from chatd.settings import ProviderSettings
 from chatd.tls import client_context
 
@@ -22,6 +23,7 @@ __all__ = [
     "SUMMARY_PREAMBLE",
     "context_limit",
     "estimate_message_tokens",
+    "estimate_messages_tokens",
     "estimate_tokens",
     "newest_that_fit",
     "reported_context_limit",
@@ -84,6 +86,20 @@ def estimate_message_tokens(message: Message) -> int:
     """A rough token count of a message as a provider gets it (its parts' JSON, so file data
     and replayed provider data count in full: an overestimate, the safe side when fitting)."""
     return estimate_tokens(sum(len(part.model_dump_json()) for part in message.parts))
+
+
+_parts_adapter: TypeAdapter[list[Part]] = TypeAdapter(list[Part])
+
+
+def estimate_messages_tokens(messages: Sequence[Message]) -> int:
+    """A rough token count of all these messages' parts' JSON (as `estimate_message_tokens`,
+    counted together). One encoding of every part, not one per part: a step estimates its
+    whole context, which in a long chat is thousands of parts."""
+    parts = [part for message in messages for part in message.parts]
+    if not parts:
+        return 0
+    encoded = _parts_adapter.dump_json(parts).decode()
+    return estimate_tokens(len(encoded) - 1 - len(parts))  # less the brackets and commas
 
 
 def newest_that_fit(messages: Sequence[Message], budget: int) -> list[Message]:
