@@ -328,7 +328,7 @@ class ModelStepActivities:
             )
         )
         begin = _TurnBegin(
-            self._edges.begin(chat_id, input.turn_id, input.run_id, chat_read=_chat_of(reads))
+            self._edges.begin(chat_id, input.turn_id, input.run_id, plan_read=_plan_of(reads))
             if input.begin
             else None
         )
@@ -717,9 +717,11 @@ async def _completed_despite_cancel(work: Awaitable[T]) -> T:
         return await task
 
 
-async def _chat_of(reads: Awaitable[StepInputs]) -> ChatRecord | None:
-    """The chat of the step's inputs (the begin plans the turn from it)."""
-    return (await reads).chat
+async def _plan_of(reads: Awaitable[StepInputs]) -> tuple[ChatRecord | None, list[str]]:
+    """What the begin plans the turn from, of the step's inputs: the chat, and the events
+    its owner's webhooks take."""
+    inputs = await reads
+    return inputs.chat, inputs.webhook_events
 
 
 class _TurnBegin:

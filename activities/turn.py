@@ -63,16 +63,17 @@ class TurnLifecycleWrites:
         turn_id: str,
         run_id: str | None,
         *,
-        chat_read: Awaitable[ChatRecord | None] | None = None,
+        plan_read: Awaitable[tuple[ChatRecord | None, list[str]]] | None = None,
     ) -> tuple[ChatRecord | None, BeginTurnResult]:
         """Move the turn's queued message into the transcript and mark the chat running,
         unless another workflow run took it (`TurnStore.begin`).
 
-        Returns the chat too (read alongside: the plan is made from it); `chat_read`, the
-        caller's read of it under way, spares a second one.
+        Returns the chat too (read alongside: the plan is made from it); `plan_read`, the
+        caller's read under way of the chat and the events its owner's webhooks take,
+        spares reading them again.
         """
         (chat, webhook_events, limits), began = await asyncio.gather(
-            self._plan_inputs(chat_id, chat_read), self._turns.begin(chat_id, turn_id, run_id)
+            self._plan_inputs(chat_id, plan_read), self._turns.begin(chat_id, turn_id, run_id)
         )
         if chat is None or began is None:
             return chat, BeginTurnResult(
@@ -98,19 +99,26 @@ class TurnLifecycleWrites:
         return chat, BeginTurnResult(started=True, plan=plan)
 
     async def _plan_inputs(
-        self, chat_id: uuid.UUID, chat_read: Awaitable[ChatRecord | None] | None
+        self,
+        chat_id: uuid.UUID,
+        plan_read: Awaitable[tuple[ChatRecord | None, list[str]]] | None,
     ) -> tuple[ChatRecord | None, list[str], list[int]]:
-        """The chat, then the events its owner's webhooks take and its models' context
+        """The chat and the events its owner's webhooks take, then its models' context
         windows: read while the turn begins (reads that wait for its commit would add a
         round trip to every first step)."""
-        chat = await (chat_read if chat_read is not None else self._chats.get(chat_id))
+        chat, events = await (plan_read if plan_read is not None else self._plan_read(chat_id))
         if chat is None:
             return None, [], []
-        events, limits = await asyncio.gather(
-            self._webhooks.subscribed_events(chat.owner),
-            asyncio.gather(*(self._context_limit(m) for m in [chat.model, *chat.fallback_models])),
+        limits = await asyncio.gather(
+            *(self._context_limit(m) for m in [chat.model, *chat.fallback_models])
         )
         return chat, events, list(limits)
+
+    async def _plan_read(self, chat_id: uuid.UUID) -> tuple[ChatRecord | None, list[str]]:
+        chat = await self._chats.get(chat_id)
+        if chat is None:
+            return None, []
+        return chat, await self._webhooks.subscribed_events(chat.owner)
 
     async def _context_limit(self, model: ModelConfig) -> int:
         return context_limit(model, await reported_context_limit(model, self._providers))

@@ -1,5 +1,6 @@
 """What a model step reads before its request, in one statement: the chat, the step as a lost
-attempt saved it (if one did), the turn's context and the budgets over the step.
+attempt saved it (if one did), the turn's context and the budgets over the step; for a
+turn's first step, also the events its owner's webhooks take (the turn's plan needs them).
 
 Every step needs all four before it can send its request. Four statements at once would each
 take a pooled connection and a round trip, and the slowest would set the step's pace; one
@@ -19,10 +20,13 @@ from chatd.store.chats import ChatRecord
 from chatd.store.spend import budgets_sql
 from chatd.store.step_keys import StepKey, stored_key
 from chatd.store.transcript import StoredMessage, TurnContext, context_sql, turn_context
+from chatd.webhooks.store import subscribed_events_sql
 
 __all__ = ["StepInputs", "read_step_inputs"]
 
 _budgets_adapter: TypeAdapter[list[BudgetState]] = TypeAdapter(list[BudgetState])
+
+_OWNER = "(SELECT owner FROM chats WHERE id = $1)"
 
 # $1 the chat, $2 the turn, $3 the step's stored key, $4 the turn's queued message (NULL
 # after the turn's first step).
@@ -32,7 +36,9 @@ SELECT (SELECT to_jsonb(c) - 'last_event_seq' FROM chats c WHERE c.id = $1)::tex
            AS saved,
        context.messages, context.waiting,
        (SELECT coalesce(json_agg(b), '[]') FROM ({budgets_sql("$1", "$2")}) AS b)::text
-           AS budgets
+           AS budgets,
+       CASE WHEN $4::uuid IS NOT NULL THEN ({subscribed_events_sql(_OWNER)}) END
+           AS webhook_events
 FROM ({context_sql("$1", "$4", "NULL")}) AS context
 """
 
@@ -47,6 +53,9 @@ class StepInputs:
     """The step, if an earlier attempt saved it."""
     context: TurnContext
     budgets: list[BudgetState]
+    webhook_events: list[str]
+    """The events the chat owner's webhooks take, read for a turn's first step (the turn's
+    plan); empty for the others."""
 
 
 async def read_step_inputs(
@@ -67,4 +76,5 @@ async def read_step_inputs(
         saved=StoredMessage.model_validate_json(row["saved"]) if row["saved"] else None,
         context=turn_context(row["messages"], row["waiting"]),
         budgets=_budgets_adapter.validate_json(row["budgets"]),
+        webhook_events=row["webhook_events"] or [],
     )

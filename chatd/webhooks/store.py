@@ -17,6 +17,7 @@ __all__ = [
     "Endpoint",
     "NewEndpoint",
     "WebhookStore",
+    "subscribed_events_sql",
 ]
 
 
@@ -100,6 +101,14 @@ GROUP BY d.id ORDER BY d.created_at DESC, d.id DESC LIMIT $2
 """
 
 
+def subscribed_events_sql(owner: str) -> str:
+    """The events any endpoint of `owner` (an SQL expression) takes, as a text array."""
+    return (
+        "SELECT coalesce(array_agg(DISTINCT e ORDER BY e), '{}')"
+        f" FROM webhook_endpoints, unnest(events) AS e WHERE owner = {owner}"
+    )
+
+
 class WebhookStore:
     """Reads and writes of the webhook tables; an owner sees only their own endpoints."""
 
@@ -127,11 +136,7 @@ class WebhookStore:
 
     async def subscribed_events(self, owner: str) -> list[str]:
         """The events any of the owner's endpoints takes (what a turn must announce)."""
-        events: list[str] = await self._pool.fetchval(
-            "SELECT coalesce(array_agg(DISTINCT e ORDER BY e), '{}')"
-            " FROM webhook_endpoints, unnest(events) AS e WHERE owner = $1",
-            owner,
-        )
+        events: list[str] = await self._pool.fetchval(subscribed_events_sql("$1"), owner)
         return events
 
     async def endpoints(self, owner: str) -> list[Endpoint]:

@@ -31,6 +31,7 @@ from chatd.store.transcript import (
     user_message_event_sql,
 )
 from chatd.store.turns import INTERRUPT_CHANNEL, TurnStore
+from chatd.webhooks.store import WebhookStore
 from workflows.chat_turn import ChatTurn
 from workflows.constants import WORKFLOW_TASK_TIMEOUT, workflow_id
 
@@ -341,6 +342,27 @@ async def test_a_steps_inputs_are_what_the_chat_and_transcript_hold(stack: Stack
     assert later.saved is None
     gone = await read_step_inputs(stack.pool, uuid.uuid4(), turn_id, step, None)
     assert gone.chat is None and gone.saved is None and gone.context.messages == []
+
+
+async def test_a_turns_first_step_reads_what_its_owners_webhooks_take(stack: Stack) -> None:
+    """The begin plans the turn from the step's read: a first step's read carries the events
+    the chat owner's endpoints take (as the webhook store reads them), another owner's not."""
+    chat = await stack.create_chat(model=_model())
+    chat_id = uuid.UUID(chat["id"])
+    owner = (await ChatStore(stack.pool).get(chat_id)).owner  # type: ignore[union-attr]
+    webhooks = WebhookStore(stack.pool)
+    await webhooks.create_endpoint(owner, "https://a.example/h", ["turn.finished"], "s1")
+    await webhooks.create_endpoint(owner, "https://b.example/h", ["turn.failed"], "s2")
+    await webhooks.create_endpoint("someone-else", "https://c.example/h", ["turn.started"], "s3")
+    queued, _ = await TranscriptStore(stack.pool).enqueue(chat_id, [TextPart(text="hi")], None)
+    step = StepKey.assistant(0)
+
+    first = await read_step_inputs(stack.pool, chat_id, str(queued.id), step, queued.id)
+    later = await read_step_inputs(stack.pool, chat_id, str(queued.id), step, None)
+
+    assert first.webhook_events == await webhooks.subscribed_events(owner)
+    assert first.webhook_events == ["turn.failed", "turn.finished"]
+    assert later.webhook_events == []
 
 
 async def test_a_first_steps_request_goes_out_while_its_turn_begins_and_its_deltas_wait(
