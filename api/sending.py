@@ -91,6 +91,7 @@ async def submit_message(
                         update_id,
                         name_chat,
                         earlier,
+                        hand_overs,
                     ),
                     HAND_OVER_WAIT_S,
                 )
@@ -122,9 +123,11 @@ async def _update_in_order(
     update_id: str,
     name_chat: bool,
     earlier: list[uuid.UUID] | None,
+    hand_overs: HandOvers,
 ) -> SubmitMessageResult:
     """The chat's older messages not handed over yet by signal (read now, unless known),
-    then this one by update."""
+    then this one by update; all of them marked in the gateway's next batch of marks (the
+    mark is no step of the send: a turn's begin, a moment later, supersedes it)."""
     if earlier is None:
         waiting = await transcript.not_handed_over(chat.id)
         earlier = waiting[: waiting.index(queued_id)] if queued_id in waiting else waiting
@@ -133,7 +136,7 @@ async def _update_in_order(
     result = await hand_over_message(
         client, task_queue, chat, str(queued_id), update_id, name_chat=name_chat
     )
-    await transcript.handed_over([*earlier, queued_id])
+    hand_overs.mark_soon(transcript, [*earlier, queued_id])
     return result
 
 
