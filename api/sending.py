@@ -30,6 +30,7 @@ from api.turn_updates import interrupt_turn
 from chatd.chat_status import BUSY
 from chatd.store.chats import ChatRecord
 from chatd.store.events import Conn
+from chatd.store.recent_events import RecentEvents
 from chatd.store.transcript import QueuedMessage, TranscriptStore
 from chatd.store.turns import TurnStore
 from chatd.telemetry import METRICS
@@ -164,13 +165,15 @@ async def until_begun(
     chat_id: uuid.UUID,
     queued_id: uuid.UUID,
     notified: asyncio.Event,
+    recent: RecentEvents | None = None,
 ) -> None:
     """Return once the turn this message started has begun: a client then finds it running.
 
     The turn's first step begins it; waiting for that (woken by the chat's notifications,
     `notified` is subscribed before the message was submitted) keeps the gateway's writes
-    out of the step's way. If no worker takes the step in time, the gateway begins the turn
-    itself: the same idempotent write, whoever is first.
+    out of the step's way. The begin's `status` event, on its notification (`recent`, the
+    hub's copy), says so without a read. If no worker takes the step in time, the gateway
+    begins the turn itself: the same idempotent write, whoever is first.
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + BEGIN_WAIT_S
@@ -180,6 +183,8 @@ async def until_begun(
             await asyncio.wait_for(notified.wait(), max(0.0, deadline - loop.time()))
         if notified.is_set():
             notified.clear()  # before looking: a later notification wakes the next wait
+            if recent is not None and recent.shows_begun(chat_id, str(queued_id)):
+                return
             if await transcript.is_promoted(queued_id):
                 return
         if loop.time() >= deadline:
@@ -270,7 +275,9 @@ async def hand_over_stored(
         if result is None:  # no worker took it in time: queued durably, its turn to come
             return SendMessageResult(queued=True, message_id=queued.id, turn_id=None)
         if not result.queued:
-            begun = until_begun(state.transcript, state.turns, chat.id, queued.id, notified)
+            begun = until_begun(
+                state.transcript, state.turns, chat.id, queued.id, notified, state.hub.recent
+            )
             if wait_for_begin:
                 await begun
             else:

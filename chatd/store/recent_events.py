@@ -62,6 +62,14 @@ class RecentEvents:
         # Contiguous: the event after the cursor is at its distance from the first kept.
         return EventPage(list(itertools.islice(kept, cursor - kept[0].seq + 1, None)), more=False)
 
+    def shows_begun(self, chat_id: uuid.UUID, turn_id: str) -> bool:
+        """Whether a kept event of the chat is its status in turn `turn_id`: the turn has
+        begun (False says nothing: the event may not have fit its notification)."""
+        return any(
+            event.event == "status" and event.data.get("turn_id") == turn_id
+            for event in self._chats.get(chat_id, ())
+        )
+
     def forget(self, chat_id: uuid.UUID) -> None:
         """Drop a chat no stream watches any longer."""
         self._chats.pop(chat_id, None)

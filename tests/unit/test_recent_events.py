@@ -12,12 +12,16 @@ import asyncpg
 import pytest
 from test_stream_reads import CountedEventLog
 
+from api.sending import until_begun
 from api.stream_reads import SharedReads
 from chatd.models import ModelConfig
+from chatd.parts import TextPart
 from chatd.store.chats import ChatStore
 from chatd.store.events import NOTIFY_CHANNEL, READ_BATCH_BYTES, READ_BATCH_EVENTS, EventLog
 from chatd.store.listen_hub import ListenHub
 from chatd.store.recent_events import KEPT_PER_CHAT, RecentEvents
+from chatd.store.transcript import TranscriptStore
+from chatd.store.turns import TurnStore
 
 
 @pytest.fixture
@@ -138,3 +142,48 @@ def test_what_a_chat_keeps_fits_in_one_read() -> None:
     """Each notification is under 8,000 bytes."""
     assert KEPT_PER_CHAT <= READ_BATCH_EVENTS
     assert KEPT_PER_CHAT * 8000 <= READ_BATCH_BYTES
+
+
+class _CountedTranscript(TranscriptStore):
+    """Counts the reads of whether a message was promoted."""
+
+    promoted_reads = 0
+
+    async def is_promoted(self, queued_id: uuid.UUID) -> bool:
+        self.promoted_reads += 1
+        return await super().is_promoted(queued_id)
+
+
+async def test_a_send_sees_its_turn_begun_on_the_begins_notification(
+    pool: asyncpg.Pool, hub: ListenHub
+) -> None:
+    """The gateway waits for the turn a send started to begin; the begin's `status` event,
+    carried by its notification, says so without reading the message back."""
+    chat_id = (await ChatStore(pool).create(owner="o", model=ModelConfig())).id
+    transcript = _CountedTranscript(pool)
+    queued, _ = await transcript.enqueue(chat_id, [TextPart(text="hi")], None)
+    with hub.subscribe(chat_id) as wake:
+        waiting = asyncio.create_task(
+            until_begun(transcript, TurnStore(pool), chat_id, queued.id, wake, hub.recent)
+        )
+        assert await TurnStore(pool).begin(chat_id, str(queued.id))
+        await asyncio.wait_for(waiting, 10)
+    assert transcript.promoted_reads == 0
+    assert hub.recent is not None
+    assert not hub.recent.shows_begun(chat_id, str(uuid.uuid4())), "another turn's is not"
+
+
+async def test_a_begin_whose_events_did_not_fit_is_read_back(
+    pool: asyncpg.Pool, hub: ListenHub
+) -> None:
+    """A message too large for the begin's notification: the wait reads whether it began."""
+    chat_id = (await ChatStore(pool).create(owner="o", model=ModelConfig())).id
+    transcript = _CountedTranscript(pool)
+    queued, _ = await transcript.enqueue(chat_id, [TextPart(text="x" * 10_000)], None)
+    with hub.subscribe(chat_id) as wake:
+        waiting = asyncio.create_task(
+            until_begun(transcript, TurnStore(pool), chat_id, queued.id, wake, hub.recent)
+        )
+        assert await TurnStore(pool).begin(chat_id, str(queued.id))
+        await asyncio.wait_for(waiting, 10)
+    assert transcript.promoted_reads == 1
