@@ -154,23 +154,35 @@ class _CountedTranscript(TranscriptStore):
         return await super().is_promoted(queued_id)
 
 
-async def test_a_send_sees_its_turn_begun_on_the_begins_notification(
-    pool: asyncpg.Pool, hub: ListenHub
-) -> None:
-    """The gateway waits for the turn a send started to begin; the begin's `status` event,
-    carried by its notification, says so without reading the message back."""
-    chat_id = (await ChatStore(pool).create(owner="o", model=ModelConfig())).id
+async def _reads_until_begun(
+    pool: asyncpg.Pool, hub: ListenHub, chat_id: uuid.UUID, text: str
+) -> tuple[int, bool, bool]:
+    """Wait, as a send does, for the turn of a message of `text` to begin, while it begins:
+    the reads of the message the wait made, and whether the gateway's copy then shows that
+    turn begun, and another."""
     transcript = _CountedTranscript(pool)
-    queued, _ = await transcript.enqueue(chat_id, [TextPart(text="hi")], None)
+    queued, _ = await transcript.enqueue(chat_id, [TextPart(text=text)], None)
+    assert hub.recent is not None
     with hub.subscribe(chat_id) as wake:
         waiting = asyncio.create_task(
             until_begun(transcript, TurnStore(pool), chat_id, queued.id, wake, hub.recent)
         )
         assert await TurnStore(pool).begin(chat_id, str(queued.id))
         await asyncio.wait_for(waiting, 10)
-    assert transcript.promoted_reads == 0
-    assert hub.recent is not None
-    assert not hub.recent.shows_begun(chat_id, str(uuid.uuid4())), "another turn's is not"
+        shown = hub.recent.shows_begun(chat_id, str(queued.id))
+        other = hub.recent.shows_begun(chat_id, str(uuid.uuid4()))
+    return transcript.promoted_reads, shown, other
+
+
+async def test_a_send_sees_its_turn_begun_on_the_begins_notification(
+    pool: asyncpg.Pool, hub: ListenHub
+) -> None:
+    """The gateway waits for the turn a send started to begin; the begin's `status` event,
+    carried by its notification, says so without reading the message back."""
+    chat_id = (await ChatStore(pool).create(owner="o", model=ModelConfig())).id
+    reads, shown, other = await _reads_until_begun(pool, hub, chat_id, "hi")
+    assert (reads, shown) == (0, True)
+    assert not other, "another turn's is not shown begun"
 
 
 async def test_a_begin_whose_events_did_not_fit_is_read_back(
@@ -178,12 +190,5 @@ async def test_a_begin_whose_events_did_not_fit_is_read_back(
 ) -> None:
     """A message too large for the begin's notification: the wait reads whether it began."""
     chat_id = (await ChatStore(pool).create(owner="o", model=ModelConfig())).id
-    transcript = _CountedTranscript(pool)
-    queued, _ = await transcript.enqueue(chat_id, [TextPart(text="x" * 10_000)], None)
-    with hub.subscribe(chat_id) as wake:
-        waiting = asyncio.create_task(
-            until_begun(transcript, TurnStore(pool), chat_id, queued.id, wake, hub.recent)
-        )
-        assert await TurnStore(pool).begin(chat_id, str(queued.id))
-        await asyncio.wait_for(waiting, 10)
-    assert transcript.promoted_reads == 1
+    reads, shown, _ = await _reads_until_begun(pool, hub, chat_id, "x" * 10_000)
+    assert (reads, shown) == (1, False)
