@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from chatd.context import estimate_tokens
+from chatd.context import estimate_tokens, parts_json_chars
 from chatd.models import ModelConfig
 from chatd.parts import Usage
 from chatd.prices import Prices
@@ -81,7 +81,7 @@ class AttemptSpend:
             await self._estimate
 
     def _partial(self, accumulator: StepAccumulator) -> Usage:
-        streamed = sum(len(p.model_dump_json()) for p in accumulator.parts())
+        streamed = parts_json_chars(accumulator.parts())
         return Usage(input_tokens=self._input_tokens, output_tokens=estimate_tokens(streamed))
 
     async def _record(self, usage: Usage, *, estimated: bool, flushed: bool = True) -> None:

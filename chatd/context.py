@@ -26,6 +26,7 @@ __all__ = [
     "estimate_messages_tokens",
     "estimate_tokens",
     "newest_that_fit",
+    "parts_json_chars",
     "reported_context_limit",
 ]
 
@@ -82,24 +83,29 @@ def estimate_tokens(text_chars: int) -> int:
     return (text_chars + 3) // 4
 
 
-def estimate_message_tokens(message: Message) -> int:
-    """A rough token count of a message as a provider gets it (its parts' JSON, so file data
-    and replayed provider data count in full: an overestimate, the safe side when fitting)."""
-    return estimate_tokens(sum(len(part.model_dump_json()) for part in message.parts))
-
-
 _parts_adapter: TypeAdapter[list[Part]] = TypeAdapter(list[Part])
 
 
-def estimate_messages_tokens(messages: Sequence[Message]) -> int:
-    """A rough token count of all these messages' parts' JSON (as `estimate_message_tokens`,
-    counted together). One encoding of every part, not one per part: a step estimates its
-    whole context, which in a long chat is thousands of parts."""
-    parts = [part for message in messages for part in message.parts]
+def parts_json_chars(parts: Sequence[Part]) -> int:
+    """The characters of these parts' JSON, each on its own, summed. One encoding of all of
+    them, not one per part: a step counts its whole context, in a long chat thousands of
+    parts."""
     if not parts:
         return 0
-    encoded = _parts_adapter.dump_json(parts).decode()
-    return estimate_tokens(len(encoded) - 1 - len(parts))  # less the brackets and commas
+    encoded = _parts_adapter.dump_json(list(parts)).decode()
+    return len(encoded) - 1 - len(parts)  # less the list's brackets and commas
+
+
+def estimate_message_tokens(message: Message) -> int:
+    """A rough token count of a message as a provider gets it (its parts' JSON, so file data
+    and replayed provider data count in full: an overestimate, the safe side when fitting)."""
+    return estimate_tokens(parts_json_chars(message.parts))
+
+
+def estimate_messages_tokens(messages: Sequence[Message]) -> int:
+    """A rough token count of all these messages (as `estimate_message_tokens`, counted
+    together: rounded once)."""
+    return estimate_tokens(parts_json_chars([part for m in messages for part in m.parts]))
 
 
 def newest_that_fit(messages: Sequence[Message], budget: int) -> list[Message]:

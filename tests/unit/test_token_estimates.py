@@ -34,3 +34,6 @@ def test_the_contexts_estimate_is_its_parts_json_length(messages: list[Message])
     estimate = estimate_messages_tokens(messages)
     assert estimate == estimate_tokens(chars)
     assert estimate <= sum(map(estimate_message_tokens, messages))
+    for m in messages:  # a message on its own: the same count, its own rounding
+        one = sum(len(part.model_dump_json()) for part in m.parts)
+        assert estimate_message_tokens(m) == estimate_tokens(one)
