@@ -165,7 +165,7 @@ async def until_begun(
     chat_id: uuid.UUID,
     queued_id: uuid.UUID,
     notified: asyncio.Event,
-    recent: RecentEvents | None = None,
+    recent: RecentEvents | None,
 ) -> None:
     """Return once the turn this message started has begun: a client then finds it running.
 
