@@ -5,8 +5,7 @@ owner, messages queued per chat, open streams per key. Each refusal is a 429 wit
 The limits live in Postgres (`chatd.store.quotas`), read through a short cache. The request
 rate is a token bucket per key in this process: refusing costs no database work, and with N
 gateways behind a balancer a key gets up to N times its rate. Running turns, budgets and
-stream slots are counted in Postgres, so they hold across gateways (a send to an owner far
-below its running turns is admitted on a count of a moment ago: `_RunningTurns`).
+stream slots are counted in Postgres, so they hold across gateways.
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ import math
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
 from typing import Any
@@ -50,8 +48,7 @@ LIMITS_CACHE_S = 10.0
 BAD_KEY_CACHE_S = 10.0
 """How long a key that failed to authenticate is refused without asking the database."""
 MAX_TRACKED_KEYS = 100_000
-"""Bound of each per-key or per-owner table (buckets, failed keys, running turns' estimates):
-the oldest entry makes room."""
+"""Bound of each per-key table (buckets, failed keys): the oldest entry makes room."""
 TURN_RETRY_AFTER_S = 5
 """`Retry-After` of a refused message: when a running turn may have ended, or taken the
 chat's queue."""
@@ -63,9 +60,6 @@ SENDS_IN_FLIGHT_PER_CHAT = 4
 """Sends to one chat this gateway hands to Temporal at once. Temporal refuses more than 10
 concurrent updates of a workflow (after its client has retried each for seconds), so more
 are refused here first, at no cost."""
-ESTIMATE_S = 1.0
-"""How long a count of an owner's running turns, with the turns admitted since, admits sends
-without another (`_RunningTurns`)."""
 STREAM_SWEEP_S = 2.0
 """How often open streams' keys are re-checked (a revoked key's streams end within this) and
 their leases extended."""
@@ -185,60 +179,22 @@ class KeyGate:
             bucket.tokens = min(bucket.tokens, bucket.burst)
 
 
-@dataclass
-class _Estimate:
-    running: int
-    until: float
-    """`time.monotonic()` after which it no longer admits."""
-
-
 class _RunningTurns:
     """An owner's running turns, counted by one query at a time: the sends that arrive while
-    it is in flight take its answer, so a burst of sends costs a few counts, not one each.
-
-    A count, plus the turns this gateway admitted since, is an estimate that admits a send
-    without a query for `ESTIMATE_S`, while it stays under half the limit: the other half
-    is room for the turns begun elsewhere meanwhile (other gateways, subagents). A send
-    the estimate can't admit counts afresh, so a turn that has just ended frees its slot at
-    once, and nothing is refused on an estimate."""
+    it is in flight take its answer. A send after it counts afresh, so a turn that has just
+    ended frees its slot at once; a burst of sends costs a few counts, not one each."""
 
     def __init__(self, store: QuotaStore) -> None:
         self._store = store
         self._counting: dict[str, asyncio.Future[int]] = {}
-        self._estimates = _Bounded()
-        self._admitted = _Bounded()
-        """Turns admitted so far, by owner: what a count in flight missed."""
-
-    def surely_below(self, owner: str, limit: int) -> bool:
-        """Whether the owner's estimate admits one more turn without a count."""
-        estimate: _Estimate | None = self._estimates.get(owner)
-        if estimate is None or estimate.until <= time.monotonic():
-            return False
-        return 2 * (estimate.running + 1) <= limit
-
-    def admitted(self, owner: str) -> None:
-        """A turn of the owner's was admitted: it counts in the estimate from now on."""
-        self._admitted.put(owner, self._admitted.get(owner, 0) + 1)
-        estimate: _Estimate | None = self._estimates.get(owner)
-        if estimate is not None:
-            estimate.running += 1
 
     async def of(self, owner: str) -> int:
-        """The owner's running turns, counted now (or by the count in flight)."""
         counting = self._counting.get(owner)
         if counting is None:
-            counting = asyncio.ensure_future(self._count(owner, self._admitted.get(owner, 0)))
+            counting = asyncio.ensure_future(self._store.running_turns(owner))
             self._counting[owner] = counting
             counting.add_done_callback(partial(self._forget, owner))
         return await asyncio.shield(counting)
-
-    async def _count(self, owner: str, before: int) -> int:
-        """Count, then estimate from it: `before`, the turns admitted when it was asked for."""
-        running = await self._store.running_turns(owner)
-        # The turns admitted while the query was out may have begun after it looked.
-        since = max(0, self._admitted.get(owner, 0) - before)
-        self._estimates.put(owner, _Estimate(running + since, time.monotonic() + ESTIMATE_S))
-        return running
 
     def _forget(self, owner: str, counting: asyncio.Future[int]) -> None:
         if self._counting.get(owner) is counting:
@@ -272,20 +228,14 @@ class MessageGate:
         """Raise a 429 if the owner has no room for one more running turn, or no tokens left
         today."""
         limits = await self._limits.of(owner)
-        if not self._running.surely_below(owner, limits.running_turns):
-            running = await self._running.of(owner)
-            if running >= limits.running_turns:
-                raise quota_refusal(
-                    "too_many_turns",
-                    f"{running} turns are running; the limit is {limits.running_turns}",
-                    TURN_RETRY_AFTER_S,
-                    {"running_turns": running, "limit": limits.running_turns},
-                )
-        await self._within_budget(owner, limits)
-        self._running.admitted(owner)
-
-    async def _within_budget(self, owner: str, limits: Limits) -> None:
-        """Raise a 429 if the owner used up today's input or output tokens."""
+        running = await self._running.of(owner)
+        if running >= limits.running_turns:
+            raise quota_refusal(
+                "too_many_turns",
+                f"{running} turns are running; the limit is {limits.running_turns}",
+                TURN_RETRY_AFTER_S,
+                {"running_turns": running, "limit": limits.running_turns},
+            )
         if limits.input_tokens_per_day is None and limits.output_tokens_per_day is None:
             return
         usage = await self._store.usage_today(owner)
