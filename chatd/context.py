@@ -86,13 +86,13 @@ def estimate_tokens(text_chars: int) -> int:
 _parts_adapter: TypeAdapter[list[Part]] = TypeAdapter(list[Part])
 
 
-def parts_json_chars(parts: Sequence[Part]) -> int:
+def parts_json_chars(parts: list[Part]) -> int:
     """The characters of these parts' JSON, each on its own, summed. One encoding of all of
     them, not one per part: a step counts its whole context, in a long chat thousands of
     parts."""
     if not parts:
         return 0
-    encoded = _parts_adapter.dump_json(list(parts)).decode()
+    encoded = _parts_adapter.dump_json(parts).decode()
     return len(encoded) - 1 - len(parts)  # less the list's brackets and commas
 
 
